@@ -1,0 +1,3 @@
+from autoresearch_mcp.cli import main
+
+raise SystemExit(main())

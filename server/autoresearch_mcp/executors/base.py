@@ -1,0 +1,63 @@
+"""The executor port: where and how one experiment's A/B protocol runs (local machine or cloud VMs).
+
+Executors run the shared runner script (experiments/runner.py) and report what it prints as events;
+they never judge results. The experiment manager owns the ledger and the verdicts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# (experiment_id, event): events are {"event": "status", "status": ..., "worker"?, "runtime"?},
+# {"event": "sample", ...} and finally exactly one {"event": "result", "outcome": {...}}.
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Job:
+    """One experiment as an executor sees it."""
+
+    experiment_id: str
+    base_commit: str
+    candidate_commit: str
+    log_path: Path
+    spec: dict[str, Any] = field(default_factory=dict)  # runner job fields: metric, design, timeouts...
+
+
+@dataclass
+class Interrupted:
+    """An experiment the ledger shows as unfinished after a restart."""
+
+    experiment_id: str
+    worker: str | None
+    runtime: dict[str, Any]
+
+
+class Executor(ABC):
+    name: str
+
+    @abstractmethod
+    def submit(self, job: Job, sink: EventSink) -> None:
+        """Queue the job and return at once; events arrive on `sink` from another thread."""
+
+    @abstractmethod
+    def cancel(self, experiment_id: str) -> bool:
+        """Stop a queued or running job (and everything it started); True if it was ours."""
+
+    @abstractmethod
+    def recover(self, interrupted: list[Interrupted]) -> None:
+        """After a restart: kill what is left of interrupted jobs and clean their files."""
+
+    def release(self, mode: str) -> list[str]:
+        """Stop (`stop`) or delete (`down`) the machines of the session; names of those released."""
+        return []
+
+    def retire_base(self, commit: str) -> None:  # noqa: B027 - optional hook
+        """A base commit no longer used by any experiment; its build may be dropped."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Stop accepting jobs and cancel those in flight (server shutdown)."""

@@ -1,0 +1,201 @@
+"""The local executor: worktrees in the cache directory, builds in parallel, benchmarks one at a time.
+
+Each job runs the shared runner script in a process session of its own (the runner is the session
+leader; each build, bench or check it starts gets its own process group), so cancel, timeouts and
+recovery after a crash can find and kill everything a job started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import git
+import psutil
+
+from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
+from autoresearch_mcp.experiments import runner
+from autoresearch_mcp.experiments.worktrees import Worktrees
+
+log = logging.getLogger(__name__)
+RUNNER = Path(runner.__file__).resolve()
+
+
+def kill_session(pid: int, started: float | None = None) -> bool:
+    """SIGKILL every process in the session led by `pid` (if `pid` is still the process we started)."""
+    try:
+        leader = psutil.Process(pid)
+        if started is not None and abs(leader.create_time() - started) > 1.0:
+            return False  # the pid was reused by an unrelated process
+    except psutil.NoSuchProcess:
+        leader = None
+    killed = False
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == pid:
+                proc.kill()
+                killed = True
+    if leader is not None:
+        with contextlib.suppress(psutil.Error):
+            leader.kill()
+            killed = True
+    return killed
+
+
+class _Running:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.cancelled = False
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def __init__(self, repo: git.Repo, worktrees: Worktrees, parallelism: int = 2) -> None:
+        self.repo = repo
+        self.worktrees = worktrees
+        self._queue: queue.Queue[tuple[Job, EventSink] | None] = queue.Queue()
+        self._queued: dict[str, EventSink] = {}
+        self._running: dict[str, _Running] = {}
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"autoresearch-local-{i}", daemon=True)
+            for i in range(max(1, parallelism))
+        ]
+        for t in self._threads:
+            t.start()
+
+    # --- port --------------------------------------------------------------------------------------
+
+    def submit(self, job: Job, sink: EventSink) -> None:
+        with self._lock:
+            self._queued[job.experiment_id] = sink
+        self._queue.put((job, sink))
+
+    def cancel(self, experiment_id: str) -> bool:
+        with self._lock:
+            sink = self._queued.pop(experiment_id, None)
+            if sink is not None:
+                self._cancelled.add(experiment_id)  # the worker that dequeues it skips it
+                sink(experiment_id, {"event": "cancelled"})
+                return True
+            running = self._running.get(experiment_id)
+            if running is None:
+                return False
+            running.cancelled = True
+        self._stop(running.proc)
+        return True
+
+    def recover(self, interrupted: list[Interrupted]) -> None:
+        for item in interrupted:
+            pid = item.runtime.get("pid")
+            if isinstance(pid, int) and kill_session(pid, item.runtime.get("pid_started")):
+                log.warning("killed the leftover processes of experiment %s", item.experiment_id)
+            self.worktrees.remove(self.worktrees.root / f"exp-{item.experiment_id}")
+        with contextlib.suppress(git.GitCommandError):
+            self.repo.git.worktree("prune")
+
+    def retire_base(self, commit: str) -> None:
+        self.worktrees.remove(self.worktrees.root / f"base-{commit[:16]}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._cancelled.update(self._queued)
+            self._queued.clear()
+            running = list(self._running.values())
+        for r in running:
+            r.cancelled = True
+            self._stop(r.proc)
+        for _ in self._threads:
+            self._queue.put(None)
+
+    # --- work --------------------------------------------------------------------------------------
+
+    def _stop(self, proc: subprocess.Popen[str]) -> None:
+        # The runner's SIGTERM handler kills the group it is waiting on; then we sweep the session.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        kill_session(proc.pid)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            job, sink = item
+            with self._lock:
+                self._queued.pop(job.experiment_id, None)
+                if job.experiment_id in self._cancelled:
+                    self._cancelled.discard(job.experiment_id)
+                    continue
+            try:
+                self._run(job, sink)
+            except Exception as exc:  # a job must always end with an event
+                log.exception("experiment %s crashed in the local executor", job.experiment_id)
+                sink(job.experiment_id, {"event": "result", "outcome": {
+                    "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
+                    "error": f"{type(exc).__name__}: {exc}"}})
+
+    def _run(self, job: Job, sink: EventSink) -> None:
+        t0 = time.monotonic()
+        base = self.worktrees.baseline(job.base_commit)
+        cand = self.worktrees.candidate(job.experiment_id, job.candidate_commit)
+        spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": str(base),
+                "candidate_dir": str(cand), "log_path": str(job.log_path),
+                "machine_lock": str(self.worktrees.machine_lock())}
+        job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
+        job_file.write_text(json.dumps(spec))
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        prep_s = time.monotonic() - t0
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+            )
+            running = _Running(proc)
+            with self._lock:
+                self._running[job.experiment_id] = running
+            started = psutil.Process(proc.pid).create_time()
+            sink(job.experiment_id, {"event": "status", "status": "building", "worker": "local",
+                                     "runtime": {"pid": proc.pid, "pid_started": started,
+                                                 "prepare_s": round(prep_s, 3)}})
+            outcome = self._read(proc, job.experiment_id, sink)
+            proc.wait()
+            with self._lock:
+                self._running.pop(job.experiment_id, None)
+            if running.cancelled:
+                sink(job.experiment_id, {"event": "cancelled"})
+            elif outcome is None:
+                sink(job.experiment_id, {"event": "result", "outcome": {
+                    "experiment_id": job.experiment_id, "status": "failed", "phase": "runner",
+                    "error": f"the runner exited with status {proc.returncode} without a result"}})
+            else:
+                outcome.setdefault("durations", {})["prepare"] = round(prep_s, 3)
+                sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
+        finally:
+            job_file.unlink(missing_ok=True)
+            self.worktrees.remove(cand)
+
+    def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink) -> dict[str, Any] | None:
+        assert proc.stdout is not None
+        outcome = None
+        for line in proc.stdout:
+            if line.startswith(runner.EVENT_PREFIX):
+                with contextlib.suppress(json.JSONDecodeError):
+                    sink(exp_id, json.loads(line[len(runner.EVENT_PREFIX):]))
+            elif line.startswith(runner.RESULT_PREFIX):
+                outcome = runner.parse_result_line(line)
+        return outcome

@@ -1,0 +1,53 @@
+"""From a runner outcome (raw samples) to per-metric comparisons and the experiment's verdict.
+
+Everything here is recomputed from the stored samples, so a report can redo it at any time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoresearch_mcp.experiments import stats
+
+
+def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
+    by_pair: dict[int, dict[str, float]] = {}
+    for s in outcome.get("samples", []):
+        if metric in s.get("metrics", {}):
+            by_pair.setdefault(int(s["pair"]), {})[s["role"]] = float(s["metrics"][metric])
+    complete = [p for _, p in sorted(by_pair.items()) if "baseline" in p and "candidate" in p]
+    return [p["baseline"] for p in complete], [p["candidate"] for p in complete]
+
+
+def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.Design) -> dict[str, Any]:
+    """Comparisons of every metric, the verdict of the primary one, and the worker's noise.
+
+    A run that is not `done`/`checks_failed` has no verdict; a sample without the primary metric
+    (or with an unparsable one) makes the whole experiment `invalid`, never a 0.
+    """
+    status = outcome.get("status")
+    names = sorted({n for s in outcome.get("samples", []) for n in s.get("metrics", {})})
+    comparisons: dict[str, Any] = {}
+    for name in names:
+        base, cand = _pairs(outcome, name)
+        cmp = stats.paired(base, cand, direction, design)
+        comparisons[name] = {
+            "baseline": stats.summarize(base), "candidate": stats.summarize(cand),
+            "delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
+            "p_value": cmp.p_value, "n_pairs": cmp.n_pairs, "verdict": cmp.verdict,
+            "pairs_needed": cmp.pairs_needed,
+        }
+    primary = comparisons.get(metric)
+    base_samples = primary["baseline"]["samples"] if primary else []
+    noise = stats.baseline_noise(base_samples) if base_samples else None
+    verdict: str | None
+    if status not in ("done", "checks_failed"):
+        verdict = None
+    elif outcome.get("stop_reason") == "invalid" or primary is None:
+        verdict = "invalid"
+    elif noise is not None and noise > design.noise_limit:
+        verdict = "noisy"
+    else:
+        verdict = primary["verdict"]
+    return {"metrics": comparisons, "verdict": verdict, "noise_cv": noise,
+            "pairs_needed": primary.get("pairs_needed") if primary else None}

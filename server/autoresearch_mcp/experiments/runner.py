@@ -1,0 +1,435 @@
+"""The one runner: single benchmark runs, and the whole A/B protocol of one experiment.
+
+This file is deliberately standard-library only and self-contained: the local executor runs it as
+`python3 runner.py JOB.json`, the SkyPilot executor ships the very same bytes to a VM, and the
+package imports it for single runs (`start_session`). Its last stdout line is one machine-readable
+result line (`AUTORESEARCH_RESULT {json}`) that `parse_result_line` reads, whatever the executor.
+
+The statistics that need scipy (critical values of the sequential design) are computed by the
+server and passed in the job; the runner only applies them, so the same decision rule is used
+while pairs are being added and when the server recomputes the verdict from the raw samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:]*)\s*=\s*(\S+)\s*$")
+RESULT_PREFIX = "AUTORESEARCH_RESULT "
+EVENT_PREFIX = "AUTORESEARCH_EVENT "
+BUILT_MARKER = ".autoresearch-built"
+TAIL_CHARS = 4000
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParsedMetrics:
+    values: dict[str, float]
+    lines: list[str]
+    problems: list[str]
+
+
+def parse_metrics(text: str) -> ParsedMetrics:
+    """Read `METRIC name=value` lines; anything else is ignored.
+
+    A value that is not a finite number, or a name printed twice with different values, is a
+    problem, never a silent 0 or a silent pick: that is how a parser reports 52 t/s for 14.
+    """
+    values: dict[str, float] = {}
+    lines: list[str] = []
+    problems: list[str] = []
+    for line in text.splitlines():
+        m = METRIC_RE.match(line)
+        if not m:
+            if line.lstrip().startswith("METRIC"):
+                problems.append(f"malformed METRIC line (expected `METRIC name=number`): {line.strip()!r}")
+            continue
+        lines.append(line.rstrip())
+        name, raw = m.group(1), m.group(2)
+        try:
+            value = float(raw)
+        except ValueError:
+            problems.append(f"{name}: {raw!r} is not a number")
+            continue
+        if not math.isfinite(value):
+            problems.append(f"{name}: {raw!r} is not finite")
+            continue
+        if name in values and values[name] != value:
+            problems.append(f"{name}: printed more than once with different values ({values[name]} and {value})")
+            continue
+        values[name] = value
+    return ParsedMetrics(values, lines, problems)
+
+
+# --- one command ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CommandResult:
+    argv: list[str]
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def tail(self, chars: int = TAIL_CHARS) -> str:
+        return self.output[-chars:]
+
+
+def kill_group(pgid: int, grace_s: float = 2.0) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is left after a grace period."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+_current_pgid: int | None = None
+
+
+def run_command(
+    argv: list[str],
+    cwd: str | os.PathLike[str],
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    log: Any | None = None,
+) -> CommandResult:
+    """Run one command in its own process group; on timeout the whole group is killed.
+
+    Output (stdout and stderr merged) goes to a temporary file, then to `log` if given, so a
+    chatty benchmark can neither fill a pipe nor our memory while it runs.
+    """
+    global _current_pgid
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+        _current_pgid = proc.pid
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc.pid)
+            proc.wait()
+        finally:
+            # Leftovers of the group (a backgrounded helper) must not disturb later runs.
+            kill_group(proc.pid, grace_s=0.5)
+            _current_pgid = None
+        duration = time.monotonic() - start
+        out.seek(0)
+        text = out.read().decode("utf-8", errors="replace")
+    if log is not None:
+        log.write(text)
+        if timed_out:
+            log.write(f"\n[autoresearch] timed out after {timeout_s:g} s; process group killed\n")
+        log.flush()
+    return CommandResult(list(argv), None if timed_out else proc.returncode, duration, timed_out, text)
+
+
+def bench_env(role: str, index: int, threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["AUTORESEARCH_ROLE"] = role
+    env["AUTORESEARCH_RUN"] = str(index)
+    env["AUTORESEARCH_THREADS"] = str(threads or os.cpu_count() or 1)
+    return env
+
+
+# --- the decision rule (shared with stats.py) ------------------------------------------------------
+
+
+def classify(ci_low: float, ci_high: float, estimate: float, min_effect: float) -> str:
+    """Verdict of a log-ratio CI oriented so that + is better, against a minimum effect (log units).
+
+    improved / regressed: the CI excludes 0 and the estimate is at least the minimum effect;
+    no_change: the whole CI lies within +/- the minimum effect; inconclusive otherwise.
+    """
+    if -min_effect < ci_low and ci_high < min_effect:
+        return "no_change"
+    if ci_low > 0 and estimate >= min_effect:
+        return "improved"
+    if ci_high < 0 and estimate <= -min_effect:
+        return "regressed"
+    return "inconclusive"
+
+
+def robust_cv(samples: list[float]) -> float:
+    """Noise of a sample: MAD scaled to a normal sigma, over the median (one outlier can't fake it)."""
+    if len(samples) < 2:
+        return 0.0
+    med = statistics.median(samples)
+    if med == 0:
+        return math.inf
+    mad = statistics.median(abs(x - med) for x in samples)
+    return 1.4826 * mad / abs(med)
+
+
+# --- the A/B protocol ----------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    pair: int
+    role: str
+    position: int
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool
+    metrics: dict[str, float]
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    experiment_id: str
+    status: str = "done"
+    phase: str | None = None
+    error: str | None = None
+    samples: list[Sample] = field(default_factory=list)
+    warmup: list[Sample] = field(default_factory=list)
+    stop_reason: str | None = None
+    build: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, Any] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+
+
+def host_info() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"hostname": socket.gethostname(), "cpu_model": cpu, "cpus": os.cpu_count(),
+            "platform": platform.platform()}
+
+
+def emit(kind: str, **data: Any) -> None:
+    print(EVENT_PREFIX + json.dumps({"event": kind, **data}), flush=True)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | None, shared: bool = False) -> Iterator[None]:
+    """An flock; the kernel releases it if this process dies, so it never goes stale.
+
+    The machine lock is a readers-writer lock: builds and checks hold it shared (they may overlap
+    each other), a benchmark holds it exclusively, so nothing of ours loads the CPU while we measure.
+    """
+    if not path:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def build_tree(
+    tree: str, timeout_s: float, log: Any, reuse: bool, machine_lock: str | None = None
+) -> tuple[CommandResult | None, bool]:
+    """Build one tree; a tree already built by an earlier experiment is reused (returns None)."""
+    marker = Path(tree) / BUILT_MARKER
+    tree_lock = str(Path(tree).parent / (Path(tree).name + ".build.lock"))
+    with file_lock(tree_lock), file_lock(machine_lock, shared=True):
+        if reuse and marker.exists():
+            log.write(f"[autoresearch] reusing the build of {tree}\n")
+            return None, True
+        log.write(f"[autoresearch] build {tree}\n")
+        log.flush()
+        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, log=log)
+        if res.ok:
+            marker.write_text(json.dumps({"duration_s": res.duration_s}))
+        return res, False
+
+
+def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any], log: Any) -> Sample:
+    log.write(f"[autoresearch] bench {role} run {index}\n")
+    log.flush()
+    res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
+                      env=bench_env(role, index, job.get("threads")), log=log)
+    parsed = parse_metrics(res.output)
+    problems = list(parsed.problems)
+    if res.timed_out:
+        problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
+    elif res.exit_code != 0:
+        problems.append(f"bench exited with status {res.exit_code}")
+    elif job["metric"] not in parsed.values:
+        problems.append(f"primary metric {job['metric']!r} missing from the bench output")
+    return Sample(index, role, position, res.exit_code, round(res.duration_s, 4), res.timed_out,
+                  parsed.values, problems)
+
+
+def _log_ratios(samples: list[Sample], metric: str, direction: str) -> list[float]:
+    by_pair: dict[int, dict[str, float]] = {}
+    for s in samples:
+        by_pair.setdefault(s.pair, {})[s.role] = s.metrics[metric]
+    sign = 1.0 if direction == "higher" else -1.0
+    return [sign * math.log(p["candidate"] / p["baseline"]) for p in by_pair.values()
+            if "candidate" in p and "baseline" in p and p["candidate"] > 0 and p["baseline"] > 0]
+
+
+def _sequential_stop(samples: list[Sample], job: dict[str, Any], look: int) -> str | None:
+    """At a planned look, stop when the noise is over the limit or the verdict is already clear."""
+    metric, design = job["metric"], job["design"]
+    base = [s.metrics[metric] for s in samples if s.role == "baseline"]
+    if robust_cv(base) > design["noise_limit"]:
+        return "noisy"
+    d = _log_ratios(samples, metric, job["direction"])
+    if len(d) < 2:
+        return None
+    mean = statistics.fmean(d)
+    half = design["crit"][look] * statistics.stdev(d) / math.sqrt(len(d))
+    verdict = classify(mean - half, mean + half, mean, design["min_effect_log"])
+    return None if verdict == "inconclusive" else verdict
+
+
+def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
+    out = Outcome(job["experiment_id"], host=host_info())
+    base, cand = job["baseline_dir"], job["candidate_dir"]
+    t0 = time.monotonic()
+
+    emit("status", status="building")
+    for role, tree, reuse in (("baseline", base, True), ("candidate", cand, job.get("reuse_candidate_build", False))):
+        res, reused = build_tree(tree, job["timeouts"]["build"], log, reuse, job.get("machine_lock"))
+        out.build[role] = {"reused": reused, "duration_s": round(res.duration_s, 3) if res else 0.0}
+        if res is not None and not res.ok:
+            why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
+            out.status, out.phase = "failed", "build"
+            out.error = f"{role} build {why}:\n{res.tail()}"
+            out.durations["build"] = time.monotonic() - t0
+            return out
+    out.durations["build"] = round(time.monotonic() - t0, 3)
+
+    design = job["design"]
+    rng = random.Random(job.get("seed"))
+    looks = {n: k for k, n in enumerate(design["looks"])}
+    emit("status", status="running")
+    t1 = time.monotonic()
+    with file_lock(job.get("machine_lock")):
+        # Lock wait is not bench time: the clock starts once this worker is ours.
+        t1 = time.monotonic()
+        for w in range(design.get("warmup", 0)):
+            for role, tree in (("baseline", base), ("candidate", cand)):
+                out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
+        for i in range(design["looks"][-1]):
+            # Randomized order within each pair: drift and a noisy neighbour hit both sides alike,
+            # and neither side systematically runs first (warm caches, turbo budget).
+            order = [("baseline", base), ("candidate", cand)]
+            rng.shuffle(order)
+            for pos, (role, tree) in enumerate(order):
+                s = _bench(tree, role, i, pos, job, log)
+                out.samples.append(s)
+                emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
+                if s.problems:
+                    failed = s.timed_out or s.exit_code != 0
+                    out.status = "failed" if failed else "done"
+                    out.phase = "bench"
+                    out.stop_reason = "invalid"
+                    out.error = f"{role} run {i}: " + "; ".join(s.problems)
+                    out.durations["bench"] = round(time.monotonic() - t1, 3)
+                    return out
+            if i + 1 in looks and design.get("sequential"):
+                reason = _sequential_stop(out.samples, job, looks[i + 1])
+                if reason:
+                    out.stop_reason = reason
+                    break
+    out.durations["bench"] = round(time.monotonic() - t1, 3)
+
+    if job.get("run_checks", True) and out.stop_reason != "noisy":
+        emit("status", status="checking")
+        t2 = time.monotonic()
+        checks = Path(cand) / "autoresearch.checks.sh"
+        if checks.exists():
+            log.write("[autoresearch] checks\n")
+            log.flush()
+            with file_lock(job.get("machine_lock"), shared=True):
+                res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"], log=log)
+            out.checks = {"ran": True, "passed": res.ok, "exit_code": res.exit_code,
+                          "timed_out": res.timed_out, "duration_s": round(res.duration_s, 3),
+                          "tail": res.tail(1500)}
+            if not res.ok:
+                out.status = "checks_failed"
+        else:
+            out.checks = {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
+        out.durations["checks"] = round(time.monotonic() - t2, 3)
+    return out
+
+
+def result_line(outcome: Outcome) -> str:
+    return RESULT_PREFIX + json.dumps(asdict(outcome), separators=(",", ":"))
+
+
+def parse_result_line(text: str) -> dict[str, Any] | None:
+    """The last result line in `text` (a log or a job's stdout), or None if the run never finished."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            parsed: dict[str, Any] = json.loads(line[len(RESULT_PREFIX):])
+            return parsed
+    return None
+
+
+def _on_term(signum: int, _frame: Any) -> None:
+    # Cancel: take the running build/bench group down with us, then leave.
+    if _current_pgid is not None:
+        kill_group(_current_pgid, grace_s=1.0)
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: runner.py JOB.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(argv[1]).read_text())
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    log_path = job.get("log_path")
+    with open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr) as log:
+        try:
+            outcome = run_experiment(job, log)
+        except Exception as exc:  # the result line must be printed whatever happened
+            outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
+                              error=f"{type(exc).__name__}: {exc}")
+    print(result_line(outcome), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

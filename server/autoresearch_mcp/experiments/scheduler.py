@@ -1,0 +1,449 @@
+"""The experiment manager: turns a candidate into a job, follows it, judges it, commits winners.
+
+It owns the ledger (every state change is a record appended before it is visible) and the
+guard rails: protected paths, duplicates, the statistics behind a verdict, and what may be committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import git
+
+from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.executors.base import Executor, Interrupted, Job
+from autoresearch_mcp.experiments import metrics, snapshot, stats
+from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView, apply
+from autoresearch_mcp.models import (
+    FINAL_STATUSES,
+    CancelResult,
+    ChecksResult,
+    CommitResult,
+    ComparisonResult,
+    ExperimentSummary,
+    FetchResult,
+    LaunchResult,
+    ListExperimentsResult,
+)
+from autoresearch_mcp.session import SessionConfig, state_dir
+
+log = logging.getLogger(__name__)
+
+# A re-run of a candidate is allowed only when the earlier attempt produced no measurement.
+_RETRYABLE = frozenset({"failed", "cancelled", "lost"})
+MAX_TAIL_LINES = 400
+
+
+class ExperimentManager:
+    def __init__(self, repo: git.Repo, config: SessionConfig, ledger: Ledger, executor: Executor) -> None:
+        self.repo = repo
+        self.config = config
+        self.ledger = ledger
+        self.executor = executor
+        self.root = Path(repo.working_dir)
+        self.logs = state_dir(self.root) / "logs"
+        self._lock = threading.RLock()
+        self._commit_lock = threading.Lock()
+        self._pairs_done: dict[str, int] = {}
+        self.view: LedgerView = ledger.view()
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+
+    def _append(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            apply(self.view, self.ledger.append(record))
+
+    def _mine(self) -> list[ExperimentState]:
+        sid = self.config.session_id
+        return [e for e in self.view.experiments.values() if e.launch.get("session_id") == sid]
+
+    def _get(self, experiment_id: str) -> ExperimentState:
+        exp = self.view.experiments.get(experiment_id)
+        if exp is None or exp.launch.get("session_id") != self.config.session_id:
+            known = ", ".join(e.experiment_id for e in self._mine()[-10:]) or "none yet"
+            raise InputError(f"no experiment {experiment_id!r} in this session (recent: {known})")
+        return exp
+
+    def session_head(self) -> str:
+        return snapshot.head_commit(self.repo, self.config.branch)
+
+    def recover(self) -> None:
+        """After a restart: experiments the ledger shows unfinished are `lost`; clean up after them."""
+        interrupted = [e for e in self._mine() if e.status not in FINAL_STATUSES]
+        if not interrupted:
+            return
+        self.executor.recover([Interrupted(e.experiment_id, e.worker, dict(e.runtime)) for e in interrupted])
+        for e in interrupted:
+            self._append({"type": "status", "experiment_id": e.experiment_id, "status": "lost",
+                          "detail": "the server stopped while this experiment ran; launch it again"})
+
+    # --- launch --------------------------------------------------------------------------------
+
+    def launch(
+        self, title: str, hypothesis: str, sources: list[str], source: str, commit: str | None,
+        patch: str | None, repeats: int | str | None, restore_worktree: bool,
+    ) -> LaunchResult:
+        if not title.strip():
+            raise InputError("title is empty; give the experiment a short name")
+        repeats = self._repeats(repeats)
+        exp_id = uuid.uuid4().hex[:10]
+        with self._lock:
+            head = self.session_head()
+            base_tree = snapshot.tree_of(self.repo, head)
+            tree, parent_note = self._candidate_tree(source, commit, patch, head)
+            if tree == base_tree:
+                raise RefusedError(
+                    "the candidate is identical to the session head: there is nothing to measure. "
+                    "Edit the code first (or pass source='commit' / 'patch')")
+            candidate = snapshot.commit_tree(self.repo, tree, head, f"autoresearch candidate {exp_id}: {title}"
+                                             f"\n\n{parent_note}")
+            changed = snapshot.changed_paths(self.repo, head, candidate)
+            hit = snapshot.protected_changes(changed, self.config.protected)
+            if hit:
+                raise RefusedError(
+                    f"the candidate changes protected files {hit}: the benchmark and checks are taken from the "
+                    "baseline so a candidate cannot change how it is measured. Revert those files "
+                    "(git checkout -- <file>) and launch again")
+            for other in self._mine():
+                if other.launch.get("candidate_tree") == tree and other.status not in _RETRYABLE:
+                    raise RefusedError(
+                        f"this candidate is identical to experiment {other.experiment_id} "
+                        f"({other.title!r}, {other.status}); read it with fetch_sky_logs instead")
+            snapshot.set_ref(self.repo, snapshot.EXP_REF + exp_id, candidate)
+            restored = False
+            if source == "worktree" and restore_worktree:
+                self.repo.git.reset("--hard", head)
+                self.repo.git.clean("-fd")
+                restored = True
+            design = self._design(repeats)
+            self._append({
+                "type": "launch", "experiment_id": exp_id, "session_id": self.config.session_id,
+                "title": title.strip(), "hypothesis": hypothesis.strip(), "sources": sources, "source": source,
+                "base_commit": head, "candidate_commit": candidate, "candidate_tree": tree,
+                "changed_files": changed, "repeats": repeats, "design": design.__dict__,
+                "metric": self.config.metric, "direction": self.config.direction,
+                "executor": self.executor.name,
+            })
+        job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log", spec={
+            "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
+            "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
+            "seed": random.SystemRandom().randrange(2**32), "run_checks": True,
+        })
+        self.executor.submit(job, self._on_event)
+        return LaunchResult(
+            experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
+            changed_files=changed, repeats=repeats, worktree_restored=restored,
+            message=(f"queued on the {self.executor.name} executor; poll fetch_sky_logs('{exp_id}') and prepare "
+                     "the next idea meanwhile" + (" (working tree reset to the session head)" if restored else "")),
+        )
+
+    def _repeats(self, repeats: int | str | None) -> int | str:
+        value = self.config.default_repeats if repeats is None else repeats
+        if value == "auto":
+            return "auto"
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise InputError(f"repeats must be a number of pairs (3 to 200) or 'auto', not {value!r}") from None
+        if not 3 <= n <= 200:
+            raise InputError(f"repeats must be between 3 and 200 pairs (or 'auto'), not {n}")
+        return n
+
+    def _design(self, repeats: int | str) -> stats.Design:
+        c = self.config
+        return stats.make_design(repeats, alpha=c.alpha, min_effect=c.min_effect, noise_limit=c.noise_limit,
+                                 max_pairs=c.max_pairs, warmup=c.warmup)
+
+    def _candidate_tree(self, source: str, commit: str | None, patch: str | None, head: str) -> tuple[str, str]:
+        if source == "worktree":
+            if commit or patch:
+                raise InputError("source='worktree' takes neither commit nor patch; drop them or change source")
+            branch = None if self.repo.head.is_detached else self.repo.active_branch.name
+            if branch != self.config.branch:
+                raise StateError(
+                    f"the work tree is on {branch or 'a detached HEAD'}, not the session branch "
+                    f"{self.config.branch}; check it out (git checkout {self.config.branch}) or launch "
+                    "with source='commit'")
+            return snapshot.snapshot_worktree(self.repo, head), "source: working tree snapshot"
+        if source == "commit":
+            if not commit:
+                raise InputError("source='commit' needs commit (a sha, branch or other commit-ish)")
+            sha = snapshot.resolve_commit(self.repo, commit)
+            return snapshot.tree_of(self.repo, sha), f"source: commit {sha}"
+        if source == "patch":
+            if not patch:
+                raise InputError("source='patch' needs patch (a unified diff against the session head)")
+            return snapshot.patch_tree(self.repo, head, patch), "source: patch"
+        raise InputError(f"source must be 'worktree', 'commit' or 'patch', not {source!r}")
+
+    # --- events from the executor ----------------------------------------------------------------
+
+    def _on_event(self, exp_id: str, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        try:
+            if kind == "status":
+                self._append({"type": "status", "experiment_id": exp_id, "status": event["status"],
+                              "worker": event.get("worker"), "runtime": event.get("runtime")})
+            elif kind == "sample":
+                with self._lock:
+                    if event.get("role") == "candidate":
+                        self._pairs_done[exp_id] = self._pairs_done.get(exp_id, 0) + 1
+            elif kind == "cancelled":
+                self._append({"type": "status", "experiment_id": exp_id, "status": "cancelled"})
+            elif kind == "lost":
+                self._append({"type": "status", "experiment_id": exp_id, "status": "lost",
+                              "detail": event.get("detail")})
+            elif kind == "result":
+                self._record_result(exp_id, event)
+        except Exception:  # an event must never kill the executor's thread
+            log.exception("could not record event %s of %s", kind, exp_id)
+
+    def _record_result(self, exp_id: str, event: dict[str, Any]) -> None:
+        outcome = dict(event["outcome"])
+        exp = self.view.experiments[exp_id]
+        design = stats.Design.from_dict(exp.launch["design"])
+        analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
+        self._append({"type": "result", "experiment_id": exp_id, "status": outcome.get("status", "failed"),
+                      "worker": event.get("worker"), "cost_usd": event.get("cost_usd"),
+                      "outcome": outcome, "analysis": analysis})
+        head = self.session_head()
+        with self._lock:
+            still_used = any(e.launch.get("base_commit") == exp.launch["base_commit"]
+                             and e.status not in FINAL_STATUSES for e in self._mine())
+        if exp.launch["base_commit"] != head and not still_used:
+            self.executor.retire_base(exp.launch["base_commit"])
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def fetch(self, experiment_id: str, tail_lines: int) -> FetchResult:
+        if not 0 <= tail_lines <= MAX_TAIL_LINES:
+            raise InputError(f"tail_lines must be between 0 and {MAX_TAIL_LINES}, not {tail_lines}")
+        exp = self._get(experiment_id)
+        log_path = self.logs / f"{experiment_id}.log"
+        result = exp.result or {}
+        outcome = result.get("outcome", {})
+        analysis = result.get("analysis", {})
+        design = stats.Design.from_dict(exp.launch["design"])
+        warnings = list(self._drift_warnings(exp, analysis))
+        checks = ChecksResult(**outcome["checks"]) if outcome.get("checks") else None
+        verdict = analysis.get("verdict")
+        return FetchResult(
+            experiment_id=experiment_id, title=exp.title, status=exp.status,
+            verdict=verdict, worker=exp.worker, base_commit=exp.launch["base_commit"],
+            candidate_commit=exp.launch["candidate_commit"], log_tail=_tail(log_path, tail_lines),
+            log_path=str(log_path),
+            metrics={k: ComparisonResult(**v) for k, v in analysis.get("metrics", {}).items()},
+            checks=checks, confidence_level=1 - design.alpha,
+            pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
+            else len({s["pair"] for s in outcome.get("samples", [])}),
+            stop_reason=outcome.get("stop_reason"), durations_s=outcome.get("durations", {}),
+            build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=analysis.get("noise_cv"),
+            error=outcome.get("error") or exp.status_detail, cost_usd=result.get("cost_usd"),
+            warnings=warnings, next_step=self._next_step(exp, verdict, analysis),
+        )
+
+    def _drift_warnings(self, exp: ExperimentState, analysis: dict[str, Any]) -> list[str]:
+        primary = analysis.get("metrics", {}).get(self.config.metric)
+        if not primary or not primary["baseline"]["mean"]:
+            return []
+        reference = None
+        for rec in reversed(self.view.sessions):
+            if rec.get("session_id") == self.config.session_id and rec.get("head") == exp.launch["base_commit"]:
+                values = rec.get("baseline", {}).get(self.config.metric) or []
+                reference = sum(values) / len(values) if values else None
+                break
+        if reference is None:
+            return []
+        drift = primary["baseline"]["mean"] / reference - 1
+        if abs(drift) <= self.config.drift_limit:
+            return []
+        return [f"baseline drift: the baseline measured {drift * 100:+.1f}% against start_session's validation "
+                f"(limit {self.config.drift_limit * 100:g}%): the machine or the benchmark changed; check "
+                "both before trusting small effects"]
+
+    def _next_step(self, exp: ExperimentState, verdict: str | None, analysis: dict[str, Any]) -> str | None:
+        if exp.status not in FINAL_STATUSES:
+            return "still running: poll again later, and prepare the next idea meanwhile"
+        if exp.commit:
+            return f"committed as {exp.commit['commit'][:12]}"
+        if exp.status == "checks_failed":
+            return "the checks failed: the change is not correct; read the log tail, fix, launch again"
+        if verdict == "improved":
+            return f"call commit_winner('{exp.experiment_id}', title) to keep it"
+        if verdict == "inconclusive":
+            need = analysis.get("pairs_needed")
+            if need and need <= 200:
+                return f"not decided yet: launch it again with repeats={need}"
+            return ("the change is too small to resolve against this noise (it would take over 200 pairs): "
+                    "treat it as no gain, or make the benchmark steadier")
+        if verdict == "noisy":
+            return "the worker is too noisy to judge: quiet the machine (or raise noise_limit) and launch again"
+        if verdict == "invalid":
+            return "a run lacked the primary metric: read the log and fix the benchmark or the crash"
+        return None
+
+    def list(self, status: str | None) -> ListExperimentsResult:
+        items = []
+        kept = discarded = running = 0
+        cost = 0.0
+        best: ExperimentSummary | None = None
+        for exp in sorted(self._mine(), key=lambda e: float(e.launch.get("ts", 0))):
+            summary = self._summary(exp)
+            cost += summary.cost_usd or 0.0
+            if exp.commit:
+                kept += 1
+            elif exp.status in FINAL_STATUSES:
+                discarded += 1
+            else:
+                running += 1
+            if summary.verdict == "improved" and exp.status == "done":
+                better = best is None or _better(summary, best, self.config.direction)
+                best = summary if better else best
+            if status is None or exp.status == status:
+                items.append(summary)
+        return ListExperimentsResult(experiments=items, best=best, kept=kept, discarded=discarded,
+                                     running=running, cost_usd=round(cost, 4), warnings=list(self.view.warnings))
+
+    def _summary(self, exp: ExperimentState) -> ExperimentSummary:
+        analysis = (exp.result or {}).get("analysis", {})
+        primary = analysis.get("metrics", {}).get(self.config.metric, {})
+        return ExperimentSummary(
+            experiment_id=exp.experiment_id, title=exp.title, status=exp.status,
+            verdict=analysis.get("verdict"), delta_pct=primary.get("delta_pct"),
+            ci_low_pct=primary.get("ci_low_pct"), ci_high_pct=primary.get("ci_high_pct"),
+            n_pairs=primary.get("n_pairs", 0), sources=list(exp.launch.get("sources", [])),
+            kept=exp.commit is not None, commit=(exp.commit or {}).get("commit"),
+            cost_usd=(exp.result or {}).get("cost_usd"),
+        )
+
+    # --- control ---------------------------------------------------------------------------------
+
+    def cancel(self, experiment_id: str) -> CancelResult:
+        exp = self._get(experiment_id)
+        if exp.status in FINAL_STATUSES:
+            return CancelResult(experiment_id=experiment_id, status=exp.status,
+                                message=f"already {exp.status}; nothing to cancel")
+        if not self.executor.cancel(experiment_id):
+            self._append({"type": "status", "experiment_id": experiment_id, "status": "cancelled"})
+        else:
+            self._wait_final(experiment_id, timeout=15.0)
+        exp = self._get(experiment_id)
+        return CancelResult(experiment_id=experiment_id, status=exp.status,
+                            message="cancelled; its processes were killed and its worktree removed"
+                            if exp.status == "cancelled" else f"finished as {exp.status} before the cancel")
+
+    def _wait_final(self, experiment_id: str, timeout: float) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.view.experiments[experiment_id].status in FINAL_STATUSES:
+                return
+            time.sleep(0.05)
+
+    def commit_winner(self, experiment_id: str, title: str | None) -> CommitResult:
+        with self._commit_lock:
+            exp = self._get(experiment_id)
+            analysis = (exp.result or {}).get("analysis", {})
+            outcome = (exp.result or {}).get("outcome", {})
+            verdict = analysis.get("verdict")
+            if exp.commit:
+                raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit['commit']}")
+            if exp.status not in FINAL_STATUSES:
+                raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
+            if verdict != "improved":
+                raise RefusedError(
+                    f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
+                    "significant improvement beyond the minimum effect is committed"
+                    + (" (launch again with more pairs)" if verdict == "inconclusive" else ""))
+            if exp.status == "checks_failed" or not (outcome.get("checks") or {}).get("passed", False):
+                raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
+                                   "correct is never committed. Fix it and launch again")
+            head = self.session_head()
+            if exp.launch["base_commit"] != head:
+                raise RefusedError(
+                    f"experiment {experiment_id} was measured against {exp.launch['base_commit'][:12]}, but the "
+                    f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
+                    "again on the new head (launch it with source='patch' or after rebasing) and commit that")
+            message = self._message(exp, title or exp.title, analysis)
+            tree = exp.launch["candidate_tree"]
+            new = snapshot.commit_tree(self.repo, tree, head, message)
+            updated = self._advance(head, new)
+            self._append({"type": "commit", "experiment_id": experiment_id, "commit": new, "parent": head,
+                          "branch": self.config.branch, "title": title or exp.title})
+            return CommitResult(commit=new, branch=self.config.branch, message=message, worktree_updated=updated)
+
+    def _advance(self, old: str, new: str) -> bool:
+        """Move the session branch from old to new; update the work tree if it is on that branch."""
+        on_branch = not self.repo.head.is_detached and self.repo.active_branch.name == self.config.branch
+        if on_branch:
+            try:
+                self.repo.git.merge("--ff-only", "--quiet", new)
+            except git.GitCommandError as exc:
+                raise StateError(
+                    "the work tree has changes that the winner would overwrite; commit, stash or launch them "
+                    f"(restore_worktree=true) first. git said: {(exc.stderr or '').strip()[:400]}") from None
+            return True
+        # compare-and-swap: refuse if someone moved the branch meanwhile
+        self.repo.git.update_ref(f"refs/heads/{self.config.branch}", new, old)
+        return False
+
+    def _message(self, exp: ExperimentState, title: str, analysis: dict[str, Any]) -> str:
+        c = self.config
+        launch = exp.launch
+        design = stats.Design.from_dict(launch["design"])
+        level = round((1 - design.alpha) * 100)
+        outcome = (exp.result or {}).get("outcome", {})
+        lines = [title.strip(), ""]
+        if launch.get("hypothesis"):
+            lines += ["Hypothesis: " + launch["hypothesis"], ""]
+        if launch.get("sources"):
+            lines += ["Sources:"] + [f"- {s}" for s in launch["sources"]] + [""]
+        m = analysis["metrics"][c.metric]
+        lines.append(
+            f"Result: {c.metric} {m['baseline']['mean']:.6g} -> {m['candidate']['mean']:.6g} "
+            f"({m['delta_pct']:+.2f}%, {level}% CI [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%], "
+            f"p={m['p_value']:.2g}, {m['n_pairs']} interleaved pairs; {c.direction} is better)")
+        for name, other in sorted(analysis["metrics"].items()):
+            if name != c.metric and other.get("delta_pct") is not None:
+                lines.append(f"  also {name}: {other['delta_pct']:+.2f}% "
+                             f"[{other['ci_low_pct']:+.2f}%, {other['ci_high_pct']:+.2f}%]")
+        checks = outcome.get("checks", {})
+        lines.append("Checks: " + ("passed (autoresearch.checks.sh"
+                                   + (f", {checks['duration_s']:.1f} s)" if checks.get("duration_s") else ")")
+                                   if checks.get("ran") else "none configured (no autoresearch.checks.sh)"))
+        host = outcome.get("host", {})
+        if host:
+            lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
+                         f"{host.get('cpus')} CPUs)")
+        lines.append(f"Files: {', '.join(launch.get('changed_files', []))}")
+        result = {"metric": c.metric, "direction": c.direction, "delta_pct": m["delta_pct"],
+                  "ci_low_pct": m["ci_low_pct"], "ci_high_pct": m["ci_high_pct"], "confidence": 1 - design.alpha,
+                  "p_value": m["p_value"], "n_pairs": m["n_pairs"], "baseline_mean": m["baseline"]["mean"],
+                  "candidate_mean": m["candidate"]["mean"], "verdict": analysis["verdict"],
+                  "base_commit": launch["base_commit"]}
+        lines += ["", f"Autoresearch-Experiment: {exp.experiment_id}",
+                  "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
+        return "\n".join(lines) + "\n"
+
+
+def _better(a: ExperimentSummary, b: ExperimentSummary, direction: str) -> bool:
+    da, db = a.delta_pct or 0.0, b.delta_pct or 0.0
+    return da > db if direction == "higher" else da < db
+
+
+def _tail(path: Path, lines: int) -> str:
+    if lines == 0 or not path.exists():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        size = fh.tell()
+        fh.seek(max(0, size - 256 * 1024))
+        text = fh.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,447 @@
+"""Pydantic models of every tool's output (inputs are the typed parameters declared in app.py).
+
+Field names are the contract of ../shared/DESIGN.md: other programs read them, so rename nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Direction = Literal["higher", "lower"]
+ExecutorName = Literal["local", "sky"]
+Status = Literal[
+    "queued", "building", "running", "checking", "done", "failed", "checks_failed", "cancelled", "lost"
+]
+Verdict = Literal["improved", "regressed", "no_change", "inconclusive", "noisy", "invalid"]
+FINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "checks_failed", "cancelled", "lost"})
+
+
+# --- session -------------------------------------------------------------------------------------
+
+
+class MetricSummary(BaseModel):
+    """Summary of one metric's samples; every figure can be recomputed from `samples`."""
+
+    n: int
+    mean: float | None = None
+    median: float | None = None
+    stddev: float | None = None
+    cv: float | None = Field(None, description="stddev / mean (coefficient of variation)")
+    samples: list[float] = Field(default_factory=list)
+
+
+class BenchRun(BaseModel):
+    """One run of `autoresearch.sh bench` as the harness saw it."""
+
+    index: int
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    raw_metric_lines: list[str]
+    parsed: dict[str, float]
+    problems: list[str] = Field(default_factory=list)
+
+
+class StartSessionResult(BaseModel):
+    session_id: str
+    branch: str
+    repo: str
+    metric: str
+    direction: Direction
+    executor: ExecutorName
+    resumed: bool = False
+    head_commit: str
+    baseline: dict[str, MetricSummary] = Field(
+        description="per metric: the validation runs' samples, mean and cv"
+    )
+    raw_metric_lines: list[str] = Field(description="METRIC lines exactly as the benchmark printed them")
+    runs: list[BenchRun]
+    build_duration_s: float
+    spread_pct: float | None = Field(
+        None, description="spread of the primary metric over the validation runs, % of the mean"
+    )
+    templates_created: list[str] = Field(default_factory=list)
+    compiler_cache: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    next_steps: list[str] = Field(default_factory=list)
+
+
+# --- experiments ---------------------------------------------------------------------------------
+
+
+class LaunchResult(BaseModel):
+    experiment_id: str
+    status: Status
+    worker: str | None = Field(None, description="assigned when the experiment starts")
+    base_commit: str = Field(description="the session head the candidate is measured against")
+    candidate_commit: str = Field(description="commit on refs/autoresearch/exp/<id> holding the candidate")
+    changed_files: list[str]
+    repeats: int | str
+    worktree_restored: bool = False
+    message: str
+
+
+class ComparisonResult(BaseModel):
+    """Paired comparison of one metric; deltas are the metric's own relative change (candidate vs
+    baseline), so for a lower-is-better metric an improvement is negative."""
+
+    baseline: MetricSummary
+    candidate: MetricSummary
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None = Field(None, description="paired t-test on log-ratios, adjusted for sequential looks")
+    n_pairs: int
+    verdict: Verdict | None = None
+    pairs_needed: int | None = Field(None, description="when inconclusive: about how many pairs would decide")
+
+
+class ChecksResult(BaseModel):
+    ran: bool
+    passed: bool
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration_s: float | None = None
+    tail: str | None = None
+    note: str | None = None
+
+
+class FetchResult(BaseModel):
+    experiment_id: str
+    title: str
+    status: Status
+    verdict: Verdict | None = None
+    worker: str | None = None
+    base_commit: str
+    candidate_commit: str
+    log_tail: str
+    log_path: str
+    metrics: dict[str, ComparisonResult] = Field(default_factory=dict)
+    checks: ChecksResult | None = None
+    confidence_level: float | None = Field(None, description="level of the CIs, e.g. 0.98")
+    pairs_done: int = 0
+    stop_reason: str | None = None
+    durations_s: dict[str, float] = Field(default_factory=dict)
+    build: dict[str, Any] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)
+    noise_cv: float | None = None
+    error: str | None = None
+    cost_usd: float | None = None
+    warnings: list[str] = Field(default_factory=list)
+    next_step: str | None = None
+
+
+class CommitResult(BaseModel):
+    commit: str
+    branch: str
+    message: str
+    worktree_updated: bool
+
+
+class CancelResult(BaseModel):
+    experiment_id: str
+    status: Status
+    message: str
+
+
+class StopWorkersResult(BaseModel):
+    released: list[str]
+    mode: Literal["stop", "down"]
+    message: str
+
+
+class ExperimentSummary(BaseModel):
+    experiment_id: str
+    title: str
+    status: Status
+    verdict: Verdict | None = None
+    delta_pct: float | None = Field(None, description="change of the primary metric, + is better")
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    n_pairs: int = 0
+    sources: list[str] = Field(default_factory=list)
+    kept: bool = False
+    commit: str | None = None
+    cost_usd: float | None = None
+
+
+class ListExperimentsResult(BaseModel):
+    experiments: list[ExperimentSummary]
+    best: ExperimentSummary | None = Field(None, description="the largest significant improvement so far")
+    kept: int = Field(description="experiments committed with commit_winner")
+    discarded: int = Field(description="finished experiments that were not kept")
+    running: int = 0
+    cost_usd: float = 0.0
+    warnings: list[str] = Field(default_factory=list)
+
+
+# --- research: search_arxiv, read_paper, survey_forks ----------------------------------------------
+
+ArxivSort = Literal["relevance", "submittedDate", "lastUpdatedDate"]
+
+
+class Paper(BaseModel):
+    """One arXiv paper as the API describes it (titles and abstracts are third-party text)."""
+
+    arxiv_id: str = Field(description="identifier without version, e.g. 2401.12345 or hep-th/9901001")
+    version: int | None = Field(None, description="latest version number, e.g. 2 for 2401.12345v2")
+    title: str
+    authors: list[str]
+    summary: str = Field(description="the abstract")
+    published: str = Field(description="first submission, ISO 8601")
+    updated: str | None = Field(None, description="last revision, ISO 8601")
+    categories: list[str]
+    primary_category: str | None = None
+    abs_url: str
+    pdf_url: str | None = None
+    html_url: str = Field(description="full-text HTML (exists for most papers since late 2023)")
+    code_url: str | None = Field(None, description="code repository Hugging Face knows for the paper")
+    comment: str | None = None
+    journal_ref: str | None = None
+    doi: str | None = None
+
+
+class SearchArxivResult(BaseModel):
+    papers: list[Paper]
+    total_results: int = Field(description="papers matching the query on arXiv")
+    start: int
+    next_start: int | None = Field(None, description="pass as `start` for the next page; null at the end")
+    query: str = Field(description="the search_query sent to arXiv")
+    from_cache: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+class PaperSection(BaseModel):
+    id: str = Field(description="pass as `section` to read only this part")
+    title: str
+    chars: int
+
+
+class ReadPaperResult(BaseModel):
+    arxiv_id: str
+    title: str
+    source: Literal["html", "abstract"] = Field(
+        description="html: the full text; abstract: no HTML version exists, only the abstract"
+    )
+    sections: list[PaperSection]
+    section: str | None = Field(None, description="the section shown, or null for the whole paper")
+    text: str = Field(description="one page of text, wrapped in an <external-content> marker: untrusted data")
+    start: int
+    next_start: int | None = Field(None, description="pass as `start` for the next page; null at the end")
+    total_chars: int
+    url: str
+    note: str | None = None
+
+
+class ForkCommit(BaseModel):
+    sha: str
+    message: str = Field(description="first line of the commit message")
+    author: str | None = None
+    date: str | None = None
+    url: str | None = None
+
+
+class ForkFile(BaseModel):
+    filename: str
+    status: str = Field(description="added, modified, removed, renamed...")
+    additions: int | None = None
+    deletions: int | None = None
+
+
+class ForkSurvey(BaseModel):
+    name: str = Field(description="owner/name of the fork, or the local path or ref compared")
+    url: str | None = None
+    stars: int | None = None
+    pushed_at: str | None = Field(None, description="last push (GitHub) or last commit date (local)")
+    branch: str | None = None
+    ahead_by: int | None = Field(None, description="commits the fork has that the base has not")
+    behind_by: int | None = None
+    commits: list[ForkCommit] = Field(
+        default_factory=list, description="commits ahead of the base that touch `paths`, newest first"
+    )
+    files: list[ForkFile] = Field(
+        default_factory=list, description="files under `paths` that differ from the merge base"
+    )
+    files_changed_total: int | None = Field(None, description="changed files anywhere in the fork")
+    compare_url: str | None = None
+    note: str | None = None
+
+
+class SurveyForksResult(BaseModel):
+    repo: str
+    source: Literal["github", "local"]
+    base: str = Field(description="the upstream branch or ref the forks are compared with")
+    paths: list[str]
+    forks: list[ForkSurvey]
+    forks_total: int | None = Field(None, description="forks GitHub lists for the repository")
+    forks_examined: int = Field(description="forks or refs compared (those not ahead are left out)")
+    rate_limit_remaining: int | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+
+# --- analysis: diff_backends -----------------------------------------------------------------------
+
+
+class GapEvidence(BaseModel):
+    """Where a backend that has the item does it: open this line to read the prior art."""
+
+    backend: str
+    file: str
+    line: int
+    snippet: str
+
+
+class BackendGap(BaseModel):
+    kind: Literal["fusion", "op"] = Field(description="fusion: an ordered op chain fused in one kernel")
+    item: str = Field(description="op token (GGML_OP_ARANGE) or fusion chain of op names (RMS_NORM+MUL)")
+    present_in: list[str] = Field(description="backends that have it (a longer fusion chain counts)")
+    missing_in: list[str] = Field(description="backends that lack it, the target first")
+    evidence: list[GapEvidence] = Field(description="file, line and snippet in each backend that has it")
+
+
+class IsaUse(BaseModel):
+    name: str = Field(description="SIMD/ISA family or GPU matrix feature (AVX2, NEON, SVE, RVV, ...)")
+    hits: int
+    file: str = Field(description="first use")
+    line: int
+
+
+class BackendInventory(BaseModel):
+    name: str
+    root: str = Field(description="folder, `ref:path` or `/other/repo:path`")
+    files: int
+    lines: int
+    skipped_files: int = Field(0, description="binary, huge (> 2 MB) or unreadable files")
+    skipped_examples: list[str] = Field(default_factory=list)
+    ops_count: int
+    ops: list[str] = Field(description="first op tokens, alphabetically; ops_count gives the total")
+    supports_by_default: bool = Field(
+        False, description="its supports-op function accepts every op it does not reject explicitly"
+    )
+    rejected_ops: list[str] = Field(default_factory=list, description="ops its supports-op rejects outright")
+    fusions_count: int
+    fusions: list[str] = Field(description="fused op chains, longest first")
+    isa: list[IsaUse]
+    kernels_count: int
+    kernels: list[str] = Field(description="first kernel functions, alphabetically")
+
+
+class DiffBackendsResult(BaseModel):
+    repo: str
+    target: str
+    op_families: list[str] = Field(description="op enum naming families detected from case labels")
+    backends: list[BackendInventory]
+    gaps: list[BackendGap] = Field(description="what other backends have and the target lacks, most shared first")
+    total_gaps: int
+    omitted: int = Field(description="gaps beyond max_gaps")
+    omitted_by_kind: dict[str, int] = Field(default_factory=dict)
+    files_scanned: int
+    lines_scanned: int
+    timings_s: dict[str, float] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+# --- analysis: analyze_bounds ----------------------------------------------------------------------
+
+BoundVerdict = Literal["memory_bound", "compute_bound", "latency_bound"]
+Precision = Literal["fp32", "fp64"]
+MetricUnit = Literal["per_second", "seconds", "milliseconds"]
+
+
+class PeakFigures(BaseModel):
+    """A machine's measured peaks, as the standalone probe (analysis/peak_probe.py) printed them."""
+
+    method: Literal["c", "numpy"] = Field(description="compiled C probe, or the numpy fallback")
+    compiler: str | None = None
+    flags: str | None = None
+    flop_kernel: str
+    fallback_reason: str | None = Field(None, description="why the compiled probe was not used")
+    host: str
+    cpu_model: str
+    machine: str = ""
+    logical_cpus: int
+    threads: int = Field(description="threads behind the all-threads figures")
+    vector_bytes: int | None = Field(None, description="SIMD width the C probe was compiled for")
+    llc_bytes: int = Field(description="last-level cache, all instances")
+    array_bytes: int = Field(description="size of each copy/triad array")
+    copy_gb_s: float
+    triad_gb_s: float
+    copy_gb_s_1t: float
+    triad_gb_s_1t: float
+    gflop_s_fp32: float
+    gflop_s_fp32_1t: float
+    gflop_s_fp64: float
+    gflop_s_fp64_1t: float
+    quick: bool = Field(description="measured in the short mode (smaller arrays, fewer repetitions)")
+    other_cpu_load: float | None = Field(
+        None, description="CPUs that other processes (or the hypervisor) kept busy during the measurement"
+    )
+    warnings: list[str] = Field(default_factory=list, description="signs the measurement was disturbed")
+    duration_s: float
+    measured_at: str
+    cached: bool = Field(False, description="read from the cache rather than measured by this call")
+    cache_path: str | None = None
+
+
+class Roofline(BaseModel):
+    arithmetic_intensity_flop_per_byte: float | None = Field(None, description="flops_per_unit / bytes_per_unit")
+    ridge_point_flop_per_byte: float = Field(
+        description="peak_gflop_s / peak_bandwidth_gb_s: below it the memory roof is the lower one"
+    )
+    limiting_roof: Literal["memory", "compute"] | None = Field(
+        None, description="the roof that caps this workload's intensity"
+    )
+    attainable_gflop_s: float | None = Field(None, description="min(peak, intensity × peak bandwidth)")
+    attainable_units_per_second: float | None = Field(
+        None, description="the rate at which the lower roof is reached, at these bytes and flops per unit"
+    )
+    headroom: float | None = Field(
+        None, description="attainable / measured rate: the most a change can gain without moving fewer "
+        "bytes or doing fewer flops per unit"
+    )
+
+
+class CounterReport(BaseModel):
+    available: bool = Field(description="whether perf stat could count hardware events here")
+    reason: str | None = Field(None, description="why counters are missing, when they are")
+    command: str | None = None
+    exit_code: int | None = None
+    elapsed_s: float | None = None
+    cpus_utilized: float | None = Field(None, description="task-clock / elapsed time (a software counter)")
+    cycles: float | None = None
+    instructions: float | None = None
+    cache_references: float | None = None
+    cache_misses: float | None = None
+    instructions_per_cycle: float | None = None
+    cache_miss_rate: float | None = Field(None, description="cache_misses / cache_references")
+    unsupported: list[str] = Field(default_factory=list, description="events perf could not count")
+    notes: list[str] = Field(default_factory=list)
+
+
+class AnalyzeBoundsResult(BaseModel):
+    verdict: BoundVerdict
+    summary: str
+    peak_bandwidth_gb_s: float = Field(description="STREAM-like copy/triad peak for the threads used")
+    peak_gflop_s: float = Field(description="vector FMA peak at `precision` for the threads used")
+    achieved_bandwidth_gb_s: float | None = Field(None, description="bytes_per_unit × units_per_second")
+    achieved_gflop_s: float | None = Field(None, description="flops_per_unit × units_per_second")
+    bandwidth_fraction: float | None = Field(None, description="achieved / peak bandwidth")
+    compute_fraction: float | None = Field(None, description="achieved / peak GFLOP/s")
+    units_per_second: float
+    bytes_per_unit: float | None = None
+    flops_per_unit: float | None = None
+    rate_source: str = Field(description="where units_per_second came from")
+    threads: int = Field(description="threads the workload uses; the peaks are scaled to them")
+    precision: Precision
+    roofline: Roofline
+    advice: list[str] = Field(description="the kind of change that can help, given the verdict")
+    method: str = Field(description="how the peaks were measured")
+    peaks: PeakFigures
+    counters: CounterReport
+    warnings: list[str] = Field(default_factory=list)
+
+
+# --- report ----------------------------------------------------------------------------------------

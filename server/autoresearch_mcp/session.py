@@ -1,0 +1,315 @@
+"""Session config and state directory, and `start_session`: bind a repository, create or resume its
+branch, and validate the benchmark before any experiment is trusted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import shutil
+import stat
+import uuid
+from pathlib import Path
+from typing import Any
+
+import git
+from pydantic import BaseModel, Field
+
+from autoresearch_mcp import resources
+from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.experiments import runner, snapshot, stats
+from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.experiments.worktrees import Worktrees
+from autoresearch_mcp.models import BenchRun, MetricSummary, StartSessionResult
+from autoresearch_mcp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = ".autoresearch"
+BENCH_SCRIPT = "autoresearch.sh"
+CHECKS_SCRIPT = "autoresearch.checks.sh"
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SPREAD_WARN_PCT = 5.0
+VALIDATION_RUNS = 2
+
+
+class Timeouts(BaseModel):
+    build: float = 3600.0
+    bench: float = 900.0
+    checks: float = 1800.0
+
+
+class SkyConfig(BaseModel):
+    """Resources of the SkyPilot worker pool (used by the `sky` executor)."""
+
+    workers: int = 2
+    cpus: str | None = "8+"
+    memory: str | None = None
+    instance_type: str | None = None
+    infra: str | None = None
+    region: str | None = None
+    use_spot: bool = False
+    idle_minutes_to_autostop: int = 30
+
+
+class SessionConfig(BaseModel):
+    """`.autoresearch/config.json`. Values a person may tune by editing the file are kept on resume."""
+
+    session_id: str
+    tag: str
+    branch: str
+    repo: str
+    metric: str
+    direction: str
+    executor: str
+    start_commit: str
+    created_at: str
+    protected: list[str] = Field(default_factory=lambda: [BENCH_SCRIPT, CHECKS_SCRIPT])
+    min_effect: float = stats.DEFAULT_MIN_EFFECT
+    noise_limit: float = stats.DEFAULT_NOISE_LIMIT
+    alpha: float = stats.DEFAULT_ALPHA
+    max_pairs: int = stats.DEFAULT_MAX_PAIRS
+    default_repeats: int | str = "auto"
+    warmup: int = 1
+    drift_limit: float = 0.05
+    build_parallelism: int = 2
+    threads: int | None = None
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    budget_usd: float | None = None
+    sky: SkyConfig = Field(default_factory=SkyConfig)
+
+
+def state_dir(repo_root: Path) -> Path:
+    return repo_root / STATE_DIR
+
+
+def config_path(repo_root: Path) -> Path:
+    return state_dir(repo_root) / "config.json"
+
+
+def load_config(repo_root: Path) -> SessionConfig | None:
+    path = config_path(repo_root)
+    if not path.exists():
+        return None
+    try:
+        return SessionConfig.model_validate_json(path.read_text())
+    except ValueError as exc:
+        raise StateError(f"{path} is not a valid session config ({exc}); fix or delete it") from None
+
+
+def save_config(repo_root: Path, config: SessionConfig) -> None:
+    path = config_path(repo_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(config.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _copy_templates(root: Path) -> list[str]:
+    created = []
+    for name in (BENCH_SCRIPT, CHECKS_SCRIPT):
+        target = root / name
+        if not target.exists():
+            shutil.copyfile(resources.template(name + ".template"), target)
+            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            created.append(name)
+    return created
+
+
+def _validate_args(metric: str, direction: str, executor: str, tag: str | None) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/:]*", metric or ""):
+        raise InputError(f"metric {metric!r} is not a METRIC name (letters, digits, _ . - / :)")
+    if direction not in ("higher", "lower"):
+        raise InputError(f"direction must be 'higher' or 'lower', not {direction!r}")
+    if executor not in ("local", "sky"):
+        raise InputError(f"executor must be 'local' or 'sky', not {executor!r}")
+    tag = tag or dt.date.today().strftime("%Y%m%d")
+    if not TAG_RE.fullmatch(tag):
+        raise InputError(f"tag {tag!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    return tag
+
+
+def open_session(
+    repo_path: str, metric: str, direction: str, executor: str, tag: str | None
+) -> tuple[git.Repo, SessionConfig, bool, list[str]]:
+    """Bind the repository and create or resume the session branch; no benchmark runs yet.
+
+    Returns the repo, the config, whether the session was resumed, and the templates created.
+    """
+    tag = _validate_args(metric, direction, executor, tag)
+    repo = snapshot.open_repo(repo_path)
+    root = Path(repo.working_dir)
+    snapshot.ensure_excluded(repo)
+    snapshot.refuse_if_dirty(repo, "starting a session")
+    branch = f"autoresearch/{tag}"
+    previous = load_config(root)
+    exists = branch in [h.name for h in repo.heads]
+    resumed = False
+    if exists:
+        if previous is None or previous.tag != tag:
+            raise StateError(
+                f"branch {branch} already exists but is not this repository's current session; "
+                "pick another tag, or delete the branch if it is stale"
+            )
+        if previous.metric != metric or previous.direction != direction:
+            raise StateError(
+                f"session {tag} measures {previous.metric} ({previous.direction} is better); "
+                f"resume it with those, or start a new tag for {metric} ({direction})"
+            )
+        repo.git.checkout(branch)
+        config = previous.model_copy(update={"executor": executor})
+        resumed = True
+    else:
+        start = snapshot.head_commit(repo)
+        repo.git.checkout("-b", branch)
+        kept = previous.model_dump(include={"protected", "min_effect", "noise_limit", "alpha", "max_pairs",
+                                            "timeouts", "sky", "budget_usd", "build_parallelism", "threads",
+                                            "drift_limit", "warmup", "default_repeats"}) if previous else {}
+        config = SessionConfig(
+            session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
+            direction=direction, executor=executor, start_commit=start,
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **kept,
+        )
+    save_config(root, config)
+    created = _copy_templates(root)
+    return repo, config, resumed, created
+
+
+def validate_benchmark(
+    repo: git.Repo, config: SessionConfig, settings: Settings, worktrees: Worktrees
+) -> tuple[list[BenchRun], float, list[str]]:
+    """Build the session head once and bench it twice, in the baseline worktree experiments reuse.
+
+    Raises with the raw output when the benchmark cannot be trusted at all (build or bench failure,
+    a primary metric that is missing or not a number); returns warnings for softer problems.
+    """
+    head = snapshot.head_commit(repo, config.branch)
+    tree = worktrees.baseline(head)
+    logs = state_dir(Path(config.repo)) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    warnings: list[str] = []
+    with open(logs / "session-validation.log", "w") as logf:
+        build, _ = runner.build_tree(str(tree), config.timeouts.build, logf, reuse=True,
+                                     machine_lock=str(worktrees.machine_lock()))
+        build_s = build.duration_s if build else 0.0
+        if build is not None and not build.ok:
+            why = (f"timed out after {config.timeouts.build:g} s (its process group was killed)"
+                   if build.timed_out else f"exited with status {build.exit_code}")
+            raise StateError(f"`{BENCH_SCRIPT} build` {why} in {tree}. Output tail:\n{build.tail(3000)}")
+        runs: list[BenchRun] = []
+        for i in range(VALIDATION_RUNS):
+            with runner.file_lock(str(worktrees.machine_lock())):
+                res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
+                                         env=runner.bench_env("baseline", i, config.threads), log=logf)
+            parsed = runner.parse_metrics(res.output)
+            run = BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
+                           timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
+                           problems=parsed.problems)
+            runs.append(run)
+            if res.timed_out:
+                raise StateError(
+                    f"`{BENCH_SCRIPT} bench` timed out after {config.timeouts.bench:g} s; its whole process "
+                    f"group was killed. Make one run shorter, or raise timeouts.bench in "
+                    f"{config_path(Path(config.repo))}. Output tail:\n{res.tail(2000)}")
+            if res.exit_code != 0:
+                raise StateError(f"`{BENCH_SCRIPT} bench` exited with status {res.exit_code}. "
+                                 f"Output tail:\n{res.tail(3000)}")
+            if config.metric not in parsed.values:
+                shown = "\n".join(parsed.lines) or "(no METRIC line at all)"
+                extra = ("; problems: " + "; ".join(parsed.problems)) if parsed.problems else ""
+                raise StateError(
+                    f"run {i}: the primary metric {config.metric!r} is missing or not a finite number"
+                    f"{extra}. A missing metric is an error, never 0. The METRIC lines printed were:\n"
+                    f"{shown}\nFix autoresearch.sh so it prints `METRIC {config.metric}=<number>`.")
+            warnings.extend(f"run {i}: {p}" for p in parsed.problems)
+    names = sorted({n for r in runs for n in r.parsed})
+    for name in names:
+        missing = [r.index for r in runs if name not in r.parsed]
+        if missing:
+            warnings.append(f"metric {name!r} is missing in run(s) {missing}: it will make experiments invalid")
+    return runs, build_s, warnings
+
+
+def baseline_summary(runs: list[BenchRun]) -> dict[str, MetricSummary]:
+    names = sorted({n for r in runs for n in r.parsed})
+    return {n: MetricSummary(**stats.summarize([r.parsed[n] for r in runs if n in r.parsed])) for n in names}
+
+
+def spread_pct(values: list[float]) -> float | None:
+    if len(values) < 2 or not all(v > 0 for v in values):
+        return None
+    return round((max(values) - min(values)) / (sum(values) / len(values)) * 100.0, 3)
+
+
+def compiler_cache() -> str | None:
+    for tool in ("ccache", "sccache"):
+        if shutil.which(tool):
+            return tool
+    return None
+
+
+def start_session(
+    repo_path: str, metric: str, direction: str, executor: str, tag: str | None, settings: Settings,
+) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
+    repo, config, resumed, created = open_session(repo_path, metric, direction, executor, tag)
+    root = Path(repo.working_dir)
+    head = snapshot.head_commit(repo, config.branch)
+    common: dict[str, Any] = dict(
+        session_id=config.session_id, branch=config.branch, repo=str(root), metric=config.metric,
+        direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
+        templates_created=created, compiler_cache=compiler_cache(),
+    )
+    if created:
+        return StartSessionResult(
+            **common, baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0,
+            warnings=[f"{', '.join(created)} did not exist and were created from templates; "
+                      "the benchmark has not been validated yet"],
+            next_steps=[
+                f"Fill in {BENCH_SCRIPT} (build and bench subcommands; bench prints METRIC {metric}=<number>)"
+                f" and {CHECKS_SCRIPT} (exit 0 when the program is correct).",
+                f"Commit both on branch {config.branch}: git add {BENCH_SCRIPT} {CHECKS_SCRIPT} && "
+                "git commit -m 'autoresearch: benchmark and checks'.",
+                f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
+            ],
+        ), repo, config
+    worktrees = Worktrees(repo, settings.cache_dir)
+    runs, build_s, warnings = validate_benchmark(repo, config, settings, worktrees)
+    summary = baseline_summary(runs)
+    primary = [r.parsed[config.metric] for r in runs]
+    spread = spread_pct(primary)
+    if spread is not None and spread > SPREAD_WARN_PCT:
+        warnings.append(
+            f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
+            f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
+            "machine) or expect many pairs per experiment")
+    if compiler_cache() is None:
+        warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
+                        "in fresh worktrees reuse objects")
+    Ledger(state_dir(root) / "ledger.jsonl").append({
+        "type": "session", "session_id": config.session_id, "tag": config.tag, "branch": config.branch,
+        "head": head, "metric": config.metric, "direction": config.direction, "resumed": resumed,
+        "baseline": {n: s.samples for n, s in summary.items()}, "build_duration_s": round(build_s, 3),
+    })
+    result = StartSessionResult(
+        **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
+        runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
+        next_steps=[
+            "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",
+            "Research before editing: search_arxiv, survey_forks, diff_backends, analyze_bounds.",
+            "Then edit and launch_experiment(title, hypothesis, sources).",
+        ],
+    )
+    return result, repo, config
+
+
+def baseline_mean(ledger: Ledger, session_id: str, metric: str) -> float | None:
+    """Mean of `metric` over the newest validation of the session (for drift and analyze_bounds)."""
+    records, _ = ledger.records()
+    for rec in reversed(records):
+        if rec.get("type") == "session" and rec.get("session_id") == session_id:
+            values = rec.get("baseline", {}).get(metric)
+            if values:
+                return float(sum(values) / len(values))
+    return None
+

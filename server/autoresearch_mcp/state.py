@@ -1,0 +1,100 @@
+"""The server's state, held in the MCP lifespan: settings and the bound session."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from autoresearch_mcp import session as sessions
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors.base import Executor
+from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.experiments.scheduler import ExperimentManager
+from autoresearch_mcp.experiments.worktrees import Worktrees
+from autoresearch_mcp.models import ListExperimentsResult, StartSessionResult
+from autoresearch_mcp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    """A bound repository: its config, ledger and experiment manager."""
+
+    repo: git.Repo
+    config: sessions.SessionConfig
+    ledger: Ledger
+    manager: ExperimentManager
+
+    def baseline_mean(self, metric: str) -> float | None:
+        return sessions.baseline_mean(self.ledger, self.config.session_id, metric)
+
+
+def make_executor(name: str, repo: git.Repo, config: sessions.SessionConfig, settings: Settings) -> Executor:
+    if name == "sky":
+        from autoresearch_mcp.executors.skypilot import SkyExecutor  # imports nothing of sky until used
+
+        return SkyExecutor(repo, config, settings)
+    from autoresearch_mcp.executors.local import LocalExecutor
+
+    return LocalExecutor(repo, Worktrees(repo, settings.cache_dir), config.build_parallelism)
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    session: Session | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def create(cls, cwd: Path | None = None) -> AppState:
+        """The state at server start; a session left in the working directory is bound again."""
+        state = cls(settings=Settings.from_env())
+        root = cwd or Path.cwd()
+        config = sessions.load_config(root) if (root / ".git").exists() else None
+        if config is not None:
+            try:
+                state._bind(git.Repo(root), config)
+                log.info("resumed session %s of %s", config.tag, root)
+            except Exception:
+                log.exception("could not resume the session in %s; call start_session", root)
+        return state
+
+    def _bind(self, repo: git.Repo, config: sessions.SessionConfig) -> None:
+        ledger = Ledger(sessions.state_dir(Path(repo.working_dir)) / "ledger.jsonl")
+        manager = ExperimentManager(repo, config, ledger, make_executor(config.executor, repo, config, self.settings))
+        manager.recover()
+        self.session = Session(repo, config, ledger, manager)
+
+    def require_session(self) -> Session:
+        if self.session is None:
+            raise StateError("no session: call start_session(repo, metric, direction) first")
+        return self.session
+
+    def start_session(
+        self, repo: str, metric: str, direction: str, executor: str, tag: str | None
+    ) -> StartSessionResult:
+        with self._lock:
+            if self.session is not None:
+                running = self.session.manager.list(None).running
+                if running:
+                    raise StateError(
+                        f"{running} experiment(s) of session {self.session.config.tag} are still running; "
+                        "wait for them or cancel_experiment them before starting or resuming a session")
+                self.session.manager.executor.close()
+                self.session = None
+            result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
+                                                              self.settings)
+            self._bind(git_repo, config)
+            return result
+
+    def list_experiments(self, status: str | None) -> ListExperimentsResult:
+        return self.require_session().manager.list(status)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.manager.executor.close()
