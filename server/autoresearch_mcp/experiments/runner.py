@@ -55,6 +55,7 @@ def parse_metrics(text: str) -> ParsedMetrics:
     problem, never a silent 0 or a silent pick: that is how a parser reports 52 t/s for 14.
     """
     values: dict[str, float] = {}
+    ambiguous: set[str] = set()
     lines: list[str] = []
     problems: list[str] = []
     for line in text.splitlines():
@@ -75,9 +76,11 @@ def parse_metrics(text: str) -> ParsedMetrics:
             continue
         if name in values and values[name] != value:
             problems.append(f"{name}: printed more than once with different values ({values[name]} and {value})")
+            ambiguous.add(name)
             continue
         values[name] = value
-    return ParsedMetrics(values, lines, problems)
+    # an ambiguous metric is no metric: the harness must not pick one of the values
+    return ParsedMetrics({k: v for k, v in values.items() if k not in ambiguous}, lines, problems)
 
 
 # --- one command ---------------------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""launch_experiment, fetch_sky_logs, commit_winner, cancel_experiment and list_experiments on the
+local executor, driven through a real MCP client against real git repositories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import git, script_repo
+from helpers import call, error, wait_final
+from mcp import Client
+
+from autoresearch_mcp.app import build_server
+
+pytestmark = pytest.mark.anyio
+
+# One sample: the value in value.txt with +/-0.2% noise, so effects are known exactly.
+NOISY_VALUE = ("awk -v v=$(cat value.txt) -v s=$RANDOM "
+               "'BEGIN{srand(s); printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*(1+0.004*(rand()-0.5))}'")
+
+
+def value_patch(old: str, new: str) -> str:
+    return f"--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return script_repo(tmp_path, NOISY_VALUE, checks="test ! -e wrong")
+
+
+async def session(c: Client, repo: Path, **kw: Any) -> dict[str, Any]:
+    return await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t", **kw)
+
+
+async def launch_value(c: Client, new: str, **kw: Any) -> dict[str, Any]:
+    return await call(c, "launch_experiment", title=f"value {new}", hypothesis="bigger is better",
+                      sources=["test"], source="patch", patch=value_patch("100", new), **kw)
+
+
+async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await launch_value(c, "110", repeats=5)
+        assert launched["status"] == "queued"
+        assert git(repo, "rev-parse", f"refs/autoresearch/exp/{launched['experiment_id']}") == \
+            launched["candidate_commit"]
+        res = await wait_final(c, launched["experiment_id"])
+        assert res["status"] == "done" and res["verdict"] == "improved"
+        score = res["metrics"]["score"]
+        assert score["n_pairs"] == 5 and 9.0 < score["delta_pct"] < 11.0
+        assert score["ci_low_pct"] > 0 and len(score["baseline"]["samples"]) == 5
+        assert res["checks"]["passed"] is True
+        committed = await call(c, "commit_winner", experiment_id=launched["experiment_id"])
+    assert git(repo, "rev-parse", "autoresearch/t") == committed["commit"]
+    assert (repo / "value.txt").read_text() == "110\n"  # the work tree followed the branch
+    message = git(repo, "log", "-1", "--format=%B", "autoresearch/t")
+    assert "Hypothesis: bigger is better" in message and "- test" in message
+    assert f"Autoresearch-Experiment: {launched['experiment_id']}" in message
+    trailer = next(line for line in message.splitlines() if line.startswith("Autoresearch-Result: "))
+    result = json.loads(trailer.split(": ", 1)[1])
+    assert result["verdict"] == "improved" and result["n_pairs"] == 5
+
+
+async def test_no_change_and_regression_are_refused_by_commit_winner(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        same = await call(c, "launch_experiment", title="comment", source="patch", repeats=8,
+                          patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+a note\n")
+        worse = await launch_value(c, "90", repeats=5)
+        assert (await wait_final(c, same["experiment_id"]))["verdict"] == "no_change"
+        assert (await wait_final(c, worse["experiment_id"]))["verdict"] == "regressed"
+        for exp in (same, worse):
+            msg = await error(c, "commit_winner", experiment_id=exp["experiment_id"])
+            assert "not 'improved'" in msg
+        listing = await call(c, "list_experiments")
+    assert listing["kept"] == 0 and listing["discarded"] == 2 and listing["best"] is None
+    assert {e["verdict"] for e in listing["experiments"]} == {"no_change", "regressed"}
+
+
+async def test_auto_repeats_stop_early_on_a_clear_effect(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await launch_value(c, "150", repeats="auto")
+        res = await wait_final(c, launched["experiment_id"])
+    assert res["verdict"] == "improved"
+    assert res["metrics"]["score"]["n_pairs"] == 5  # the first planned look already decides
+
+
+async def test_worktree_snapshot_leaves_index_head_and_files_alone(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        (repo / "value.txt").write_text("120\n")
+        (repo / "untracked.txt").write_text("new file\n")
+        head = git(repo, "rev-parse", "HEAD")
+        launched = await call(c, "launch_experiment", title="edit", source="worktree", repeats=3)
+        assert git(repo, "rev-parse", "HEAD") == head
+        assert git(repo, "diff", "--cached", "--name-only") == ""
+        assert (repo / "value.txt").read_text() == "120\n" and (repo / "untracked.txt").exists()
+        files = git(repo, "show", "--name-only", "--format=", launched["candidate_commit"]).split()
+        assert set(files) == {"untracked.txt", "value.txt"}
+        await wait_final(c, launched["experiment_id"])
+
+
+async def test_restore_worktree_resets_to_the_session_head(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        (repo / "value.txt").write_text("120\n")
+        (repo / "scratch.c").write_text("int x;\n")
+        launched = await call(c, "launch_experiment", title="edit", restore_worktree=True, repeats=3)
+        assert launched["worktree_restored"] is True
+        assert git(repo, "status", "--porcelain") == ""
+        assert (repo / "value.txt").read_text() == "100\n"
+        assert (repo / ".autoresearch" / "ledger.jsonl").exists()  # state is never cleaned away
+        await wait_final(c, launched["experiment_id"])
+
+
+async def test_refusals(repo: Path) -> None:
+    git(repo, "checkout", "-q", "-b", "gamed")
+    with open(repo / "autoresearch.sh", "a") as fh:
+        fh.write("echo METRIC score=1000000\n")
+    git(repo, "commit", "-qam", "game the benchmark")
+    git(repo, "checkout", "-q", "main")
+    async with Client(build_server()) as c:
+        assert "no session" in await error(c, "launch_experiment", title="x")
+        await session(c, repo)
+        assert "identical to the session head" in await error(c, "launch_experiment", title="nothing")
+        assert "does not apply" in await error(c, "launch_experiment", title="bad", source="patch",
+                                               patch=value_patch("999", "1"))
+        assert "protected files ['autoresearch.sh']" in await error(
+            c, "launch_experiment", title="game it", source="commit", commit="gamed")
+        first = await launch_value(c, "105", repeats=3)
+        dup = await error(c, "launch_experiment", title="again", source="patch", patch=value_patch("100", "105"))
+        assert first["experiment_id"] in dup
+        assert "between 3 and 200" in await error(c, "launch_experiment", title="x", source="patch",
+                                                  patch=value_patch("100", "1"), repeats=1)
+        assert "needs commit" in await error(c, "launch_experiment", title="x", source="commit")
+        assert "no experiment" in await error(c, "fetch_sky_logs", experiment_id="nope")
+        await wait_final(c, first["experiment_id"])
+
+
+async def test_commit_source_and_stale_base_is_refused(repo: Path) -> None:
+    git(repo, "checkout", "-q", "-b", "idea")
+    (repo / "value.txt").write_text("130\n")
+    git(repo, "commit", "-qam", "idea")
+    git(repo, "checkout", "-q", "main")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        a = await call(c, "launch_experiment", title="from branch", source="commit", commit="idea", repeats=3)
+        b = await launch_value(c, "120", repeats=3)
+        assert (await wait_final(c, a["experiment_id"]))["verdict"] == "improved"
+        assert (await wait_final(c, b["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=a["experiment_id"], title="Take the idea branch")
+        msg = await error(c, "commit_winner", experiment_id=b["experiment_id"])
+    assert "measure it again on the new head" in msg.lower()
+    assert git(repo, "log", "-1", "--format=%s", "autoresearch/t") == "Take the idea branch"
+
+
+async def test_failing_checks_are_never_committed(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await call(c, "launch_experiment", title="fast but wrong", source="patch", repeats=3,
+                              patch=value_patch("100", "200") + "--- /dev/null\n+++ b/wrong\n@@ -0,0 +1 @@\n+x\n")
+        res = await wait_final(c, launched["experiment_id"])
+        assert res["status"] == "checks_failed" and res["checks"]["passed"] is False
+        assert "checks did not pass" in await error(c, "commit_winner", experiment_id=launched["experiment_id"])
+
+
+@pytest.mark.parametrize(
+    ("bench_patch", "status", "verdict", "words"),
+    [
+        ("exit 7", "failed", None, "exited with status 7"),
+        ("echo nothing; exit 0", "done", "invalid", "missing"),
+        ("sleep 60", "failed", None, "timed out"),
+    ],
+)
+async def test_a_broken_candidate_is_reported_not_measured(
+    tmp_path: Path, bench_patch: str, status: str, verdict: str | None, words: str
+) -> None:
+    bench = f'if [ -e broken ]; then {bench_patch}; fi; {NOISY_VALUE}'
+    repo = script_repo(tmp_path, bench)
+    config = repo / ".autoresearch"
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        cfg = json.loads((config / "config.json").read_text())
+        cfg["timeouts"]["bench"] = 2
+        (config / "config.json").write_text(json.dumps(cfg))
+        await session(c, repo)  # resume picks up the edited timeout
+        launched = await call(c, "launch_experiment", title="broken", source="patch", repeats=3,
+                              patch="--- /dev/null\n+++ b/broken\n@@ -0,0 +1 @@\n+x\n")
+        res = await wait_final(c, launched["experiment_id"])
+    assert res["status"] == status and res["verdict"] == verdict
+    assert words in (res["error"] or "")
+
+
+async def test_cancel_kills_a_running_experiment(tmp_path: Path) -> None:
+    marker = tmp_path / "bench-finished"
+    repo = script_repo(tmp_path, f'if [ -e slow ]; then sleep 30; touch {marker}; fi; {NOISY_VALUE}')
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+                              patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
+        exp_id = launched["experiment_id"]
+        import anyio
+
+        with anyio.fail_after(30):
+            while (await call(c, "fetch_sky_logs", experiment_id=exp_id))["status"] != "running":
+                await anyio.sleep(0.1)
+        cancelled = await call(c, "cancel_experiment", experiment_id=exp_id)
+        assert cancelled["status"] == "cancelled"
+        again = await call(c, "cancel_experiment", experiment_id=exp_id)
+        assert "already cancelled" in again["message"]
+    await anyio.sleep(1)
+    assert not marker.exists()
