@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git, script_repo
-from helpers import call, error, wait_final
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
+from conftest import git, script_repo
+from helpers import call, error, wait_final
 
 pytestmark = pytest.mark.anyio
 

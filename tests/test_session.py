@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git, init_repo, script_repo
-from helpers import ToolFailed
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
+from conftest import git, init_repo, script_repo
+from helpers import ToolFailed
 
 pytestmark = pytest.mark.anyio
 

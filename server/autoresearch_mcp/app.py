@@ -13,28 +13,33 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from autoresearch_mcp import __version__
+from autoresearch_mcp import __version__, finalize
 from autoresearch_mcp.analysis import bounds
+from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.errors import AutoresearchError
 from autoresearch_mcp.models import (
     AnalyzeBoundsResult,
     ArxivSort,
     CancelResult,
     CommitResult,
+    DiffBackendsResult,
     Direction,
     ExecutorName,
     FetchResult,
+    FinalizeResult,
     LaunchResult,
     ListExperimentsResult,
     MetricUnit,
     Precision,
     ReadPaperResult,
+    ReportResult,
     SearchArxivResult,
     StartSessionResult,
     Status,
     StopWorkersResult,
     SurveyForksResult,
 )
+from autoresearch_mcp.report import write_report
 from autoresearch_mcp.research import arxiv, forks, papers
 from autoresearch_mcp.state import AppState
 
@@ -299,6 +304,35 @@ def build_server() -> MCPServer[AppState]:
 
     # --- analysis: diff_backends ---------------------------------------------------------------
 
+    @server.tool(annotations=_READ_ONLY)
+    @_guard
+    def diff_backends(
+        ctx: Context[AppState],
+        repo: Annotated[str, Field(description="path of a local repository with several backends")],
+        backends: Annotated[
+            list[str] | None,
+            Field(description="backends to compare (default: auto-detected). Each is a detected name "
+                  "('cuda'), a folder ('src/gpu'), 'name=path', 'name=ref:path' (that folder at a git "
+                  "ref: an older version) or 'name=/other/repo:path' (the same folder in another "
+                  "checkout: a fork)"),
+        ] = None,
+        target: Annotated[
+            str | None, Field(description="the backend to find gaps for (default: cpu when present)")
+        ] = None,
+        max_gaps: Annotated[int, Field(ge=1, le=200, description="gaps listed; the rest are counted")] = 25,
+    ) -> DiffBackendsResult:
+        """Use in the research phase, before editing: find what other backends of the same code base
+        (CUDA, Metal, Vulkan, ...), a fork or an older version already do that the target backend
+        (default cpu) lacks - fused op chains (e.g. RMS_NORM+MUL fused in CUDA and Metal, not on CPU)
+        and ops - ranked by how many backends have them, each with file, line and snippet of the prior
+        art to open and adapt. Also inventories each backend: ops, fusions, SIMD/ISA families (AVX2,
+        AVX-512, NEON, SVE, RVV...) and kernel functions. Static and fast (a 500k-line tree in
+        seconds). A backend whose supports-op function ends in `default: return true` supports every
+        op it does not reject explicitly; a fusion A+B counts as present where a longer chain A+B+C
+        is fused. Reuse the project's own fusion-safety checks when porting a fusion."""
+        del ctx
+        return compare_backends(repo, backends, target, max_gaps)
+
     # --- analysis: analyze_bounds --------------------------------------------------------------
 
     @server.tool(annotations=_READ_ONLY)
@@ -348,6 +382,38 @@ def build_server() -> MCPServer[AppState]:
             command_timeout_s=command_timeout_s, remeasure=remeasure)
 
     # --- report --------------------------------------------------------------------------------
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                             open_world_hint=False))
+    @_guard
+    def report(
+        ctx: Context[AppState],
+        repo: Annotated[str, Field(description="the session's repository (any path with a .autoresearch/ folder)")],
+        secondary_metrics: Annotated[
+            list[str] | None, Field(description="other measured metrics to chart below the primary one")
+        ] = None,
+    ) -> ReportResult:
+        """Use when the person asks how the session went, at the end of a session, or after a wave of
+        experiments: writes .autoresearch/report/index.html (one self-contained page: the session, a
+        progress chart, every experiment with its verdict, change and CI, and each kept commit with its
+        message and diff stat), progress.png and results.tsv, and returns a short summary (counts,
+        keep rate, total gain with its CI, cost) with the paths. Give the person the html_path.
+        Works on any repository that has a .autoresearch/ folder, without a bound session."""
+        return write_report(repo, secondary_metrics)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                             open_world_hint=False))
+    @_guard
+    def finalize_session(
+        ctx: Context[AppState],
+        repo: Annotated[str, Field(description="the session's repository")],
+    ) -> FinalizeResult:
+        """Use when the session is over and its commits should be reviewed: turns the session branch's
+        commits into independent branches from the session start (autoresearch/<tag>-review/NN-<title>),
+        one per change, keeping commits that touch the same files together, and verifies that merging
+        them all reproduces the session head. Only writes those branches (replacing an earlier run's);
+        never touches the checked-out branch, the index or the files."""
+        return finalize.finalize(repo)
 
     return server
 

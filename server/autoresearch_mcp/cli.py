@@ -15,6 +15,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="log level of the stderr log (default INFO)")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("serve", help="run the MCP server over stdio (the default)")
+    demo = sub.add_parser("demo", help="run the whole loop on the bundled example (local, no network)")
+    demo.add_argument("--keep", action="store_true", help="keep the demo repository afterwards")
+    report = sub.add_parser("report", help="write .autoresearch/report/ (index.html, progress.png, results.tsv)")
+    report.add_argument("repo", nargs="?", default=".", help="the session's repository (default: here)")
+    report.add_argument("--secondary", action="append", default=[], metavar="METRIC",
+                        help="also chart this metric (repeatable)")
+    report.add_argument("--finalize", action="store_true",
+                        help="also turn the session's commits into independent review branches")
     return parser
 
 
@@ -28,4 +36,12 @@ def main(argv: list[str] | None = None) -> int:
 
         build_server().run()
         return 0
+    if args.command == "demo":
+        from autoresearch_mcp import demo
+
+        return demo.main(keep=args.keep)
+    if args.command == "report":
+        from autoresearch_mcp import report
+
+        return report.main(args.repo, args.secondary, args.finalize)
     return 2

@@ -379,7 +379,8 @@ class PeakFigures(BaseModel):
     other_cpu_load: float | None = Field(
         None, description="CPUs that other processes (or the hypervisor) kept busy during the measurement"
     )
-    warnings: list[str] = Field(default_factory=list, description="signs the measurement was disturbed")
+    disturbed: bool = Field(False, description="other work lowered the figures; the next call measures again")
+    warnings: list[str] = Field(default_factory=list, description="what limits or disturbed the figures")
     duration_s: float
     measured_at: str
     cached: bool = Field(False, description="read from the cache rather than measured by this call")
@@ -445,3 +446,47 @@ class AnalyzeBoundsResult(BaseModel):
 
 
 # --- report ----------------------------------------------------------------------------------------
+
+
+class ReportResult(BaseModel):
+    summary: str = Field(description="the session in a few lines: counts, keep rate, total gain with its CI, cost")
+    html_path: str = Field(description="self-contained page (chart embedded): open it in a browser")
+    chart_path: str = Field(description="progress chart (PNG)")
+    tsv_path: str = Field(description="one row per experiment, tab-separated, for notebooks")
+    session_id: str
+    branch: str
+    metric: str
+    direction: Direction
+    experiments: int
+    kept: int
+    discarded: int
+    failed: int = Field(description="failed builds or runs, failed checks, cancelled, lost, noisy or invalid")
+    running: int
+    total_gain_pct: float | None = Field(
+        None, description="change of the primary metric from the session start to its head (the metric's sign)")
+    total_gain_ci_low_pct: float | None = None
+    total_gain_ci_high_pct: float | None = None
+    cost_usd: float
+    secondary_metrics_available: list[str] = Field(
+        default_factory=list, description="other measured metrics, for `secondary_metrics`")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ReviewBranch(BaseModel):
+    name: str = Field(description="branch from the session start holding one independent change")
+    tip: str
+    commits: list[str] = Field(description="the replayed commits, oldest first")
+    titles: list[str]
+    experiments: list[str] = Field(description="experiment ids named in the commits' trailers")
+    files: list[str]
+
+
+class FinalizeResult(BaseModel):
+    start_commit: str
+    head: str = Field(description="the session head the branches reproduce")
+    branches: list[ReviewBranch]
+    grouped: list[str] = Field(description="why some commits had to stay together on one branch")
+    verified: bool = Field(description="merging all branches onto the start gives exactly the head's tree")
+    verification: str
+    removed: list[str] = Field(default_factory=list, description="stale review branches of an earlier run")
+    message: str

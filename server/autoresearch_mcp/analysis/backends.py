@@ -1,0 +1,284 @@
+"""Find the backend roots of a multi-backend code base and read their source files.
+
+A backend root is a folder holding one backend's code (`ggml/src/ggml-cuda`, `backend/metal`,
+`src/cpu`...). Roots are found by the conventions of real projects or named by the caller as
+`name=path`, `name=/other/repo:path` (the same folder in another local checkout, e.g. a fork) or
+`name=ref:path` (the folder at a git ref of this repository, e.g. an older version).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoresearch_mcp.errors import InputError
+
+KNOWN_BACKENDS: tuple[str, ...] = (
+    "cpu", "cuda", "metal", "vulkan", "opencl", "sycl", "webgpu", "wgpu", "hip", "rocm", "mps", "musa",
+    "cann", "blas", "rpc", "hexagon", "openvino", "zdnn", "zendnn", "kompute", "dnnl", "onednn", "mkl",
+    "coreml", "directml", "dml", "tensorrt", "trt", "triton", "wasm", "qnn", "npu", "tpu", "xla",
+    "gpu", "accel",
+)
+BACKEND_PARENTS = frozenset({"backend", "backends"})
+SOURCE_SUFFIXES = frozenset({
+    ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".ipp", ".cu", ".cuh",
+    ".m", ".mm", ".metal", ".cl", ".comp", ".glsl", ".wgsl", ".hlsl", ".rs", ".go", ".zig", ".tmpl",
+})
+MAX_FILE_BYTES = 2_000_000
+_HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx"})
+_PRUNE = frozenset({"node_modules", "__pycache__", "venv", "build", "dist", "out", "target"})
+_KNOWN_RE = re.compile(r"^(?:(?P<pre>.+?[-_]))?(?P<name>" + "|".join(KNOWN_BACKENDS) + r")(?:[-_].+)?$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+
+
+@dataclass
+class SourceFile:
+    """One readable source file of a backend; `path` is what evidence shows (relative, or ref:path)."""
+
+    path: str
+    text: str
+
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+    def snippet(self, line: int) -> str:
+        """Line `line` (1-based), stripped and cut to 160 characters."""
+        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        return text if len(text) <= 160 else text[:157] + "..."
+
+
+@dataclass
+class BackendRoot:
+    name: str
+    root: str  # as shown to the user: a path relative to the repo, `ref:path` or `/other/repo:path`
+    path: Path | None = None  # the folder, for roots read from a work tree
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def discover(repo: Path) -> tuple[list[tuple[str, Path]], list[str]]:
+    """Backend folders found by convention, as (name, absolute path), plus notes on what was left out.
+
+    A folder counts when its name is a known backend (`cuda`, `ggml-cuda`, `cpu_backend`...) or it sits
+    in a `backend/` or `backends/` folder. Siblings sharing the prefix of two or more known backends
+    (`ggml-zdnn` beside `ggml-cpu` and `ggml-cuda`) count too. The family with the most members wins
+    a name that appears in several places.
+    """
+    by_parent: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
+    for dirpath, dirnames, _ in os.walk(repo):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _PRUNE)
+        parent = Path(dirpath)
+        in_backend_dir = parent.name.lower() in BACKEND_PARENTS
+        known = {d: _KNOWN_RE.match(d.lower()) for d in dirnames}
+        prefixes = [m.group("pre") for m in known.values() if m and m.group("pre")]
+        family_prefix = max(set(prefixes), key=prefixes.count) if len(prefixes) >= 2 else None
+        taken: list[str] = []
+        for d in dirnames:
+            m = known[d]
+            if m:
+                by_parent[parent].append((m.group("name"), parent / d))
+            elif in_backend_dir:
+                by_parent[parent].append((d.lower(), parent / d))
+            elif family_prefix and d.lower().startswith(family_prefix) and len(d) > len(family_prefix):
+                by_parent[parent].append((d.lower()[len(family_prefix):], parent / d))
+            else:
+                continue
+            taken.append(d)
+        # a backend's own subfolders (cpu/arch/x86, cuda/vendors) are not backends of their own
+        dirnames[:] = [d for d in dirnames if d not in taken]
+    families = sorted(by_parent.items(), key=lambda kv: (-len(kv[1]), len(kv[0].parts), str(kv[0])))
+    found: dict[str, Path] = {}
+    notes: list[str] = []
+    for _parent, members in families:
+        for name, path in members:
+            if name in found:
+                notes.append(f"{_rel(path, repo)} looks like backend {name!r} too; used {_rel(found[name], repo)}")
+            elif _has_sources(path):
+                found[name] = path
+            else:
+                notes.append(f"{_rel(path, repo)} has no source files (it may build another backend's code)")
+    return sorted(found.items()), notes
+
+
+def looked_for() -> str:
+    return (
+        "folders named after a backend (" + ", ".join(KNOWN_BACKENDS[:16]) + "...), with an optional "
+        "project prefix or suffix (ggml-cuda, cpu_backend), and any folder inside backend/ or backends/"
+    )
+
+
+def resolve(repo: Path, specs: list[str] | None) -> tuple[list[BackendRoot], list[str]]:
+    """The backend roots to compare, with their source files loaded; `specs` as in the module doc."""
+    found, notes = discover(repo)
+    if not specs:
+        if not found:
+            raise InputError(
+                f"no backends found in {repo}: looked for {looked_for()}. Name them with "
+                "backends=['cpu=src/cpu', 'cuda=src/cuda'] (or name=ref:path for a git ref, "
+                "name=/other/repo:path for another checkout)."
+            )
+        roots = [_worktree_root(name, path, repo) for name, path in found]
+        return roots, notes
+    auto = dict(found)
+    roots = []
+    for spec in specs:
+        roots.append(_root_from_spec(spec.strip(), repo, auto))
+    names = [r.name for r in roots]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"backend names must be unique; repeated: {', '.join(dupes)}. Rename with name=path.")
+    return roots, notes
+
+
+def _root_from_spec(spec: str, repo: Path, auto: dict[str, Path]) -> BackendRoot:
+    if "=" not in spec:
+        if spec in auto:
+            return _worktree_root(spec, auto[spec], repo)
+        path = _inside(repo, repo / spec, spec)
+        if path.is_dir():
+            return _worktree_root(path.name.lower(), path, repo)
+        raise InputError(
+            f"backend {spec!r} is neither a detected backend ({', '.join(auto) or 'none found'}) nor a "
+            "folder of the repository. Use name=path, name=ref:path or name=/other/repo:path."
+        )
+    name, value = (s.strip() for s in spec.split("=", 1))
+    if not _NAME_RE.match(name):
+        raise InputError(f"backend name {name!r} in {spec!r}: use letters, digits, '-', '_' or '.'")
+    if ":" in value:
+        left, sub = value.split(":", 1)
+        if left.startswith(("/", "~", ".")):
+            other = Path(left).expanduser().resolve()
+            if not other.is_dir():
+                raise InputError(f"{spec!r}: {other} is not a directory; expected name=/other/repo:path")
+            path = _inside(other, other / sub, spec)
+            return _worktree_root(name, path, other, shown=f"{other}:{_rel(path, other)}")
+        return _ref_root(name, left, sub, repo, spec)
+    return _worktree_root(name, _inside(repo, repo / value, spec), repo)
+
+
+def _inside(base: Path, path: Path, spec: str) -> Path:
+    resolved = path.resolve()
+    if resolved != base and base not in resolved.parents:
+        raise InputError(f"{spec!r} points outside {base} ({resolved}); give a path inside the repository")
+    if not resolved.is_dir():
+        raise InputError(f"{spec!r}: {resolved} is not a directory")
+    return resolved
+
+
+def _worktree_root(name: str, path: Path, base: Path, shown: str | None = None) -> BackendRoot:
+    root = BackendRoot(name=name, root=shown or _rel(path, base), path=path)
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for fname in sorted(filenames):
+            file = Path(dirpath) / fname
+            if file.suffix.lower() not in SOURCE_SUFFIXES:
+                continue
+            shown_path = _rel(file, base) if shown is None else f"{shown.split(':', 1)[0]}:{_rel(file, base)}"
+            try:
+                size = file.stat().st_size
+                data = file.read_bytes() if size <= MAX_FILE_BYTES else b""
+            except OSError as exc:
+                root.skipped.append(f"{shown_path} (unreadable: {exc.strerror})")
+                continue
+            _add_file(root, shown_path, data, size)
+    return root
+
+
+def _ref_root(name: str, ref: str, sub: str, repo: Path, spec: str) -> BackendRoot:
+    sub = sub.strip("/")
+    if ".." in Path(sub).parts:
+        raise InputError(f"{spec!r} points outside the repository; give a path inside it")
+    listing = _git(repo, "ls-tree", "-r", "-l", "--full-tree", f"{ref}^{{commit}}", "--", sub or ".", spec=spec)
+    entries = []
+    for line in listing.decode(errors="replace").splitlines():
+        meta, _, path = line.partition("\t")
+        parts = meta.split()
+        if len(parts) == 4 and parts[1] == "blob" and Path(path).suffix.lower() in SOURCE_SUFFIXES:
+            entries.append((path, parts[2], int(parts[3]) if parts[3].isdigit() else 0))
+    if not entries:
+        raise InputError(f"{spec!r}: no source files under {sub!r} at {ref!r}")
+    root = BackendRoot(name=name, root=f"{ref}:{sub}")
+    wanted = [(p, sha, size) for p, sha, size in entries if size <= MAX_FILE_BYTES]
+    for p, _sha, size in entries:
+        if size > MAX_FILE_BYTES:
+            _add_file(root, f"{ref}:{p}", b"", size)
+    blobs = _git(repo, "cat-file", "--batch", stdin="\n".join(sha for _, sha, _ in wanted) + "\n", spec=spec)
+    pos = 0
+    for path, _sha, _size in wanted:
+        header_end = blobs.index(b"\n", pos)
+        length = int(blobs[pos:header_end].split()[2])
+        data = blobs[header_end + 1: header_end + 1 + length]
+        pos = header_end + 1 + length + 1
+        _add_file(root, f"{ref}:{path}", data, length)
+    return root
+
+
+def _git(repo: Path, *args: str, spec: str, stdin: str | None = None) -> bytes:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin.encode() if stdin else None,
+                              capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{spec!r}: could not run git ({exc})") from exc
+    if proc.returncode != 0:
+        raise InputError(
+            f"{spec!r}: git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()[:300]}. "
+            "Use name=ref:path with a branch, tag or commit of this repository."
+        )
+    return proc.stdout
+
+
+def _add_file(root: BackendRoot, shown: str, data: bytes, size: int) -> None:
+    if size > MAX_FILE_BYTES:
+        root.skipped.append(f"{shown} (huge: {size // 1_000_000} MB)")
+    elif b"\0" in data[:8192]:
+        root.skipped.append(f"{shown} (binary)")
+    else:
+        root.files.append(SourceFile(shown, data.decode("utf-8", errors="replace")))
+
+
+def shared_headers(repo: Path, roots: list[BackendRoot]) -> list[SourceFile]:
+    """Headers that may define the op enums the backends share: those in `include/` folders and those
+    beside the backend folders' ancestors (`ggml/include/ggml.h`, `ggml/src/ggml-impl.h`)."""
+    folders: set[Path] = set()
+    for root in roots:
+        parent = root.path.parent if root.path else None
+        while parent is not None and (parent == repo or repo in parent.parents):
+            folders.add(parent)
+            parent = parent.parent if parent != repo else None
+    headers: dict[Path, None] = {}
+    for folder in sorted(folders):
+        for entry in sorted(folder.iterdir()):
+            if entry.is_file() and entry.suffix in _HEADER_SUFFIXES:
+                headers[entry] = None
+            elif entry.is_dir() and entry.name == "include":
+                for dirpath, dirnames, filenames in os.walk(entry):
+                    dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                    headers.update((Path(dirpath) / f, None) for f in sorted(filenames)
+                                   if Path(f).suffix in _HEADER_SUFFIXES)
+    out = []
+    for path in headers:
+        try:
+            if path.stat().st_size <= MAX_FILE_BYTES:
+                out.append(SourceFile(_rel(path, repo), path.read_text(errors="replace")))
+        except OSError:
+            continue
+    return out
+
+
+def _has_sources(path: Path) -> bool:
+    return any(
+        Path(f).suffix.lower() in SOURCE_SUFFIXES for _, _, files in os.walk(path) for f in files
+    )
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return str(path.relative_to(base)) or "."
+    except ValueError:
+        return str(path)

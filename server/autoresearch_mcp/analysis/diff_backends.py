@@ -1,0 +1,207 @@
+"""diff_backends: what the other backends (or forks, or older versions) do that the target lacks.
+
+Rules (documented in the tool description and README):
+- An op is present in a backend when its source names the op token (dispatch, case labels,
+  comparisons), unless the backend's supports-op function rejects it outright (`case X: return false`).
+- Supports-by-default: a backend whose supports-op function ends with `default: return true` (llama.cpp's
+  CPU backend) accepts every op of the family that it does not reject; it lacks an op only when it
+  rejects it. Otherwise such a backend would show nonsense gaps for ops it runs but never names.
+- A fusion is an ordered op sequence in a fusion check; a backend has fusion A+B when it fuses A+B or
+  a longer chain that starts with A+B (A+B+C).
+- Gaps are ranked by how many backends have the item; fusions first on ties.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from autoresearch_mcp.analysis.backends import BackendRoot, resolve, shared_headers
+from autoresearch_mcp.analysis.inventory import (
+    Evidence,
+    Extractor,
+    Inventory,
+    Scan,
+    detect_families,
+    index_text,
+    scan_file,
+)
+from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.models import (
+    BackendGap,
+    BackendInventory,
+    DiffBackendsResult,
+    GapEvidence,
+    IsaUse,
+)
+
+log = logging.getLogger(__name__)
+
+LIST_LIMIT = 30  # items per backend list in the output; counts give the rest
+EVIDENCE_LIMIT = 6
+PARALLEL_MIN_BYTES = 8_000_000  # below this a process pool costs more than it saves
+
+
+def compare_backends(repo: str, backends: list[str] | None = None, target: str | None = None,
+                     max_gaps: int = 25) -> DiffBackendsResult:
+    t0 = time.perf_counter()
+    repo_path = Path(repo).expanduser()
+    if not repo_path.is_dir():
+        raise InputError(f"repo {repo!r} is not a directory; give the path of a local repository")
+    repo_path = repo_path.resolve()
+    roots, notes = resolve(repo_path, backends)
+    t_discover = time.perf_counter()
+
+    scans = _scan_all(roots)
+    t_scan = time.perf_counter()
+
+    all_scans = [s for per in scans for s in per]
+    headers = [scan_file(f).code for f in shared_headers(repo_path, roots)]
+    families = detect_families(all_scans, headers)
+    if not families:
+        notes.append(
+            "no op enum family found: looked for case labels like PREFIX_OP_NAME or OpType::Name; "
+            "only fusion strings, ISA families and kernels are compared"
+        )
+    extractor = Extractor(families)
+    inventories = [extractor.inventory(root, per) for root, per in zip(roots, scans, strict=True)]
+    _apply_default_support(inventories, extractor)
+    t_extract = time.perf_counter()
+
+    names = [inv.name for inv in inventories]
+    chosen = target or ("cpu" if "cpu" in names else None)
+    if chosen is None or chosen not in names:
+        raise InputError(
+            f"target {chosen!r} is not one of the backends ({', '.join(names)}); "
+            "pass target= with one of them" if chosen else
+            f"no cpu backend to compare against; pass target= with one of: {', '.join(names)}"
+        )
+    if len(inventories) < 2:
+        raise InputError(f"only one backend ({names[0]}) to compare; name others with backends=[...]")
+    gaps = _gaps(inventories, chosen, extractor)
+    t_gaps = time.perf_counter()
+
+    shown = gaps[:max_gaps]
+    by_kind: dict[str, int] = {}
+    for gap in gaps[max_gaps:]:
+        by_kind[gap.kind] = by_kind.get(gap.kind, 0) + 1
+    for inv in inventories:
+        if inv.supports_by_default:
+            ev = inv.supports_by_default
+            notes.append(
+                f"{inv.name} supports every op by default ({ev.file}:{ev.line}); it lacks only the ops it "
+                f"rejects explicitly ({len(inv.rejected)})"
+            )
+    return DiffBackendsResult(
+        repo=str(repo_path),
+        target=chosen,
+        op_families=[f.prefix for f in families],
+        backends=[_inventory_model(inv) for inv in inventories],
+        gaps=shown,
+        total_gaps=len(gaps),
+        omitted=len(gaps) - len(shown),
+        omitted_by_kind=by_kind,
+        files_scanned=sum(inv.files for inv in inventories),
+        lines_scanned=sum(inv.lines for inv in inventories),
+        timings_s={
+            "discover_and_read": round(t_discover - t0, 3),
+            "strip_and_index": round(t_scan - t_discover, 3),
+            "extract": round(t_extract - t_scan, 3),
+            "gaps": round(t_gaps - t_extract, 3),
+        },
+        notes=notes[:20] + ([f"... and {len(notes) - 20} more notes"] if len(notes) > 20 else []),
+    )
+
+
+def _scan_all(roots: list[BackendRoot]) -> list[list[Scan]]:
+    files = [f for root in roots for f in root.files]
+    size = sum(len(f.text) for f in files)
+    if size >= PARALLEL_MIN_BYTES:
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            indexed = pool.map(index_text, [f.text for f in files], chunksize=16)
+            flat = [Scan(f, *ix) for f, ix in zip(files, indexed, strict=True)]
+    else:
+        flat = [scan_file(f) for f in files]
+    out, i = [], 0
+    for root in roots:
+        out.append(flat[i: i + len(root.files)])
+        i += len(root.files)
+    return out
+
+
+def _apply_default_support(inventories: list[Inventory], extractor: Extractor) -> None:
+    """A supports-by-default backend has every op of each family it uses, except those it rejects."""
+    every_op = {op for inv in inventories for op in inv.ops} | {op for inv in inventories for op in inv.rejected}
+    every_op |= {f.prefix + m for f in extractor.families if f.enum for m in f.members}
+    for inv in inventories:
+        if inv.supports_by_default:
+            used = {extractor.family_of(op) for op in inv.ops}
+            for op in every_op - inv.ops.keys() - inv.rejected.keys():
+                if extractor.family_of(op) in used:
+                    inv.ops[op] = inv.supports_by_default
+
+
+def _gaps(inventories: list[Inventory], target: str, extractor: Extractor) -> list[BackendGap]:
+    """Fusions and ops some other backend has and the target lacks. Op gaps only come from op families
+    the target uses itself: another backend's private op enum (HTP_OP_...) is not a gap."""
+    tgt = next(inv for inv in inventories if inv.name == target)
+    target_families = {extractor.family_of(op) for op in tgt.ops}
+    others = [inv for inv in inventories if inv.name != target]
+    gaps: list[BackendGap] = []
+
+    def has_fusion(inv: Inventory, key: str) -> tuple[str, Evidence] | None:
+        if key in inv.fusions:
+            return key, inv.fusions[key]
+        longer = sorted(k for k in inv.fusions if k.startswith(key + "+"))
+        return (longer[0], inv.fusions[longer[0]]) if longer else None
+
+    def has_op(inv: Inventory, op: str) -> tuple[str, Evidence] | None:
+        return (op, inv.ops[op]) if op in inv.ops else None
+
+    def add(kind: Literal["fusion", "op"], item: str,
+            lookup: Callable[[Inventory, str], tuple[str, Evidence] | None]) -> None:
+        present = [(inv, hit) for inv in others if (hit := lookup(inv, item))]
+        if not present or lookup(tgt, item):
+            return
+        missing = [target] + [inv.name for inv in others if not lookup(inv, item)]
+        evidence = []
+        for inv, (found, ev) in present[:EVIDENCE_LIMIT]:
+            note = f" (as part of {found})" if found != item else ""
+            evidence.append(GapEvidence(backend=inv.name, file=ev.file, line=ev.line,
+                                        snippet=ev.snippet + note))
+        gaps.append(BackendGap(kind=kind, item=item, present_in=[inv.name for inv, _ in present],
+                               missing_in=missing, evidence=evidence))
+
+    for key in sorted({k for inv in others for k in inv.fusions}):
+        add("fusion", key, has_fusion)
+    for op in sorted({k for inv in others for k in inv.ops if extractor.family_of(k) in target_families}):
+        add("op", op, has_op)
+    gaps.sort(key=lambda g: (-len(g.present_in), g.kind != "fusion", g.item))
+    return gaps
+
+
+def _inventory_model(inv: Inventory) -> BackendInventory:
+    ops = sorted(inv.ops)
+    fusions = sorted(inv.fusions, key=lambda k: (-k.count("+"), k))
+    isa = sorted(inv.isa.items(), key=lambda kv: -kv[1][0])
+    return BackendInventory(
+        name=inv.name,
+        root=inv.root,
+        files=inv.files,
+        lines=inv.lines,
+        skipped_files=len(inv.skipped),
+        skipped_examples=inv.skipped[:3],
+        ops_count=len(ops),
+        ops=ops[:LIST_LIMIT],
+        supports_by_default=inv.supports_by_default is not None,
+        rejected_ops=sorted(inv.rejected)[:LIST_LIMIT],
+        fusions_count=len(fusions),
+        fusions=fusions[:LIST_LIMIT],
+        isa=[IsaUse(name=name, hits=hits, file=ev.file, line=ev.line) for name, (hits, ev) in isa],
+        kernels_count=len(inv.kernels),
+        kernels=inv.kernels[:LIST_LIMIT],
+    )

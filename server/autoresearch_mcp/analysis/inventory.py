@@ -1,0 +1,487 @@
+"""What one backend's source implements: ops, fusions, SIMD/ISA families and kernel functions.
+
+Everything is read from code with comments and string literals blanked (line numbers kept), so a
+commented-out fusion or an op name in a log message never counts. The op enum's naming family
+(`GGML_OP_`, `GGML_UNARY_OP_`, `OP_`, `OpType::`...) is detected from the case labels of all
+backends, not hard-coded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from autoresearch_mcp.analysis.backends import BackendRoot, SourceFile
+
+_STRIP = re.compile(
+    r'R"(?P<d>[^()\\\s"]{0,16})\(.*?\)(?P=d)"'  # C++ raw string
+    r"|/\*.*?\*/"
+    r"|//[^\n]*"
+    r'|"(?:\\.|[^"\\\n])*"'
+    r"|'(?:\\.|[^'\\\n])*'"
+    r"|\\\n",  # line continuation: keep the newline, drop the backslash
+    re.DOTALL,
+)
+_CASE = re.compile(r"case\s+([A-Za-z_]\w*(?:::\w+)*)\s*:(?!:)")
+_OP_SEGMENTS = frozenset({"OP", "OPS", "OPCODE", "OPTYPE", "OPERATION", "OPERATOR"})
+_SCOPED_OP = re.compile(r"^(\w*(?:op|Op|OP)(?:code|Code|type|Type|eration|erator|s)?)::\w+$")
+_NOT_OPS = frozenset({"COUNT", "NONE", "MAX", "FIRST", "LAST", "END", "NUM", "N", "INVALID", "UNKNOWN",
+                      "BEGIN", "Count", "None", "Max", "kCount", "kNone"})
+# a function definition starts a line: return type words, then the name and an open parenthesis
+_FUNC = re.compile(
+    r"^[ \t]*(?:template\s*<[^>{};]*>\s*)?(?:[A-Za-z_][\w:<>,*&]*[ \t*&]+){1,6}([A-Za-z_]\w*)\s*\(",
+    re.MULTILINE,
+)
+_NOT_FUNC_NAMES = frozenset({"if", "for", "while", "switch", "return", "sizeof", "else", "do", "case",
+                             "defined", "decltype", "static_assert", "new", "delete", "catch", "goto",
+                             "throw", "co_return", "using", "typedef"})
+_DEF_TAIL = re.compile(r"\)\s*(?:const|override|final|noexcept|volatile|->\s*[\w:<>*&\s]+?|\s)*\{\Z")
+_GPU_KERNEL = re.compile(
+    r"(?:__global__|kernel\s+void|@compute[^\n]*\n?\s*(?:@\w+\([^)]*\)\s*)*fn)"
+    r"(?:\s+(?:__launch_bounds__\([^)]*\)|static|inline|void))*\s+([A-Za-z_]\w*)\s*[(<]"
+)
+_SHADER_SUFFIXES = (".comp", ".glsl", ".hlsl")
+_LIST = re.compile(r"\{\s*((?:[A-Za-z_][\w:]*(?:->\w+)?\s*,\s*)+[A-Za-z_][\w:]*(?:->\w+)?)\s*,?\s*\}")
+_SUBLIST = re.compile(r"\s*,\s*\{\s*([A-Za-z_][\w:]*(?:\s*,\s*[A-Za-z_][\w:]*)*)\s*,?\s*\}")
+_LIST_NAME = re.compile(r"(?:#\s*define\s+|\b)([A-Za-z_]\w*)\s*(?:\[[^\]\n]*\]\s*)?=?\s*$")
+_ELEM = re.compile(r"\[\s*(\d+)\s*\]\s*=\s*([A-Za-z_][\w:]*(?:->\w+)?)\s*;")
+_ELEM_NAME = re.compile(r"([A-Za-z_]\w*)\s*\Z")
+_FUSION_STRING = re.compile(r"\b\w*fus\w*\s*(?:=|\()\s*\"([A-Za-z][A-Za-z0-9_]*)\"", re.IGNORECASE)
+_SUPPORTS_FN = re.compile(r"(?i)supports?_?op|op_?supported|is_?supported_?op")
+_REJECT = re.compile(r"((?:\bcase\s+[A-Za-z_][\w:]*\s*:\s*)+)\{?\s*return\s+false\s*;")
+_DEFAULT = re.compile(r"\bdefault\s*:\s*\{?\s*return\s+(true|false)\s*;")
+_STMT_START = re.compile(r"[;{}][^;{}]*$")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_ENUM = re.compile(r"enum\s+(class\s+|struct\s+)?(\w*)\s*(?::\s*[\w: ]+)?\{([^{}]*)\}")
+
+# SIMD / ISA families and GPU matrix features, by intrinsic, type or feature macro. Each regex
+# starts with a literal shared by all its branches, so the engine skips ahead fast (an alternation
+# of different first letters is ten times slower); a match glued to a longer identifier
+# (`ggml_vk_mm_...` is not the SSE prefix `_mm_`) is dropped.
+ISA_PATTERNS: dict[str, tuple[str, ...]] = {
+    "AVX-512": (r"_mm512_\w+", r"__m512\w*|__AVX512\w*"),
+    "AVX2": (r"_mm256_\w+", r"__m256\w*|__AVX2__"),
+    "AVX-VNNI": (r"__AVXVNNI__|_mm(?:256|512)_dpbusd\w*",),
+    "F16C/FMA": (r"__F16C__|__FMA__", r"_mm(?:256|512)?_(?:cvtph_ps|fmadd_ps)"),
+    "SSE": (r"_mm_\w+", r"__m128\w*|__SSE\w*"),
+    "AMX": (r"__AMX_\w+", r"_tile_(?:loadd|stored|dp\w+|zero|release|loadconfig)\w*"),
+    "NEON": (r"__ARM_NEON\w*", r"float(?:16|32|64)x\d+(?:x[234])?_t\b", r"int(?:8|16|32|64)x\d+(?:x[234])?_t\b",
+             r"uint(?:8|16|32|64)x\d+(?:x[234])?_t\b"),
+    "ARM dotprod/i8mm": (r"__ARM_FEATURE_(?:DOTPROD|MATMUL_INT8)", r"vdotq_\w+", r"vmmlaq_\w+"),
+    "SVE": (r"__ARM_FEATURE_SVE\w*", r"sv(?:ld1|st1|dup|add|mul|mla|dot|whilelt|ptrue|cnt|float|int|uint)\w*"),
+    "SME": (r"__ARM_FEATURE_SME\w*",),
+    "RVV": (r"__riscv_v\w*", r"vfloat\d+mf?\d+_t\b", r"vint\d+mf?\d+_t\b", r"vuint\d+mf?\d+_t\b"),
+    "POWER VSX": (r"__(?:POWER\d+_VECTOR|VSX)__", r"vec_xl\b"),
+    "WASM SIMD": (r"__wasm_simd128__", r"wasm_[fiu]\d+x\d+_\w+", r"v128_t\b"),
+    "LoongArch LSX/LASX": (r"__loongarch_a?sx|__lasx_\w+|__lsx_\w+",),
+    "s390x VXE": (r"__VXE2?__",),
+    "tensor-core MMA": (r"wmma::\w+", r"mma\.sync\w*", r"__builtin_amdgcn_mfma\w*"),
+    "Metal simdgroup matrix": (r"simdgroup_(?:(?:float|half|bfloat)\d*x\d+|multiply_accumulate)",),
+    "cooperative matrix": (r"GL_(?:KHR_cooperative_matrix|NV_cooperative_matrix2)", r"coopmat\w*"),
+    "subgroups": (r"GL_KHR_shader_subgroup\w*", r"subgroup(?:Add|Max|Min|Shuffle|Broadcast|Ballot)\w*",
+                  r"sub_group_\w+"),
+}
+_ISA = [(name, [re.compile(p) for p in patterns]) for name, patterns in ISA_PATTERNS.items()]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A place in a source file; the snippet is read only for the evidence that is shown."""
+
+    source: SourceFile
+    line: int
+
+    @property
+    def file(self) -> str:
+        return self.source.path
+
+    @property
+    def snippet(self) -> str:
+        return self.source.snippet(self.line)
+
+
+@dataclass
+class Scan:
+    """One file, comments and strings blanked, with what the later passes need from it."""
+
+    file: SourceFile
+    code: str
+    line_starts: list[int]
+    cases: list[tuple[int, str]]  # (offset, label)
+    funcs: list[tuple[int, str]]  # (offset, name), sorted
+    isa: dict[str, tuple[int, int]]  # family -> (hits, offset of the first)
+
+    def line_of(self, offset: int) -> int:
+        return bisect.bisect_right(self.line_starts, offset)
+
+    def evidence(self, offset: int) -> Evidence:
+        line = self.line_of(offset)
+        return Evidence(self.file, line)
+
+    def function_at(self, offset: int) -> tuple[int, str] | None:
+        i = bisect.bisect_right(self.funcs, (offset, "\uffff"))
+        return self.funcs[i - 1] if i else None
+
+
+@dataclass(frozen=True)
+class Family:
+    """An op enum naming family: `GGML_OP_` (separator `_`) or `OpType::`."""
+
+    prefix: str
+    category: str  # UNARY for GGML_UNARY_OP_, so `GGML_OP_UNARY` can be refined by its sub-op list
+    members: frozenset[str]
+    enum: str | None = None  # the enum that defines the members, when its definition was found
+
+
+@dataclass
+class Inventory:
+    name: str
+    root: str
+    files: int = 0
+    lines: int = 0
+    skipped: list[str] = field(default_factory=list)
+    ops: dict[str, Evidence] = field(default_factory=dict)
+    rejected: dict[str, Evidence] = field(default_factory=dict)
+    supports_by_default: Evidence | None = None
+    fusions: dict[str, Evidence] = field(default_factory=dict)
+    isa: dict[str, tuple[int, Evidence]] = field(default_factory=dict)  # family -> (hits, first use)
+    kernels: list[str] = field(default_factory=list)
+
+
+def _blank(m: re.Match[str]) -> str:
+    s = m.group()
+    if s.startswith(("\"", "'", "R")):
+        return '""' + "\n" * s.count("\n")
+    return "\n" * s.count("\n") or " "
+
+
+def scan_file(f: SourceFile) -> Scan:
+    return Scan(f, *index_text(f.text))
+
+
+Index = tuple[str, list[int], list[tuple[int, str]], list[tuple[int, str]], dict[str, tuple[int, int]]]
+
+
+def index_text(text: str) -> Index:
+    """Blank comments and strings, then index lines, case labels, function definitions and ISA uses.
+
+    Independent of the other files, so it runs in worker processes on big trees."""
+    code = _STRIP.sub(_blank, text)
+    line_starts = [0, *itertools.accumulate(len(line) + 1 for line in code.split("\n"))][:-1]
+    cases = [(m.start(), m.group(1)) for m in _CASE.finditer(code) if not _glued(code, m.start())]
+    funcs = []
+    for m in _FUNC.finditer(code):
+        name = m.group(1)
+        if name in _NOT_FUNC_NAMES or m.group().split(None, 1)[0] in _NOT_FUNC_NAMES:
+            continue
+        # a definition: the parameter list closes, then the body opens before any `;`
+        brace, semi = code.find("{", m.end()), code.find(";", m.end())
+        if brace >= 0 and (semi < 0 or brace < semi) and _DEF_TAIL.search(code, m.end(), brace + 1):
+            funcs.append((m.start(1), name))
+    isa: dict[str, tuple[int, int]] = {}
+    for fam, regexes in _ISA:
+        hits = [m.start() for rx in regexes for m in rx.finditer(code) if not _glued(code, m.start())]
+        if hits:
+            isa[fam] = (len(hits), min(hits))
+    return code, line_starts, cases, funcs, isa
+
+
+def _glued(code: str, offset: int) -> bool:
+    """The match continues an identifier (`ggml_vk_mm_` is not the SSE prefix `_mm_`)."""
+    return offset > 0 and (code[offset - 1].isalnum() or code[offset - 1] in "_.")
+
+
+def detect_families(scans: list[Scan], headers: list[str]) -> list[Family]:
+    """Op enum families: name prefixes whose last segment names an op (`GGML_OP_`, `OP_`, `OpType::`),
+    seen in the backends' case labels or in enum definitions (shared headers, backend code).
+
+    When the family's enum definition is found (the largest enum whose members carry the prefix), its
+    members are the ops: `GGML_OP_POOL_AVG` shares the prefix of `enum ggml_op` but belongs to
+    `enum ggml_op_pool`, so it is no op. Without one, the case labels seen are the members."""
+    from_cases: dict[str, set[str]] = {}
+    for scan in scans:
+        for _, label in scan.cases:
+            prefix = _op_prefix(label)
+            if prefix:
+                from_cases.setdefault(prefix, set()).add(label[len(prefix):])
+    enums: dict[str, list[tuple[str, list[str]]]] = {}  # prefix -> [(enum name, members)]
+    for code in [*headers, *(s.code for s in scans)]:
+        if "enum" not in code:
+            continue
+        for m in _ENUM.finditer(code):
+            name = m.group(2)
+            members = [w.group() for item in m.group(3).split(",") if (w := _WORD.search(item))]
+            if m.group(1) and _op_prefix(name + "::x"):  # a scoped enum: members are named Scope::Member
+                members = [f"{name}::{mem}" for mem in members]
+            prefixes = {p for mem in members if (p := _op_prefix(mem))}
+            for prefix in prefixes:
+                enums.setdefault(prefix, []).append((name, members))
+    families = []
+    for prefix in sorted(set(from_cases) | set(enums)):
+        candidates = [(n, ms) for n, ms in enums.get(prefix, []) if sum(m.startswith(prefix) for m in ms) >= 3]
+        if candidates:
+            name, members = max(candidates, key=lambda c: len(c[1]))
+            shorts = {m[len(prefix):] for m in members if m.startswith(prefix)}
+            enum: str | None = name or "(anonymous enum)"
+        else:
+            shorts, enum = from_cases.get(prefix, set()), None
+        shorts -= _NOT_OPS
+        used = prefix in from_cases or any(prefix in s.code for s in scans)
+        if len(shorts) >= 3 and used:
+            families.append(Family(prefix, _category(prefix), frozenset(shorts), enum))
+    return sorted(families, key=lambda f: (-len(f.members), f.prefix))
+
+
+def _op_prefix(label: str) -> str | None:
+    if "::" in label:
+        m = _SCOPED_OP.match(label)
+        return m.group(1) + "::" if m else None
+    parts = label.split("_")
+    for i, part in enumerate(parts[:-1]):
+        if part in _OP_SEGMENTS:
+            return "_".join(parts[: i + 1]) + "_"
+    return None
+
+
+def _category(prefix: str) -> str:
+    parts = [p for p in re.split(r"_|::", prefix) if p]
+    return parts[-2].upper() if len(parts) >= 2 and parts[-1].upper() in _OP_SEGMENTS else ""
+
+
+class Extractor:
+    """Extraction rules shared by every backend of one comparison (same families, same op names)."""
+
+    def __init__(self, families: list[Family]) -> None:
+        self.families = families
+        by_len = sorted(families, key=lambda f: -len(f.prefix))
+        # no leading \b: a literal start lets the regex engine skip ahead fast; the boundary is checked after
+        self._token = re.compile(
+            "(?:" + "|".join(re.escape(f.prefix) for f in by_len) + r")\w+" if families else r"(?!)"
+        )
+        self._family_of = {f.prefix: f for f in families}
+        self._categories = {f.category: f for f in families if f.category}
+        shorts = {m for f in families for m in f.members}
+        self._shorts = sorted(shorts, key=len, reverse=True)
+        named = [re.escape(s.lower()) for s in self._shorts if len(s) > 3]
+        self._op_named = re.compile("|".join(["forward", "kernel", *named]))
+
+    def is_op(self, token: str) -> bool:
+        fam = self._family(token)
+        if fam is None:
+            return False
+        short = token[len(fam.prefix):]
+        return short in fam.members if fam.enum else short not in _NOT_OPS
+
+    def family_of(self, token: str) -> str | None:
+        fam = self._family(token)
+        return fam.prefix if fam else None
+
+    def _family(self, token: str) -> Family | None:
+        for f in self.families:
+            if token.startswith(f.prefix) and len(token) > len(f.prefix):
+                return f
+        return None
+
+    def short(self, token: str) -> str:
+        fam = self._family(token)
+        return token[len(fam.prefix):] if fam else token
+
+    def inventory(self, root: BackendRoot, scans: list[Scan]) -> Inventory:
+        inv = Inventory(root.name, root.root, files=len(scans), skipped=list(root.skipped))
+        kernels: set[str] = set()
+        isa_hits: Counter[str] = Counter()
+        for scan in scans:
+            inv.lines += len(scan.line_starts)
+            code = scan.code
+            for m in self._token.finditer(code):
+                tok = m.group()
+                if tok not in inv.ops and self.is_op(tok) and not _glued(code, m.start()):
+                    inv.ops[tok] = scan.evidence(m.start())
+            for fam, (hits, first) in scan.isa.items():
+                isa_hits[fam] += hits
+                if fam not in inv.isa:
+                    inv.isa[fam] = (0, scan.evidence(first))
+            kernels.update(self._kernels(scan))
+            self._supports(scan, inv)
+            self._fusions(scan, scans, inv)
+        inv.isa = {k: (isa_hits[k], ev) for k, (_, ev) in inv.isa.items()}
+        for tok in inv.rejected:
+            inv.ops.pop(tok, None)
+        inv.kernels = sorted(kernels)
+        return inv
+
+    def _kernels(self, scan: Scan) -> set[str]:
+        path = scan.file.path
+        if path.endswith(_SHADER_SUFFIXES):
+            return {path.rsplit("/", 1)[-1].rsplit(".", 1)[0]}
+        found = {m.group(1) for m in _GPU_KERNEL.finditer(scan.code)}
+        if not found:
+            # host-side kernels: functions named after an op or a compute step
+            for _, name in scan.funcs:
+                if self._op_named.search(name.lower()):
+                    found.add(name)
+        return found
+
+    def _supports(self, scan: Scan, inv: Inventory) -> None:
+        """Explicit rejections (`case X: return false;`) and a `default: return true` in supports-op."""
+        for i, (start, name) in enumerate(scan.funcs):
+            if not _SUPPORTS_FN.search(name):
+                continue
+            end = scan.funcs[i + 1][0] if i + 1 < len(scan.funcs) else len(scan.code)
+            body = scan.code[start:end]
+            for m in _REJECT.finditer(body):
+                for label in _CASE.findall(m.group(1)):
+                    if self.is_op(label) and label not in inv.rejected:
+                        inv.rejected[label] = scan.evidence(start + m.start())
+            defaults = list(_DEFAULT.finditer(body))
+            if defaults and defaults[-1].group(1) == "true" and inv.supports_by_default is None:
+                inv.supports_by_default = scan.evidence(start + defaults[-1].start())
+
+    # --- fusions -------------------------------------------------------------------------------
+
+    def _fusions(self, scan: Scan, scans: list[Scan], inv: Inventory) -> None:
+        code = scan.code
+        file_says_fusion = "fus" in scan.file.path.rsplit("/", 1)[-1].lower()
+        for m in _LIST.finditer(code):
+            items = [s.strip() for s in m.group(1).split(",")]
+            if sum(self.is_op(t) for t in items) < 2 and not (len(items) >= 2 and self.is_op(items[-1])):
+                continue
+            before = code[max(0, m.start() - 400): m.start()]
+            stmt = _STMT_START.search(before)
+            head = stmt.group()[1:] if stmt else before
+            if not (file_says_fusion or "fus" in head.lower() or self._in_fusion_function(scan, m.start())):
+                named = _LIST_NAME.search(head)
+                if not (named and self._used_in_fusion(named.group(1), scan, scans, m.end(), head)):
+                    continue
+            sub = _SUBLIST.match(code, m.end())
+            seq = self._sequence(items, sub.group(1).split(",") if sub else [], scan, scans, m.start())
+            if seq:
+                inv.fusions.setdefault("+".join(seq), scan.evidence(m.start()))
+        self._element_arrays(scan, scans, inv)
+        if "fus" in code or "FUS" in code:
+            for m in _FUSION_STRING.finditer(scan.file.text):
+                line = scan.file.text.count("\n", 0, m.start()) + 1
+                if not self._line_has_code(scan, line, m.group().split('"')[0].rstrip(" =(")):
+                    continue
+                seq = self._split_name(m.group(1))
+                key = "+".join(seq) if seq else m.group(1)
+                inv.fusions.setdefault(key, Evidence(scan.file, line))
+
+    def _element_arrays(self, scan: Scan, scans: list[Scan], inv: Inventory) -> None:
+        """Runs of `ops[0] = A; ops[1] = B; ...` on one array, used by a fusion check nearby."""
+        code = scan.code
+        run: list[tuple[str, int, str, int, int]] = []  # (array, index, value, start, end)
+
+        def flush() -> None:
+            if len(run) >= 2 or (len(run) == 1 and run[0][1] != 0):
+                by_index = {index: value for _, index, value, _, _ in run}
+                items = [by_index.get(i, "") for i in range(max(by_index) + 1)]
+                start, end = run[0][3], run[-1][4]
+                if self._used_nearby(run[0][0], code[end: end + 3000]) or self._in_fusion_function(scan, start):
+                    seq = self._sequence(items, [], scan, scans, start)
+                    if seq:
+                        inv.fusions.setdefault("+".join(seq), scan.evidence(start))
+            run.clear()
+
+        for m in _ELEM.finditer(code):
+            name = _ELEM_NAME.search(code, max(0, m.start() - 80), m.start())
+            if name is None:
+                continue
+            item = (name.group(1), int(m.group(1)), m.group(2), name.start(), m.end())
+            if run and (item[0] != run[-1][0] or code[run[-1][4]: item[3]].strip()):
+                flush()
+            run.append(item)
+        flush()
+
+    def _sequence(self, items: list[str], sub_ops: list[str], scan: Scan, scans: list[Scan],
+                  offset: int) -> list[str] | None:
+        """Op short names of a fusion; the first op may come from the dispatch (case label) around it."""
+        if not items or not all(self.is_op(t) for t in items[1:]):
+            return None
+        first = items[0] if self.is_op(items[0]) else self._dispatch_op(scan, scans, offset)
+        if first is None:
+            return None
+        seq = [first, *items[1:]]
+        subs = [s.strip() for s in sub_ops if self.is_op(s.strip())]
+        out = []
+        for tok in seq:
+            short = self.short(tok)
+            if short in self._categories and subs:
+                short = self.short(subs.pop(0))
+            out.append(short)
+        return out if len(out) >= 2 else None
+
+    def _dispatch_op(self, scan: Scan, scans: list[Scan], offset: int) -> str | None:
+        """The op of the `case` the code sits in, or of the `case` whose body calls its function."""
+        fn = scan.function_at(offset)
+        fn_start = fn[0] if fn else 0
+        for pos, label in reversed(scan.cases):
+            if fn_start <= pos < offset and self.is_op(label):
+                return label
+            if pos < fn_start:
+                break
+        if fn is None:
+            return None
+        call = re.compile(r"\b" + re.escape(fn[1]) + r"\s*\(")
+        for other in scans:
+            if fn[1] not in other.code:
+                continue
+            for m in call.finditer(other.code):
+                if other is scan and m.start() == fn[0]:
+                    continue
+                found = self._case_before(other, m.start())
+                if found:
+                    return found
+        return None
+
+    def _case_before(self, scan: Scan, offset: int) -> str | None:
+        fn = scan.function_at(offset)
+        fn_start = fn[0] if fn else 0
+        for pos, label in reversed(scan.cases):
+            if pos < max(fn_start, offset - 1500):
+                return None
+            if pos < offset and self.is_op(label):
+                return label
+        return None
+
+    def _in_fusion_function(self, scan: Scan, offset: int) -> bool:
+        fn = scan.function_at(offset)
+        return fn is not None and "fus" in fn[1].lower()
+
+    def _used_nearby(self, name: str, window: str) -> bool:
+        word = re.compile(r"\b" + re.escape(name) + r"\b")
+        return any("fus" in stmt.lower() and word.search(stmt) for stmt in re.split(r"[;{}]", window))
+
+    def _used_in_fusion(self, name: str, scan: Scan, scans: list[Scan], end: int, head: str) -> bool:
+        """A named op list counts when a fusion check uses it: nearby for a local, anywhere for a global."""
+        if self._used_nearby(name, scan.code[end: end + 4000]):
+            return True
+        is_global = scan.function_at(end) is None or re.search(r"\b(static|constexpr|#\s*define)\b", head)
+        return bool(is_global) and any(
+            name in other.code and self._used_nearby(name, other.code) for other in scans
+        )
+
+    def _split_name(self, name: str) -> list[str] | None:
+        """`RMS_NORM_MUL_ADD` -> [RMS_NORM, MUL, ADD] using the known op names (longest first)."""
+        out: list[str] = []
+        rest = name.upper()
+        while rest:
+            for s in self._shorts:
+                su = s.upper()
+                if rest == su or rest.startswith(su + "_"):
+                    out.append(s)
+                    rest = rest[len(su) + 1:]
+                    break
+            else:
+                return None
+        return out if len(out) >= 2 else None
+
+    @staticmethod
+    def _line_has_code(scan: Scan, line: int, ident: str) -> bool:
+        start = scan.line_starts[line - 1] if line - 1 < len(scan.line_starts) else len(scan.code)
+        end = scan.line_starts[line] if line < len(scan.line_starts) else len(scan.code)
+        words = _WORD.findall(ident)
+        return bool(words) and words[-1] in scan.code[start:end]

@@ -1,0 +1,140 @@
+"""`autoresearch-mcp demo`: the whole loop on the bundled example, through a real MCP client over stdio.
+
+It copies examples/normsoft into a temporary git repository, starts `autoresearch-mcp serve` as a
+subprocess, and drives start_session, diff_backends, three experiments (a real fusion, a no-op and
+a slower change), polling, and commit_winner, which commits the winner and refuses the others.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from autoresearch_mcp import resources
+
+CANDIDATES = [
+    ("Fuse RMS_NORM and MUL in the CPU backend", "fuse-rms-norm-mul",
+     "The accel backend fuses RMS_NORM+MUL; doing the same on the CPU removes a pass over memory.",
+     ["diff_backends gap: fusion RMS_NORM,MUL (backend/accel/ops-accel.c)"]),
+    ("Reword a comment", "comment-only", "A comment cannot change speed (an A/A control).", ["control"]),
+    ("Exponentials in double precision", "double-exp", "Double precision exp for accuracy; likely slower.",
+     ["reviewer suggestion"]),
+]
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def prepare(workdir: Path) -> Path:
+    repo = workdir / "normsoft"
+    shutil.copytree(resources.example_dir() / "normsoft", repo,
+                    ignore=shutil.ignore_patterns("normsoft", "patches", "*.o"))
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=autoresearch demo", "-c", "user.email=demo@localhost", "commit", "-q", "-m",
+         "normsoft: initial import")
+    return repo
+
+
+async def _call(client: Client, name: str, **args: Any) -> tuple[bool, dict[str, Any] | str]:
+    result = await client.call_tool(name, args)
+    if result.is_error:
+        return False, " ".join(getattr(c, "text", "") for c in result.content)
+    return True, result.structured_content or {}
+
+
+async def run_demo(workdir: Path) -> int:
+    repo = prepare(workdir)
+    patches = resources.example_dir() / "normsoft" / "patches"
+    _say(f"demo repository: {repo}")
+    # The demo's worktrees and caches live in its own temporary directory, removed at the end.
+    env = {**os.environ, "AUTORESEARCH_CACHE_DIR": str(workdir / "cache")}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"],
+                                   cwd=str(repo), env=env)
+    t0 = time.monotonic()
+    async with Client(params) as client:
+        tools = [t.name for t in (await client.list_tools()).tools]
+        _say(f"connected over stdio; {len(tools)} tools: {', '.join(tools)}")
+        ok, res = await _call(client, "start_session", repo=str(repo), metric="rows_per_s", direction="higher",
+                              tag="demo")
+        if not ok or not isinstance(res, dict):
+            _say(f"start_session failed: {res}")
+            return 1
+        _say(f"session on {res['branch']}: baseline rows_per_s {res['baseline']['rows_per_s']['mean']:.1f} "
+             f"(raw: {res['raw_metric_lines'][0]}), spread {res['spread_pct']}%")
+        for w in res["warnings"]:
+            _say(f"  warning: {w}")
+        if "diff_backends" in tools:
+            ok, gaps = await _call(client, "diff_backends", repo=str(repo))
+            if ok and isinstance(gaps, dict):
+                for g in gaps.get("gaps", [])[:3]:
+                    _say(f"  gap: {g['kind']} {g['item']} in {g['present_in']}, missing in {g['missing_in']}")
+        ids: dict[str, str] = {}
+        for title, patch, hypothesis, sources in CANDIDATES:
+            ok, launched = await _call(client, "launch_experiment", title=title, hypothesis=hypothesis,
+                                       sources=sources, source="patch", patch=(patches / f"{patch}.patch").read_text(),
+                                       repeats="auto")
+            if not ok or not isinstance(launched, dict):
+                _say(f"launch of {title!r} failed: {launched}")
+                return 1
+            ids[title] = launched["experiment_id"]
+            _say(f"launched {launched['experiment_id']}: {title}")
+        results: dict[str, dict[str, Any]] = {}
+        last = ""
+        while len(results) < len(ids):
+            await anyio.sleep(1.0)
+            states = []
+            for title, exp_id in ids.items():
+                ok, res = await _call(client, "fetch_sky_logs", experiment_id=exp_id, tail_lines=0)
+                assert ok and isinstance(res, dict)
+                states.append(f"{exp_id}:{res['status']}({res['pairs_done']} pairs)")
+                if res["status"] in ("done", "failed", "checks_failed", "cancelled", "lost"):
+                    results[title] = res
+            line = "  " + "  ".join(states)
+            if line != last:
+                _say(line)
+                last = line
+        _say("")
+        for title, res in results.items():
+            m = res["metrics"].get("rows_per_s") or {}
+            has_ci = m.get("ci_low_pct") is not None
+            ci = f"[{m['ci_low_pct']:+.1f}%, {m['ci_high_pct']:+.1f}%]" if has_ci else ""
+            delta = f"{m['delta_pct']:+.1f}%" if m.get("delta_pct") is not None else "n/a"
+            _say(f"{title}: {res['status']}, verdict {res['verdict']}, {delta} {ci}, {m.get('n_pairs', 0)} pairs")
+            ok, out = await _call(client, "commit_winner", experiment_id=ids[title])
+            if ok and isinstance(out, dict):
+                _say(f"  committed {out['commit'][:12]} on {out['branch']}")
+            else:
+                _say(f"  commit_winner refused: {str(out).removeprefix('Error executing tool commit_winner: ')}")
+        ok, listing = await _call(client, "list_experiments")
+        assert ok and isinstance(listing, dict)
+    _say("")
+    _say(f"summary: {len(ids)} experiments, {listing['kept']} kept, {listing['discarded']} discarded, "
+         f"{time.monotonic() - t0:.0f} s")
+    _say(_git(repo, "log", "--oneline", "-3", "autoresearch/demo"))
+    return 0
+
+
+def main(keep: bool = False) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="autoresearch-demo-"))
+    try:
+        return anyio.run(run_demo, workdir)
+    finally:
+        if keep:
+            _say(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,94 @@
+"""The MCP server as clients see it: both protocol modes in-process, and stdio as Claude Code runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from mcp import Client, StdioServerParameters
+
+from autoresearch_mcp.app import build_server
+from conftest import script_repo
+from helpers import call
+
+pytestmark = pytest.mark.anyio
+CONTRACT = json.loads((Path(__file__).parents[1] / "tests" / "contract.json").read_text())
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_every_tool_has_an_output_schema_annotations_and_a_description(mode: str) -> None:
+    async with Client(build_server(), mode=mode) as c:  # type: ignore[arg-type]
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+    assert {"start_session", "list_experiments", "launch_experiment", "fetch_sky_logs", "commit_winner",
+            "cancel_experiment", "stop_workers"} <= set(tools)
+    for name, tool in tools.items():
+        assert tool.output_schema and tool.output_schema.get("properties"), name
+        assert tool.annotations is not None and tool.annotations.read_only_hint is not None, name
+        assert tool.description and len(tool.description) <= 2048, name
+        assert not {"anyOf", "oneOf", "allOf"} & set(tool.input_schema), name
+        want = CONTRACT["tools"].get(name)
+        if want:
+            assert set(want["inputs"]) <= set(tool.input_schema["properties"]), name
+            assert set(want["outputs"]) <= set(tool.output_schema["properties"]), name
+    assert tools["list_experiments"].annotations.read_only_hint is True
+    assert tools["cancel_experiment"].annotations.destructive_hint is True
+
+
+def stdio(cwd: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"],
+                                 cwd=str(cwd), env=dict(os.environ))
+
+
+async def test_stdio_server_answers_and_reports_errors_as_tool_errors(tmp_path: Path) -> None:
+    async with Client(stdio(tmp_path)) as c:
+        tools = (await c.list_tools()).tools
+        assert len(tools) >= 7
+        res = await c.call_tool("list_experiments", {})
+    assert res.is_error and "call start_session" in res.content[0].text  # type: ignore[union-attr]
+
+
+async def test_version_flag() -> None:
+    out = subprocess.run([sys.executable, "-m", "autoresearch_mcp", "--version"], capture_output=True, text=True)
+    assert out.stdout.startswith("autoresearch-mcp ")
+
+
+async def test_after_kill_9_the_ledger_survives_and_interrupted_experiments_are_lost(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, 'if [ -e slow ]; then sleep 60; fi; echo METRIC score=$((100 + RANDOM % 3))')
+    pid = -1
+    try:
+        async with Client(stdio(repo)) as c:
+            await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="k")
+            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+                                  patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
+            exp_id = launched["experiment_id"]
+            with anyio.fail_after(30):
+                while (res := await call(c, "fetch_sky_logs", experiment_id=exp_id))["status"] != "running":
+                    await anyio.sleep(0.1)
+            ledger = (repo / ".autoresearch" / "ledger.jsonl").read_text().splitlines()
+            pid = next(json.loads(line)["runtime"]["pid"] for line in ledger if '"pid"' in line)
+            assert res["status"] == "running"
+            # kill -9 the server process itself (the stdio child of this client)
+            for p in psutil.Process().children(recursive=True):
+                if "autoresearch_mcp" in " ".join(p.cmdline()):
+                    p.send_signal(signal.SIGKILL)
+    except BaseException:  # the client loses its server mid-session, as intended
+        pass
+    assert pid > 0 and psutil.pid_exists(pid)  # the runner outlived its server...
+    # a torn last line, as a crash mid-write would leave
+    with open(repo / ".autoresearch" / "ledger.jsonl", "a") as fh:
+        fh.write('{"type": "status", "experiment_id": "')
+    async with Client(stdio(repo)) as c:  # the new server binds the session left in its cwd
+        listing = await call(c, "list_experiments")
+    assert [e["status"] for e in listing["experiments"]] == ["lost"]
+    assert any("torn" in w for w in listing["warnings"])
+    time.sleep(0.5)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not list((tmp_path / "cache" / "worktrees").glob("*/exp-*/"))
