@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -78,6 +79,7 @@ def _guard(fn: Callable[P, R]) -> Callable[P, R]:
         except AutoresearchError as exc:
             raise ToolError(str(exc)) from exc
 
+    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")  # the docstring is the tool's description
     return wrapper
 
 

@@ -26,7 +26,7 @@ from autoresearch_mcp.experiments.runner import classify, robust_cv
 DEFAULT_ALPHA = 0.02
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_NOISE_LIMIT = 0.10
-DEFAULT_MAX_PAIRS = 30
+DEFAULT_MAX_PAIRS = 50
 AUTO_LOOKS = (5, 8, 12, 16, 20, 25, 30, 40, 50, 60, 80, 100)
 
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Checks the plugin with real clients: Claude Code (pinned) validates it and connects to the
+# server; the MCP Inspector CLI lists the tools; the shared contract checker holds the server to
+# ../shared/contract.json when that file is present.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export PATH="$root/.venv/bin:$PATH"
+CLAUDE_CODE_VERSION=2.1.332
+INSPECTOR_VERSION=0.15.0   # the newest that runs on Node 20 (2.x needs Node >= 22.19)
+
+tools="${AUTORESEARCH_NPM_TOOLS:-$HOME/.cache/autoresearch-mcp-ci/npm}"
+mkdir -p "$tools"
+if [ ! -x "$tools/node_modules/.bin/claude" ] || [ ! -e "$tools/node_modules/@modelcontextprotocol/inspector" ]; then
+  (cd "$tools" && npm install --silent --no-audit --no-fund \
+     "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" >&2)
+fi
+home="$(mktemp -d)"
+work="$(mktemp -d)"
+trap 'rm -rf "$home" "$work"' EXIT
+
+echo "check_plugin: claude plugin validate --strict" >&2
+HOME="$home" "$tools/node_modules/.bin/claude" plugin validate --strict "$root"
+
+echo "check_plugin: claude --plugin-dir . mcp list" >&2
+out="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" --plugin-dir "$root" mcp list 2>&1)"
+echo "$out"
+grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
+
+echo "check_plugin: MCP Inspector tools/list" >&2
+listing="$(cd "$work" && timeout 120 "$tools/node_modules/.bin/mcp-inspector" --cli autoresearch-mcp serve --method tools/list)"
+for tool in start_session list_experiments launch_experiment fetch_sky_logs commit_winner cancel_experiment \
+            stop_workers search_arxiv read_paper survey_forks diff_backends analyze_bounds report; do
+  grep -q "\"$tool\"" <<<"$listing" || { echo "check_plugin: inspector does not list $tool" >&2; exit 1; }
+done
+grep -q '"outputSchema"' <<<"$listing"
+
+contract="$root/../shared/check_contract.py"
+if [ -f "$contract" ]; then
+  echo "check_plugin: shared contract" >&2
+  (cd "$work" && python "$contract" --all)
+fi
+echo "check_plugin: ok" >&2
