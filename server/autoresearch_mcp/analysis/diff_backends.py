@@ -13,7 +13,8 @@ Rules (documented in the tool description and README):
 
 from __future__ import annotations
 
-import logging
+import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -29,6 +30,7 @@ from autoresearch_mcp.analysis.inventory import (
     detect_families,
     index_text,
     scan_file,
+    strip_code,
 )
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import (
@@ -39,49 +41,49 @@ from autoresearch_mcp.models import (
     IsaUse,
 )
 
-log = logging.getLogger(__name__)
-
-LIST_LIMIT = 30  # items per backend list in the output; counts give the rest
+LIST_LIMIT = 20  # items per backend list in the output; counts give the rest
 EVIDENCE_LIMIT = 6
+NOTES_LIMIT = 20
 PARALLEL_MIN_BYTES = 8_000_000  # below this a process pool costs more than it saves
 
 
 def compare_backends(repo: str, backends: list[str] | None = None, target: str | None = None,
                      max_gaps: int = 25) -> DiffBackendsResult:
+    """Inventory every backend of `repo` and list what the others have and `target` lacks."""
     t0 = time.perf_counter()
     repo_path = Path(repo).expanduser()
     if not repo_path.is_dir():
         raise InputError(f"repo {repo!r} is not a directory; give the path of a local repository")
     repo_path = repo_path.resolve()
     roots, notes = resolve(repo_path, backends)
-    t_discover = time.perf_counter()
+    names = [root.name for root in roots]
+    chosen = target or ("cpu" if "cpu" in names else None)
+    if chosen is None:
+        raise InputError(f"no cpu backend to compare against; pass target= with one of: {', '.join(names)}")
+    if chosen not in names:
+        raise InputError(f"target {chosen!r} is not one of the backends ({', '.join(names)}); pass one of them")
+    if len(roots) < 2:
+        raise InputError(f"only one backend ({names[0]}) to compare; name others with backends=[...]")
+    t_read = time.perf_counter()
 
     scans = _scan_all(roots)
     t_scan = time.perf_counter()
 
     all_scans = [s for per in scans for s in per]
-    headers = [scan_file(f).code for f in shared_headers(repo_path, roots)]
+    headers = [strip_code(f.text) for f in shared_headers(repo_path, roots)]
     families = detect_families(all_scans, headers)
     if not families:
         notes.append(
-            "no op enum family found: looked for case labels like PREFIX_OP_NAME or OpType::Name; "
-            "only fusion strings, ISA families and kernels are compared"
+            "no op enum family found: looked for case labels and enums named like PREFIX_OP_NAME or "
+            "OpType::Name; only named fusion strings, ISA families and kernels are compared"
         )
+    t_families = time.perf_counter()
+
     extractor = Extractor(families)
     inventories = [extractor.inventory(root, per) for root, per in zip(roots, scans, strict=True)]
     _apply_default_support(inventories, extractor)
     t_extract = time.perf_counter()
 
-    names = [inv.name for inv in inventories]
-    chosen = target or ("cpu" if "cpu" in names else None)
-    if chosen is None or chosen not in names:
-        raise InputError(
-            f"target {chosen!r} is not one of the backends ({', '.join(names)}); "
-            "pass target= with one of them" if chosen else
-            f"no cpu backend to compare against; pass target= with one of: {', '.join(names)}"
-        )
-    if len(inventories) < 2:
-        raise InputError(f"only one backend ({names[0]}) to compare; name others with backends=[...]")
     gaps = _gaps(inventories, chosen, extractor)
     t_gaps = time.perf_counter()
 
@@ -108,12 +110,13 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
         files_scanned=sum(inv.files for inv in inventories),
         lines_scanned=sum(inv.lines for inv in inventories),
         timings_s={
-            "discover_and_read": round(t_discover - t0, 3),
-            "strip_and_index": round(t_scan - t_discover, 3),
-            "extract": round(t_extract - t_scan, 3),
+            "discover_and_read": round(t_read - t0, 3),
+            "strip_and_index": round(t_scan - t_read, 3),
+            "op_families": round(t_families - t_scan, 3),
+            "extract": round(t_extract - t_families, 3),
             "gaps": round(t_gaps - t_extract, 3),
         },
-        notes=notes[:20] + ([f"... and {len(notes) - 20} more notes"] if len(notes) > 20 else []),
+        notes=notes[:NOTES_LIMIT] + ([f"... and {len(notes) - NOTES_LIMIT} more"] if len(notes) > NOTES_LIMIT else []),
     )
 
 
@@ -121,7 +124,10 @@ def _scan_all(roots: list[BackendRoot]) -> list[list[Scan]]:
     files = [f for root in roots for f in root.files]
     size = sum(len(f.text) for f in files)
     if size >= PARALLEL_MIN_BYTES:
-        with ProcessPoolExecutor(max_workers=2) as pool:
+        # forkserver, not fork: the MCP server runs tools in threads, and forking a threaded
+        # process can deadlock the child
+        context = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1), mp_context=context) as pool:
             indexed = pool.map(index_text, [f.text for f in files], chunksize=16)
             flat = [Scan(f, *ix) for f, ix in zip(files, indexed, strict=True)]
     else:

@@ -158,6 +158,11 @@ def _blank(m: re.Match[str]) -> str:
     return "\n" * s.count("\n") or " "
 
 
+def strip_code(text: str) -> str:
+    """Comments and string literals blanked; every newline kept, so line numbers stay right."""
+    return _STRIP.sub(_blank, text)
+
+
 def scan_file(f: SourceFile) -> Scan:
     return Scan(f, *index_text(f.text))
 
@@ -169,7 +174,7 @@ def index_text(text: str) -> Index:
     """Blank comments and strings, then index lines, case labels, function definitions and ISA uses.
 
     Independent of the other files, so it runs in worker processes on big trees."""
-    code = _STRIP.sub(_blank, text)
+    code = strip_code(text)
     line_starts = [0, *itertools.accumulate(len(line) + 1 for line in code.split("\n"))][:-1]
     cases = [(m.start(), m.group(1)) for m in _CASE.finditer(code) if not _glued(code, m.start())]
     funcs = []
@@ -261,8 +266,7 @@ class Extractor:
         self._token = re.compile(
             "(?:" + "|".join(re.escape(f.prefix) for f in by_len) + r")\w+" if families else r"(?!)"
         )
-        self._family_of = {f.prefix: f for f in families}
-        self._categories = {f.category: f for f in families if f.category}
+        self._categories = {f.category for f in families if f.category}
         shorts = {m for f in families for m in f.members}
         self._shorts = sorted(shorts, key=len, reverse=True)
         named = [re.escape(s.lower()) for s in self._shorts if len(s) > 3]

@@ -1,0 +1,72 @@
+"""A real multi-backend tree for tests and benchmarks: llama.cpp's ggml, as vendored in the
+llama-cpp-python sdist on PyPI, downloaded once with pip and cached.
+
+Cache: $AUTORESEARCH_TEST_CACHE, else ~/.cache/autoresearch-mcp-tests (not AUTORESEARCH_CACHE_DIR,
+which the test suite points at a fresh temporary folder for every test).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from filelock import FileLock
+
+# 0.3.36: current ggml (about 500k lines under ggml/); its CPU backend already fuses RMS_NORM+MUL.
+CURRENT = "0.3.36"
+# 0.3.16 (August 2025): the CPU backend fuses nothing while CUDA, Metal, Vulkan and OpenCL fuse
+# RMS_NORM+MUL: the gap that the published llama.cpp run turned into its best win.
+HISTORIC = "0.3.16"
+
+
+class TreeUnavailable(Exception):
+    """The registry could not be reached or the download failed."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("AUTORESEARCH_TEST_CACHE") or "~/.cache/autoresearch-mcp-tests").expanduser()
+
+
+def llama_cpp_tree(version: str = CURRENT) -> Path:
+    """The folder holding `ggml/` of llama.cpp as vendored in llama-cpp-python==version."""
+    cache = cache_dir()
+    dest = cache / f"llama-cpp-python-{version}"
+    done = dest / ".complete"
+    if done.exists():
+        return dest / "llama.cpp"
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache / f"llama-cpp-python-{version}.lock")):
+        if done.exists():
+            return dest / "llama.cpp"
+        sdist = _download(version, cache / "sdist")
+        shutil.rmtree(dest, ignore_errors=True)
+        prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+        with tarfile.open(sdist) as tar:
+            members = []
+            for member in tar.getmembers():
+                if member.name.startswith(prefix + "ggml/") and (member.isfile() or member.isdir()):
+                    member.name = "llama.cpp/" + member.name[len(prefix):]
+                    members.append(member)
+            tar.extractall(dest, members=members, filter="data")
+        sdist.unlink()
+        done.touch()
+    return dest / "llama.cpp"
+
+
+def _download(version: str, folder: Path) -> Path:
+    sdist = folder / f"llama_cpp_python-{version}.tar.gz"
+    if sdist.exists():
+        return sdist
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           f"llama-cpp-python=={version}", "-d", str(folder)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TreeUnavailable(f"pip download failed: {exc}") from exc
+    if proc.returncode != 0 or not sdist.exists():
+        raise TreeUnavailable(f"pip download of llama-cpp-python=={version} failed: {proc.stderr[-500:]}")
+    return sdist

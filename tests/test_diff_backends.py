@@ -1,0 +1,418 @@
+"""diff_backends: backend discovery, per-backend inventory, and the gaps of a target backend.
+
+Synthetic trees use their own op naming family (TOY_OP_*, TOY_UNARY_OP_*), so nothing in the
+extraction is tied to llama.cpp's names. The real-tree tests read llama.cpp's ggml as vendored in
+the llama-cpp-python sdist (downloaded once and cached; see realtree.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from autoresearch_mcp.analysis.diff_backends import compare_backends
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.models import BackendGap, BackendInventory, DiffBackendsResult
+from realtree import CURRENT, HISTORIC, TreeUnavailable, llama_cpp_tree
+
+HEADER = """\
+enum toy_op {
+    TOY_OP_NONE = 0,
+    TOY_OP_ADD, TOY_OP_MUL, TOY_OP_RMS_NORM, TOY_OP_SOFT_MAX,
+    TOY_OP_ROPE, TOY_OP_UNARY, TOY_OP_SCALE,
+    TOY_OP_COUNT,
+};
+enum toy_unary_op { TOY_UNARY_OP_SILU, TOY_UNARY_OP_GELU, TOY_UNARY_OP_TANH, TOY_UNARY_OP_COUNT };
+enum toy_op_pool { TOY_OP_POOL_AVG, TOY_OP_POOL_MAX, TOY_OP_POOL_COUNT };
+"""
+
+# CPU: supports every op by default, rejects ROPE; separate passes, no fusion.
+CPU = """\
+#include <immintrin.h>
+static void toy_cpu_rms_norm(float * x, int n) { __m256 acc = _mm256_setzero_ps(); (void) acc; }
+static void toy_compute_forward(struct toy_tensor * t) {
+    switch (t->op) {
+        case TOY_OP_ADD:      toy_cpu_add(t); break;
+        case TOY_OP_MUL:      toy_cpu_mul(t); break;
+        case TOY_OP_RMS_NORM: toy_cpu_rms_norm(t->data, t->n); break;
+        default: break;
+    }
+}
+static bool toy_cpu_supports_op(const struct toy_tensor * op) {
+    switch (op->op) {
+        case TOY_OP_ROPE:
+            return false;
+        case TOY_OP_MUL:
+            return op->type == 0;
+        default:
+            return true;
+    }
+}
+"""
+
+# CUDA: a multi-line initializer list, a unary sub-op, a commented-out fusion, an op in a string.
+CUDA = """\
+__global__ void rms_norm_f32(const float * x, float * dst) { }
+static bool toy_cuda_supports_op(const struct toy_tensor * op) {
+    switch (op->op) {
+        case TOY_OP_ADD: case TOY_OP_MUL: case TOY_OP_RMS_NORM: case TOY_OP_SOFT_MAX: case TOY_OP_ROPE:
+        case TOY_OP_UNARY: case TOY_OP_SCALE:
+            return true;
+        default:
+            return false;
+    }
+}
+static void toy_cuda_graph_compute(struct toy_graph * g) {
+    for (int i = 0; i < g->n; i++) {
+        if (toy_can_fuse(g, i, {
+                TOY_OP_RMS_NORM,
+                TOY_OP_MUL,
+                TOY_OP_ADD })) {
+            i += 2; continue;
+        }
+        if (toy_cuda_can_fuse(g, i, { TOY_OP_UNARY, TOY_OP_MUL }, { TOY_UNARY_OP_SILU })) { i++; continue; }
+        // if (toy_can_fuse(g, i, { TOY_OP_SOFT_MAX, TOY_OP_SCALE })) { ... }
+        /* toy_can_fuse(g, i, { TOY_OP_ROPE, TOY_OP_SCALE }) */
+        log_info("fused TOY_OP_SCALE, TOY_OP_ROPE");
+    }
+}
+"""
+
+# Metal: an array filled element by element whose first op comes from the dispatch that calls it,
+# and a fusion list behind a macro.
+METAL = """\
+#define RMS_MUL_OPS { TOY_OP_RMS_NORM, TOY_OP_MUL }
+kernel void kernel_rms_norm(device const float * x) { }
+static int toy_metal_op_rms_norm(struct ctx * ctx, int idx) {
+    enum toy_op ops[8];
+    ops[0] = ctx->node(idx)->op;
+    ops[1] = TOY_OP_MUL;
+    ops[2] = TOY_OP_ADD;
+    int n_fuse = 1;
+    while (toy_can_fuse(ctx->gf, idx + n_fuse, ops + n_fuse, 2)) { n_fuse++; }
+    return n_fuse;
+}
+static int toy_metal_encode(struct ctx * ctx, int idx) {
+    switch (ctx->node(idx)->op) {
+        case TOY_OP_RMS_NORM:
+            return toy_metal_op_rms_norm(ctx, idx);
+        case TOY_OP_SOFT_MAX:
+            if (toy_can_fuse(ctx->gf, idx, RMS_MUL_OPS)) { return 2; }
+            return 1;
+        case TOY_OP_ADD: case TOY_OP_MUL: case TOY_OP_SCALE:
+            return 1;
+        default:
+            return 0;
+    }
+}
+"""
+
+# Vulkan: named fusion strings, and a list of ops that is not a fusion (no fusion check uses it).
+VULKAN = """\
+static const enum toy_op elementwise_ops[] = { TOY_OP_ADD, TOY_OP_MUL, TOY_OP_SCALE };
+static void toy_vk_build(struct toy_graph * g, int i) {
+    const char * fusion_string = "";
+    if (toy_vk_fuse_rms_mul(g, i)) {
+        fusion_string = "RMS_NORM_MUL";
+    } else if (toy_vk_fuse_silu_mul(g, i)) {
+        fusion_string = "SILU_MUL";
+    }
+    for (int k = 0; k < 3; k++) { toy_vk_pipeline(elementwise_ops[k]); }
+    switch (g->nodes[i]->op) { case TOY_OP_RMS_NORM: case TOY_OP_ROPE: case TOY_OP_SOFT_MAX: break; }
+}
+"""
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    return write_tree(tmp_path / "toy", {
+        "include/toy.h": HEADER,
+        "src/toy-cpu/toy-cpu.c": CPU,
+        "src/toy-cuda/toy-cuda.cu": CUDA,
+        "src/toy-metal/toy-metal.m": METAL,
+        "src/toy-vulkan/toy-vulkan.cpp": VULKAN,
+        "README.md": "# toy\n",
+    })
+
+
+def gap(result: DiffBackendsResult, item: str) -> BackendGap:
+    found = [g for g in result.gaps if g.item == item]
+    assert found, f"{item} not in {[g.item for g in result.gaps]}"
+    return found[0]
+
+
+def backend(result: DiffBackendsResult, name: str) -> BackendInventory:
+    return next(b for b in result.backends if b.name == name)
+
+
+# --- discovery ---------------------------------------------------------------------------------
+
+
+def test_backends_are_found_by_folder_conventions(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "p", {
+        "include/toy.h": HEADER,
+        "lib/toy-cpu/a.c": CPU,
+        "lib/toy-cuda/b.cu": CUDA,
+        "lib/toy-fancy/c.c": "int f(void) { return TOY_OP_ADD; }\n",  # unknown name, shared prefix
+        "lib/toy-cpu/arch/x86/d.c": "int g(void) { return 0; }\n",  # inside a backend: not a backend
+        "plugins/backends/npu2/e.cpp": "int h(void) { return TOY_OP_MUL; }\n",  # child of backends/
+    })
+    result = compare_backends(str(tree))
+    assert {b.name: b.root for b in result.backends} == {
+        "cpu": "lib/toy-cpu", "cuda": "lib/toy-cuda", "fancy": "lib/toy-fancy", "npu2": "plugins/backends/npu2",
+    }
+    assert result.target == "cpu"
+
+
+def test_no_backends_says_what_was_looked_for_and_how_to_name_them(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "p", {"src/main.c": "int main(void) { return 0; }\n"})
+    with pytest.raises(InputError, match=r"no backends found.*ggml-cuda.*cpu=src/cpu.*name=ref:path"):
+        compare_backends(str(tree))
+
+
+def test_a_backend_path_outside_the_repository_is_refused(toy: Path) -> None:
+    (toy.parent / "elsewhere").mkdir()
+    with pytest.raises(InputError, match="outside"):
+        compare_backends(str(toy), ["cpu", "x=../elsewhere"])
+
+
+def test_binary_and_huge_files_are_skipped_and_reported(toy: Path) -> None:
+    (toy / "src/toy-cuda/blob.h").write_bytes(b"\x00\x01TOY_OP_SCALE" * 10)
+    (toy / "src/toy-cuda/huge.cu").write_text("// x\n" * 500_000)
+    result = compare_backends(str(toy))
+    cuda = backend(result, "cuda")
+    assert cuda.skipped_files == 2
+    assert any("binary" in s for s in cuda.skipped_examples)
+    assert any("huge" in s for s in cuda.skipped_examples)
+
+
+# --- inventory ---------------------------------------------------------------------------------
+
+
+def test_op_family_is_detected_from_case_labels_and_narrowed_by_its_enum(toy: Path) -> None:
+    result = compare_backends(str(toy))
+    assert result.op_families[:2] == ["TOY_OP_", "TOY_UNARY_OP_"]
+    (toy / "src/toy-vulkan/pool.cpp").write_text(
+        "int pool(int p) { switch (p) { case TOY_OP_POOL_AVG: case TOY_OP_POOL_MAX: return 1; } return 0; }\n"
+    )
+    vulkan = backend(compare_backends(str(toy)), "vulkan")
+    assert not [op for op in vulkan.ops if "POOL" in op]
+
+
+def test_multiline_initializer_list_in_a_fusion_check_is_a_fusion(toy: Path) -> None:
+    assert "RMS_NORM+MUL+ADD" in backend(compare_backends(str(toy)), "cuda").fusions
+
+
+def test_unary_placeholder_is_replaced_by_its_sub_op(toy: Path) -> None:
+    assert "SILU+MUL" in backend(compare_backends(str(toy)), "cuda").fusions
+
+
+def test_comments_and_strings_do_not_count(toy: Path) -> None:
+    cuda = backend(compare_backends(str(toy)), "cuda")
+    assert "SOFT_MAX+SCALE" not in cuda.fusions
+    assert "ROPE+SCALE" not in cuda.fusions
+    assert cuda.fusions_count == 2
+
+
+def test_element_filled_array_takes_its_first_op_from_the_calling_dispatch(toy: Path) -> None:
+    assert "RMS_NORM+MUL+ADD" in backend(compare_backends(str(toy)), "metal").fusions
+
+
+def test_fusion_list_behind_a_macro_is_a_fusion(toy: Path) -> None:
+    assert "RMS_NORM+MUL" in backend(compare_backends(str(toy)), "metal").fusions
+
+
+def test_named_fusion_strings_are_split_into_op_chains(toy: Path) -> None:
+    vulkan = backend(compare_backends(str(toy)), "vulkan")
+    assert set(vulkan.fusions) == {"RMS_NORM+MUL", "SILU+MUL"}  # elementwise_ops is no fusion
+
+
+def test_isa_families_and_kernels_are_listed(toy: Path) -> None:
+    (toy / "src/toy-cpu/arm.c").write_text(
+        "#if defined(__ARM_NEON)\nfloat32x4_t v = vaddq_f32(a, b);\n#endif\n"
+        "#ifdef __riscv_v\nvfloat32m1_t w;\n#endif\nint toy_vk_mm_x(void);\n"
+    )
+    result = compare_backends(str(toy))
+    cpu = backend(result, "cpu")
+    assert {i.name for i in cpu.isa} == {"AVX2", "NEON", "RVV"}  # toy_vk_mm_x is no SSE intrinsic
+    assert "rms_norm_f32" in backend(result, "cuda").kernels
+    assert "kernel_rms_norm" in backend(result, "metal").kernels
+
+
+# --- gaps --------------------------------------------------------------------------------------
+
+
+def test_gaps_are_ranked_by_how_many_backends_have_them_with_evidence(toy: Path) -> None:
+    result = compare_backends(str(toy))
+    assert result.gaps[0].item == "RMS_NORM+MUL"
+    assert result.gaps[0].present_in == ["cuda", "metal", "vulkan"]  # cuda by its longer chain
+    assert result.gaps[0].missing_in == ["cpu"]
+    cuda_ev = next(e for e in result.gaps[0].evidence if e.backend == "cuda")
+    assert cuda_ev.file == "src/toy-cuda/toy-cuda.cu"
+    assert cuda_ev.line == 13
+    assert "toy_can_fuse" in cuda_ev.snippet and "RMS_NORM+MUL+ADD" in cuda_ev.snippet
+    metal_ev = next(e for e in result.gaps[0].evidence if e.backend == "metal")
+    assert (metal_ev.line, metal_ev.snippet) == (1, "#define RMS_MUL_OPS { TOY_OP_RMS_NORM, TOY_OP_MUL }")
+    counts = [len(g.present_in) for g in result.gaps]
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_default_supporting_target_lacks_only_the_ops_it_rejects(toy: Path) -> None:
+    result = compare_backends(str(toy))
+    cpu = backend(result, "cpu")
+    assert cpu.supports_by_default
+    assert cpu.rejected_ops == ["TOY_OP_ROPE"]
+    assert [g.item for g in result.gaps if g.kind == "op"] == ["TOY_OP_ROPE"]  # SOFT_MAX is not a gap
+    assert gap(result, "TOY_OP_ROPE").present_in == ["cuda", "vulkan"]
+
+
+def test_any_backend_can_be_the_target(toy: Path) -> None:
+    result = compare_backends(str(toy), target="vulkan")
+    assert gap(result, "RMS_NORM+MUL+ADD").present_in == ["cuda", "metal"]
+    assert "TOY_OP_ROPE" not in [g.item for g in result.gaps]
+
+
+def test_max_gaps_bounds_the_list_and_counts_the_rest(toy: Path) -> None:
+    result = compare_backends(str(toy), max_gaps=1)
+    assert len(result.gaps) == 1
+    assert result.omitted == result.total_gaps - 1 > 0
+    assert sum(result.omitted_by_kind.values()) == result.omitted
+
+
+def test_unknown_target_names_the_backends(toy: Path) -> None:
+    with pytest.raises(InputError, match="cpu, cuda, metal, vulkan"):
+        compare_backends(str(toy), target="tpu")
+
+
+# --- other versions and forks ------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_a_backend_at_another_git_ref_is_compared(toy: Path) -> None:
+    git(toy, "init", "-q")
+    git(toy, "add", ".")
+    git(toy, "commit", "-qm", "v1")
+    git(toy, "tag", "v1")
+    (toy / "src/toy-cpu/toy-cpu.c").write_text(
+        CPU + "static void fuse(struct toy_graph * g) { toy_can_fuse(g, 0, { TOY_OP_SOFT_MAX, TOY_OP_SCALE }); }\n"
+    )
+    git(toy, "commit", "-qam", "v2")
+    (toy / "src/toy-cpu/toy-cpu.c").write_text(CPU)  # the work tree went back to no fusion
+    result = compare_backends(str(toy), ["cpu", "cpu_v2=HEAD:src/toy-cpu", "old=v1:src/toy-cpu"])
+    assert backend(result, "cpu_v2").root == "HEAD:src/toy-cpu"
+    g = gap(result, "SOFT_MAX+SCALE")
+    assert g.present_in == ["cpu_v2"]
+    assert g.evidence[0].file == "HEAD:src/toy-cpu/toy-cpu.c"
+    assert "TOY_OP_SOFT_MAX" in g.evidence[0].snippet
+
+
+def test_the_same_folder_in_another_checkout_is_compared(toy: Path, tmp_path: Path) -> None:
+    fork = write_tree(tmp_path / "fork", {
+        "include/toy.h": HEADER,
+        "src/toy-cpu/toy-cpu.c": CPU + "void f(struct graph * g) { can_fuse(g, 0, { TOY_OP_ROPE, TOY_OP_MUL }); }\n",
+    })
+    result = compare_backends(str(toy), ["cpu", f"fork={fork}:src/toy-cpu"])
+    assert gap(result, "ROPE+MUL").evidence[0].file == f"{fork}:src/toy-cpu/toy-cpu.c"
+
+
+def test_a_bad_git_ref_is_explained(toy: Path) -> None:
+    git(toy, "init", "-q")
+    with pytest.raises(InputError, match="git ls-tree failed"):
+        compare_backends(str(toy), ["cpu", "old=nosuchref:src/toy-cpu"])
+
+
+# --- through the MCP protocol ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_tool_returns_structured_gaps_through_an_mcp_client(toy: Path) -> None:
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["diff_backends"].annotations.read_only_hint is True
+        assert tools["diff_backends"].annotations.open_world_hint is False
+        r = await client.call_tool("diff_backends", {"repo": str(toy), "max_gaps": 3})
+        assert not r.is_error
+        data = r.structured_content
+        assert data is not None
+        assert data["target"] == "cpu"
+        assert data["gaps"][0]["item"] == "RMS_NORM+MUL"
+        assert {"file", "line", "snippet"} <= set(data["gaps"][0]["evidence"][0])
+        bad = await client.call_tool("diff_backends", {"repo": str(toy / "nope")})
+        assert bad.is_error
+
+
+# --- real tree: llama.cpp's ggml from the llama-cpp-python sdist (PyPI) --------------------------
+
+
+def real_tree(version: str) -> Path:
+    try:
+        return llama_cpp_tree(version)
+    except TreeUnavailable as exc:
+        pytest.skip(f"llama-cpp-python {version} sdist unavailable (PyPI unreachable?): {exc}")
+
+
+@pytest.fixture(scope="module")
+def ggml_current() -> DiffBackendsResult:
+    return compare_backends(str(real_tree(CURRENT)), max_gaps=200)
+
+
+@pytest.mark.slow
+def test_real_ggml_cpu_gaps_are_fusions_other_backends_have(ggml_current: DiffBackendsResult) -> None:
+    result = ggml_current
+    assert {"cpu", "cuda", "metal", "vulkan", "opencl", "sycl"} <= {b.name for b in result.backends}
+    assert {"GGML_OP_", "GGML_UNARY_OP_", "GGML_GLU_OP_"} <= set(result.op_families)
+    cpu = backend(result, "cpu")
+    assert cpu.supports_by_default and "RMS_NORM+MUL" in cpu.fusions  # ggml-cpu.c fuses it since 2026
+    # ggml-cuda.cu, ggml-metal-fusion.cpp, ggml-opencl.cpp, ggml-sycl.cpp, ggml-vulkan-types.h
+    top = gap(result, "RMS_NORM+MUL+ADD")
+    assert top.present_in == ["cuda", "metal", "opencl", "sycl", "vulkan"]
+    assert result.gaps[0] == top
+    assert any(e.backend == "cuda" and e.file.endswith("ggml-cuda.cu") and "GGML_OP_RMS_NORM" in e.snippet
+               for e in top.evidence)
+    assert gap(result, "RMS_NORM+MUL+ROPE").present_in == ["cuda", "vulkan"]
+    assert gap(result, "SILU+MUL").present_in == ["cuda", "vulkan"]
+    assert not [g for g in result.gaps if g.kind == "op"]  # CPU runs every op it does not reject
+    assert len(result.model_dump_json()) < 100_000
+
+
+@pytest.mark.slow
+def test_real_ggml_august_2025_cpu_lacked_rms_norm_mul() -> None:
+    result = compare_backends(str(real_tree(HISTORIC)))
+    first = result.gaps[0]
+    assert (first.kind, first.item, first.missing_in[0]) == ("fusion", "RMS_NORM+MUL", "cpu")
+    assert first.present_in == ["cuda", "metal", "opencl", "vulkan"]
+    metal = next(e for e in first.evidence if e.backend == "metal")
+    assert metal.file.endswith("ggml-metal.m") and "as part of RMS_NORM+MUL+ADD" in metal.snippet
+
+
+def test_scoped_cpp_enum_families_are_detected(tmp_path: Path) -> None:
+    ops = "enum class OpType { Add, Mul, RmsNorm, Softmax };\n"
+    tree = write_tree(tmp_path / "p", {
+        "backend/cpu/ops.hpp": ops,
+        "backend/cpu/cpu.cpp": "void run(OpType t) { switch (t) { case OpType::Add: case OpType::Mul: break; } }\n",
+        "backend/gpu/gpu.cpp": (
+            "void run(OpType t) { switch (t) { case OpType::Add: case OpType::Softmax: break; } }\n"
+            "bool fuse(Graph & g, int i) { return can_fuse(g, i, { OpType::RmsNorm, OpType::Mul }); }\n"
+        ),
+    })
+    result = compare_backends(str(tree))
+    assert result.op_families == ["OpType::"]
+    assert [(g.kind, g.item) for g in result.gaps] == [
+        ("fusion", "RmsNorm+Mul"), ("op", "OpType::RmsNorm"), ("op", "OpType::Softmax"),
+    ]
