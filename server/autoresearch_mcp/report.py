@@ -46,7 +46,7 @@ COLORS = {KEPT: "#1a9850", DISCARDED: "#9e9e9e", FAILED: "#d73027", RUNNING: "#4
 BEST_COLOR = "#006837"
 _FAILED_STATUSES = frozenset({"failed", "checks_failed", "cancelled", "lost"})
 _FAILED_VERDICTS = frozenset({"invalid", "noisy"})
-MAX_LABELS = 40
+MAX_LABELS = 15
 
 
 @dataclass
@@ -349,7 +349,7 @@ def _primary_panel(ax: Any, data: SessionData) -> None:
                 label="running best (session head)", zorder=4)
         shown.extend(best)
         kept = [r for r in data.rows if r.outcome == KEPT and r.level is not None]
-        for r in kept[:MAX_LABELS]:
+        for r in kept if len(kept) <= MAX_LABELS else []:
             ax.annotate(_short(r.exp.title), (r.index, _pct(r.level) or 0.0), xytext=(4, 6),
                         textcoords="offset points", fontsize=7, color=BEST_COLOR, rotation=20)
         ax.set_xlim(0.0, xs[-1] + 1)
@@ -514,7 +514,7 @@ def _experiments_table(data: SessionData) -> str:
             f'<tr class="{r.outcome}"><td class="num">{r.index}</td><td>{title}</td>'
             f"<td>{_sources(r.launch.get('sources') or [])}</td><td>{outcome}</td>"
             f'<td class="num">{_fmt_pct(cmp.get("delta_pct"))}</td><td class="num">{ci}</td>'
-            f'<td class="num">{_fmt_pct(_pct(r.level))}</td><td class="num">{cmp.get("n_pairs", 0)}</td>'
+            f'<td class="num">{_fmt_pct(_pct(r.level))}</td><td class="num">{_e(cmp.get("n_pairs", 0))}</td>'
             f"<td>{_e(r.checks())}</td><td class=\"num\">{'–' if cost is None else f'${float(cost):.2f}'}</td>"
             f"<td>{log_link}</td></tr>")
     return (f'<section id="experiments"><h2>Experiments ({len(data.rows)})</h2>'

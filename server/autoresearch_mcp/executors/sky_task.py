@@ -1,0 +1,166 @@
+"""What one experiment sends to a SkyPilot worker: a staged workdir and the task that runs it.
+
+SkyPilot rsyncs a task's workdir to `~/sky_workdir` without deleting files, and every job of a
+cluster shares it. So nothing is ever built there: each request stages a fresh directory with
+`base-<commit>.tar.gz` (a `git archive` of the base commit) and `exp-<id>/` (the candidate as the
+files it changes plus the list of files it deletes, the runner, the job), and the run script
+unpacks them on the VM into `~/autoresearch/work/`:
+
+- `base-<commit>/` is unpacked and built once per base commit and reused by later experiments;
+- `exp-<id>/` starts as a copy of the built baseline, then gets the candidate's changed files
+  (fresh mtimes, so an incremental build rebuilds exactly those) and loses the files it deletes.
+  It is removed when the job ends, so no experiment ever sees another one's files.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors.base import Job
+from autoresearch_mcp.experiments import runner
+from autoresearch_mcp.session import SkyConfig
+
+RUNNER = Path(runner.__file__).resolve()
+WORK = "~/autoresearch/work"
+# The runner needs Python >= 3.11 (process groups via `process_group=`); cloud images often ship
+# 3.10, so setup finds or installs one and records its path for the run script.
+SETUP = """\
+set -euo pipefail
+mkdir -p ~/autoresearch/work
+for py in python3.13 python3.12 python3.11 python3; do
+  if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    command -v "$py" > ~/autoresearch/python; exit 0
+  fi
+done
+if command -v conda >/dev/null; then
+  conda create -y -q -p ~/autoresearch/py311 python=3.11 >/dev/null
+  echo ~/autoresearch/py311/bin/python > ~/autoresearch/python; exit 0
+fi
+echo "autoresearch: no Python >= 3.11 on this worker and no conda to install one; use an image with it" >&2
+exit 1
+"""
+
+
+def cluster_name(session_id: str, index: int) -> str:
+    """`ar-<session>-<i>`: lowercase, starts with a letter, short enough for every cloud."""
+    return f"ar-{session_id[:12].lower()}-{index}"
+
+
+def resources(cfg: SkyConfig) -> dict[str, Any]:
+    """The task's `resources:` section from the session's `sky` config."""
+    res: dict[str, Any] = {}
+    if cfg.infra or cfg.region:
+        res["infra"] = (cfg.infra or "*") + (f"/{cfg.region}" if cfg.region else "")
+    if cfg.cpus:
+        res["cpus"] = cfg.cpus
+    if cfg.memory:
+        res["memory"] = cfg.memory
+    if cfg.instance_type:
+        res["instance_type"] = cfg.instance_type
+    if cfg.use_spot:
+        res["use_spot"] = True
+    return res
+
+
+def task_config(cfg: SkyConfig, job: Job, workdir: Path) -> dict[str, Any]:
+    """The SkyPilot task (YAML as a dict) that runs one experiment from its staged workdir.
+
+    In SkyPilot 0.14 a CPU-only job asks the cluster for 0.5 CPU whatever the task says (only Slurm
+    reads `cpus`), so the pool's one-job-per-cluster rule and the runner's machine lock are what
+    keep two benchmarks off one VM; the task still asks for the node's CPUs, which is what it means.
+    """
+    return {
+        "name": f"ar-{job.experiment_id}",
+        "workdir": str(workdir),
+        "setup": SETUP,
+        "run": f"bash exp-{job.experiment_id}/run.sh",
+        "resources": resources(cfg),
+    }
+
+
+def _git(repo_dir: Path, *args: str, out: Path | None = None) -> bytes:
+    cmd = ["git", "-C", str(repo_dir), "--literal-pathspecs", *args]
+    if out is None:
+        return subprocess.run(cmd, check=True, capture_output=True).stdout
+    with open(out, "wb") as fh:
+        subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.PIPE)
+    return b""
+
+
+def changes(repo_dir: Path, base: str, candidate: str) -> tuple[list[str], list[str]]:
+    """Paths the candidate adds or modifies, and paths it deletes, relative to the base commit."""
+    raw = _git(repo_dir, "diff", "--name-status", "--no-renames", "-z", base, candidate)
+    fields = raw.decode("utf-8", "surrogateescape").split("\0")
+    changed: list[str] = []
+    deleted: list[str] = []
+    for status, path in zip(fields[0::2], fields[1::2], strict=False):
+        (deleted if status.startswith("D") else changed).append(path)
+    return changed, deleted
+
+
+def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
+    """Fill the fresh directory `staging` with everything one experiment needs on the worker."""
+    exp = f"exp-{job.experiment_id}"
+    base = f"base-{job.base_commit[:16]}"
+    inbox = staging / exp
+    inbox.mkdir(parents=True)
+    try:
+        _git(repo_dir, "archive", "--format=tar.gz", job.base_commit, out=staging / f"{base}.tar.gz")
+        changed, deleted = changes(repo_dir, job.base_commit, job.candidate_commit)
+        if changed:
+            _git(repo_dir, "archive", "--format=tar.gz", job.candidate_commit, "--", *changed,
+                 out=inbox / "changes.tar.gz")
+    except subprocess.CalledProcessError as exc:
+        raise StateError(f"could not archive {job.experiment_id}'s commits for the worker: "
+                         f"{(exc.stderr or b'').decode(errors='replace').strip()[:400]}") from None
+    (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
+    shutil.copyfile(RUNNER, inbox / "runner.py")
+    spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": base, "candidate_dir": exp,
+            "log_path": None, "machine_lock": "machine.lock"}
+    (inbox / "job.json").write_text(json.dumps(spec))
+    (inbox / "run.sh").write_text(run_script(job, retired))
+
+
+def run_script(job: Job, retired: list[str]) -> str:
+    """The job's run command: unpack, prebuild the baseline, copy it, apply the candidate, run."""
+    exp = f"exp-{job.experiment_id}"
+    base = f"base-{job.base_commit[:16]}"
+    build_timeout = float(job.spec.get("timeouts", {}).get("build", 3600.0))
+    old = " ".join(shlex.quote(f"base-{c[:16]}") for c in retired if c != job.base_commit)
+    return f"""\
+#!/usr/bin/env bash
+# autoresearch: experiment {job.experiment_id} on this worker (generated; runs in ~/sky_workdir)
+set -euo pipefail
+inbox="$PWD/{exp}"
+tars="$PWD"
+py="$(cat ~/autoresearch/python 2>/dev/null || echo python3)"
+mkdir -p {WORK} && cd {WORK}
+for old in {old}; do rm -rf "$old" "$old.build.lock" "$tars/$old.tar.gz"; done
+if [ ! -e {base}/.autoresearch-unpacked ]; then
+  rm -rf {base} && mkdir {base}
+  tar -xzf "$tars/{base}.tar.gz" -C {base}
+  touch {base}/.autoresearch-unpacked
+fi
+# Build the baseline before copying it, so the candidate's build is incremental.
+"$py" - "$inbox" {base} {build_timeout!r} <<'EOF' || true
+import sys
+sys.path.insert(0, sys.argv[1])
+import runner
+runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, reuse=True, machine_lock="machine.lock")
+EOF
+rm -rf {exp} {exp}.build.lock
+cp -a {base} {exp}
+if [ -e "$inbox/changes.tar.gz" ]; then tar -xzmf "$inbox/changes.tar.gz" -C {exp}; fi
+(cd {exp} && xargs -0 -r rm -f -- < "$inbox/deleted")
+set +e
+"$py" "$inbox/runner.py" "$inbox/job.json"
+rc=$?
+rm -rf {exp} {exp}.build.lock "$inbox"
+exit $rc
+"""

@@ -1,0 +1,328 @@
+"""The `sky` executor: the worker pool of sky_pool.py on real SkyPilot clusters.
+
+This is the only module that imports `sky`, and it does so in a helper process, never in the
+server: SkyPilot's SDK prints to stdout (the MCP channel), configures logging, and its import is
+heavy. The server talks to the helper (`python -m autoresearch_mcp.executors.skypilot`) over
+JSON lines on the helper's stdin and the stdout it had at start; inside the helper, fd 1 is
+pointed at stderr (a log file), so whatever SkyPilot prints lands in that log. The helper starts
+SkyPilot's local API server once, from the home directory (a directory that outlives any request).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import copy
+import io
+import itertools
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import git
+
+from autoresearch_mcp.executors.sky_pool import SkyPool
+from autoresearch_mcp.executors.sky_port import (
+    ApiServerDown,
+    ClusterGone,
+    ClusterInfo,
+    JobInfo,
+    NoCloudAccess,
+    ResourcesUnavailable,
+    SkyError,
+)
+from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.experiments.worktrees import repo_key
+from autoresearch_mcp.session import SessionConfig, state_dir
+from autoresearch_mcp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_ERRORS: dict[str, type[SkyError]] = {
+    "no_cloud": NoCloudAccess, "unavailable": ResourcesUnavailable, "gone": ClusterGone,
+    "api_down": ApiServerDown, "error": SkyError,
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class SdkPort:
+    """The real SkyPort: each call is one request to the SkyPilot helper process."""
+
+    def __init__(self, log_path: Path, cwd: Path | None = None) -> None:
+        self.log_path = log_path
+        self.cwd = cwd or Path.home()
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+
+    # --- the helper process -------------------------------------------------------------------------
+
+    def _helper(self) -> subprocess.Popen[str]:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return self._proc
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "a") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "autoresearch_mcp.executors.skypilot"], cwd=self.cwd,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1,
+                )
+            self._proc = proc
+        threading.Thread(target=self._read, args=(proc,), name="autoresearch-sky-helper", daemon=True).start()
+        return proc
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with contextlib.suppress(json.JSONDecodeError, KeyError):
+                reply = json.loads(line)
+                with self._lock:
+                    fut = self._waiting.pop(reply["id"], None)
+                if fut is not None:
+                    fut.set_result(reply)
+        proc.wait()
+        with self._lock:
+            orphans, self._waiting = list(self._waiting.values()), {}
+        for fut in orphans:
+            fut.set_result({"ok": False, "kind": "api_down", "message": (
+                f"the SkyPilot helper process exited with status {proc.returncode}; its log is {self.log_path}. "
+                "Is `autoresearch-mcp[sky]` installed (pip install 'autoresearch-mcp[sky]')?")})
+
+    def call(self, op: str, **args: Any) -> Any:
+        proc = self._helper()
+        fut: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        with self._lock:
+            req_id = next(self._ids)
+            self._waiting[req_id] = fut
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"id": req_id, "op": op, "args": args}) + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the reader thread answers every waiting call when the helper is gone
+        reply = fut.result()
+        if not reply.get("ok"):
+            raise _ERRORS.get(reply.get("kind", "error"), SkyError)(reply.get("message", "SkyPilot failed"))
+        return reply.get("value")
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    # --- SkyPort ------------------------------------------------------------------------------------
+
+    def start_api_server(self) -> None:
+        self.call("api_start")
+
+    def launch(self, cluster: str, task: dict[str, Any], idle_minutes_to_autostop: int) -> tuple[int, ClusterInfo]:
+        value = self.call("launch", cluster=cluster, task=task, idle=idle_minutes_to_autostop)
+        return int(value["job_id"]), ClusterInfo(**value["cluster"])
+
+    def exec(self, cluster: str, task: dict[str, Any]) -> int:
+        return int(self.call("exec", cluster=cluster, task=task))
+
+    def job(self, cluster: str, job_id: int) -> JobInfo:
+        return JobInfo(**self.call("job", cluster=cluster, job_id=job_id))
+
+    def logs(self, cluster: str, job_id: int) -> str:
+        return str(self.call("logs", cluster=cluster, job_id=job_id))
+
+    def cancel(self, cluster: str, job_id: int) -> None:
+        self.call("cancel", cluster=cluster, job_id=job_id)
+
+    def down(self, cluster: str) -> None:
+        self.call("down", cluster=cluster)
+
+    def stop(self, cluster: str) -> None:
+        self.call("stop", cluster=cluster)
+
+    def clusters(self, names: list[str]) -> list[ClusterInfo]:
+        return [ClusterInfo(**c) for c in self.call("clusters", names=names)]
+
+    def validate(self, task: dict[str, Any]) -> dict[str, Any]:
+        """SkyPilot's own reading of a task (from_yaml_config, validate, to_yaml_config)."""
+        value: dict[str, Any] = self.call("validate", task=task)
+        return value
+
+
+def session_spend(repo_root: Path, session_id: str) -> float:
+    """What the session's experiments cost so far, from the ledger (so a restart keeps the budget)."""
+    view = Ledger(state_dir(repo_root) / "ledger.jsonl").view()
+    return sum(float((e.result or {}).get("cost_usd") or 0.0) for e in view.experiments.values()
+               if e.launch.get("session_id") == session_id)
+
+
+class SkyExecutor(SkyPool):
+    """The pool on real clusters; the API server is started in the background at once."""
+
+    def __init__(self, repo: git.Repo, config: SessionConfig, settings: Settings) -> None:
+        root = Path(repo.working_dir)
+        self.sdk = SdkPort(settings.cache_dir / "sky" / "sdk.log")
+        super().__init__(root, config, self.sdk, settings.cache_dir / "sky" / "staging" / repo_key(repo),
+                         spent_usd=session_spend(root, config.session_id))
+        threading.Thread(target=self._start_api, name="autoresearch-sky-api", daemon=True).start()
+
+    def _start_api(self) -> None:
+        try:
+            self.sdk.start_api_server()
+        except SkyError as exc:
+            log.error("SkyPilot is not ready: %s", exc)
+
+    def close(self) -> None:
+        super().close()
+        self.sdk.close()
+
+
+# --- the helper process (imports sky) --------------------------------------------------------------
+
+
+def _clean(exc: BaseException) -> str:
+    return _ANSI.sub("", str(exc)).strip() or type(exc).__name__
+
+
+def _error(exc: BaseException) -> tuple[str, str]:
+    """Our error kind and an actionable message for an exception raised by the SDK."""
+    from sky import exceptions as ex
+
+    text = _clean(exc)
+    if isinstance(exc, ex.NoCloudAccessError):
+        return "no_cloud", (f"SkyPilot has no cloud access ({text}). Run `sky check` to see which clouds and "
+                            "Kubernetes contexts are enabled, set up credentials for one, then launch again")
+    if isinstance(exc, ex.ResourcesUnavailableError):
+        return "unavailable", (
+            f"no region or zone had the requested resources ({text[:600]}). Change `sky` in "
+            ".autoresearch/config.json (cpus, instance_type, infra, region, use_spot), check quotas, and run "
+            "`sky check` to confirm the cloud is enabled")
+    if isinstance(exc, ex.ClusterDoesNotExist | ex.ClusterNotUpError):
+        return "gone", text
+    if isinstance(exc, ex.ApiServerConnectionError):
+        return "api_down", (f"the SkyPilot API server is not reachable ({text}); start it with `sky api start` "
+                            "(or check `sky api info`)")
+    return "error", f"SkyPilot failed: {type(exc).__name__}: {text[:1500]}"
+
+
+def _describe(name: str, status: str, handle: Any) -> dict[str, Any]:
+    res = getattr(handle, "launched_resources", None)
+    hourly = None
+    if res is not None:
+        with contextlib.suppress(Exception):  # needs the cloud's price catalog
+            hourly = float(res.get_cost(3600))
+    return {"name": name, "status": status, "cloud": str(res.cloud) if res is not None and res.cloud else None,
+            "region": getattr(res, "region", None), "instance_type": getattr(res, "instance_type", None),
+            "use_spot": bool(getattr(res, "use_spot", False)), "hourly_usd": hourly}
+
+
+def _field(record: Any, key: str) -> Any:
+    return record[key] if isinstance(record, dict) else getattr(record, key)
+
+
+_server_lock = threading.Lock()
+_server_started = False
+
+
+def _ensure_server() -> None:
+    """Start the local API server once (a remote endpoint, if configured, is only checked)."""
+    global _server_started
+    import sky
+
+    with _server_lock:
+        if _server_started:
+            return
+        try:
+            sky.api_start()
+        except ValueError:  # an API server endpoint is configured: nothing to start here
+            sky.api_info()
+        _server_started = True
+
+
+def _op(op: str, args: dict[str, Any]) -> Any:
+    import sky
+
+    if op == "validate":
+        task = sky.Task.from_yaml_config(copy.deepcopy(args["task"]))  # it empties the dict it reads
+        task.validate()
+        return task.to_yaml_config()
+    _ensure_server()
+    if op == "api_start":
+        return None
+    cluster = str(args.get("cluster"))
+    if op in ("launch", "exec"):
+        task = sky.Task.from_yaml_config(copy.deepcopy(args["task"]))
+        if op == "exec":
+            job_id, _ = sky.get(sky.exec(task, cluster_name=cluster))
+            return job_id
+        job_id, handle = sky.get(sky.launch(task, cluster_name=cluster, idle_minutes_to_autostop=args["idle"],
+                                            down=True))
+        return {"job_id": job_id, "cluster": _describe(str(cluster), "UP", handle)}
+    if op == "job":
+        for rec in sky.get(sky.queue(cluster, skip_finished=False)):
+            if int(_field(rec, "job_id")) == args["job_id"]:
+                status = _field(rec, "status")
+                return {"job_id": args["job_id"], "status": getattr(status, "value", str(status)),
+                        "start_at": _field(rec, "start_at"), "end_at": _field(rec, "end_at")}
+        raise sky.exceptions.ClusterDoesNotExist(f"job {args['job_id']} is not in the queue of {cluster}")
+    if op == "logs":
+        buf = io.StringIO()
+        sky.tail_logs(cluster, args["job_id"], follow=False, output_stream=buf)
+        return buf.getvalue()
+    if op == "cancel":
+        return sky.get(sky.cancel(cluster, job_ids=[args["job_id"]]))
+    if op in ("down", "stop"):
+        with contextlib.suppress(sky.exceptions.ClusterDoesNotExist):
+            sky.get((sky.down if op == "down" else sky.stop)(cluster))
+        return None
+    if op == "clusters":
+        records = sky.get(sky.status(cluster_names=args["names"]))
+        return [_describe(str(_field(r, "name")), getattr(_field(r, "status"), "value", "?"), _field(r, "handle"))
+                for r in records]
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def _serve(requests: IO[str], replies: IO[str]) -> None:
+    lock = threading.Lock()
+
+    def handle(req: dict[str, Any]) -> None:
+        try:
+            reply = {"id": req["id"], "ok": True, "value": _op(req["op"], req.get("args", {}))}
+        except BaseException as exc:  # every request gets an answer, whatever happened
+            kind, message = ("error", f"{type(exc).__name__}: {_clean(exc)}")
+            with contextlib.suppress(Exception):
+                kind, message = _error(exc)
+            reply = {"id": req["id"], "ok": False, "kind": kind, "message": message}
+        with lock:
+            replies.write(json.dumps(reply, default=str) + "\n")
+            replies.flush()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+        for line in requests:
+            with contextlib.suppress(json.JSONDecodeError):
+                pool.submit(handle, json.loads(line))
+
+
+def main() -> int:
+    # Keep the reply channel, then send fd 1 (and sys.stdout) to stderr: SkyPilot prints freely.
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    _serve(sys.stdin, replies)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""The report (progress chart, self-contained HTML page, TSV) and finalize (independent review branches):
+one end-to-end run of the real loop through an MCP client, the rest on ledgers written record by record."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from bs4 import BeautifulSoup
+from matplotlib.image import imread
+from mcp import Client
+
+from autoresearch_mcp import cli
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.finalize import finalize
+from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, write_report
+from autoresearch_mcp.session import SessionConfig, save_config
+from conftest import git, init_repo
+from helpers import call, error, wait_final
+
+# --- a session written record by record ----------------------------------------------------------
+
+
+class Synthetic:
+    """A real git repository with a session config and a ledger whose records the test writes."""
+
+    def __init__(self, root: Path, direction: str = "higher") -> None:
+        self.root = root
+        (root / "a.txt").parent.mkdir(parents=True, exist_ok=True)
+        (root / "a.txt").write_text("a\n")
+        init_repo(root)
+        self.start = git(root, "rev-parse", "HEAD")
+        git(root, "checkout", "-q", "-b", "autoresearch/t")
+        self.head = self.start
+        save_config(root, SessionConfig(
+            session_id="s1", tag="t", branch="autoresearch/t", repo=str(root), metric="score",
+            direction=direction, executor="local", start_commit=self.start,
+            created_at="2026-01-01T00:00:00+00:00"))
+        self.ledger = Ledger(root / ".autoresearch" / "ledger.jsonl")
+        self.ledger.append({"type": "session", "session_id": "s1", "tag": "t", "head": self.start,
+                            "metric": "score", "baseline": {"score": [99.0, 101.0]}})
+        self.n = 0
+
+    def experiment(self, title: str, delta: float | None, ci: tuple[float, float] | None = None,
+                   verdict: str | None = "no_change", status: str = "done", hypothesis: str = "",
+                   sources: list[str] | None = None, keep: dict[str, str | None] | None = None,
+                   other: dict[str, float] | None = None, cost: float | None = None) -> str:
+        """Launch and finish one experiment; `keep` (file -> content) also commits it as a winner."""
+        self.n += 1
+        exp_id = f"e{self.n:04d}"
+        ts = 1_800_000_000.0 + self.n * 10
+        self.ledger.append({"type": "launch", "ts": ts, "experiment_id": exp_id, "session_id": "s1",
+                            "title": title, "hypothesis": hypothesis, "sources": sources or [],
+                            "base_commit": self.head, "changed_files": sorted(keep or {"a.txt": ""}),
+                            "metric": "score", "direction": "higher"})
+        if status in ("running", "building"):
+            self.ledger.append({"type": "status", "ts": ts + 1, "experiment_id": exp_id, "status": status})
+            return exp_id
+        metrics = {}
+        if delta is not None:
+            lo, hi = ci or (delta - 1.0, delta + 1.0)
+            metrics["score"] = _comparison(delta, lo, hi, verdict)
+            for name, d in (other or {}).items():
+                metrics[name] = _comparison(d, d - 2.0, d + 2.0, "no_change")
+        passed = status == "done"
+        self.ledger.append({
+            "type": "result", "ts": ts + 5, "experiment_id": exp_id, "status": status, "worker": "local",
+            "cost_usd": cost,
+            "outcome": {"status": status, "checks": {"ran": status != "failed", "passed": passed, "duration_s": 0.5},
+                        "host": {"hostname": "box", "cpu_model": "Test CPU", "cpus": 2}},
+            "analysis": {"metrics": metrics, "verdict": verdict if status != "failed" else None}})
+        if keep is not None:
+            for name, content in keep.items():
+                path = self.root / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if content is None:
+                    path.unlink()
+                else:
+                    path.write_text(content)
+            git(self.root, "add", "-A", "--", *keep)
+            git(self.root, "commit", "-q", "-m", f"{title}\n\nAutoresearch-Experiment: {exp_id}")
+            parent, self.head = self.head, git(self.root, "rev-parse", "HEAD")
+            self.ledger.append({"type": "commit", "ts": ts + 6, "experiment_id": exp_id, "commit": self.head,
+                                "parent": parent, "branch": "autoresearch/t", "title": title})
+        return exp_id
+
+
+def _comparison(delta: float, lo: float, hi: float, verdict: str | None) -> dict[str, Any]:
+    return {"baseline": {"n": 5, "mean": 100.0}, "candidate": {"n": 5, "mean": 100.0 * (1 + delta / 100)},
+            "delta_pct": delta, "ci_low_pct": lo, "ci_high_pct": hi, "p_value": 0.001, "n_pairs": 5,
+            "verdict": verdict}
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path) -> Synthetic:
+    return Synthetic(tmp_path / "repo")
+
+
+def pixels_near(png: Path, color: str, tolerance: float = 0.08) -> int:
+    image = imread(str(png))[..., :3]
+    target = np.array([int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(image - target).max(axis=-1) < tolerance).sum())
+
+
+# --- end to end ----------------------------------------------------------------------------------
+
+# One sample: value.txt times factor.txt with +/-0.2% noise, so effects are known exactly.
+PRODUCT = ("awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v s=$RANDOM "
+           "'BEGIN{srand(s); printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*(1+0.004*(rand()-0.5))}'")
+
+
+def product_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "product"
+    repo.mkdir()
+    (repo / "autoresearch.sh").write_text(
+        f"#!/usr/bin/env bash\nset -eu\ncase \"$1\" in\n  build) true ;;\n  bench) {PRODUCT} ;;\nesac\n")
+    (repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\ngrep -qv broken value.txt\n")
+    (repo / "value.txt").write_text("100\n")
+    (repo / "factor.txt").write_text("1\n")
+    return init_repo(repo)
+
+
+def edit(name: str, old: str, new: str) -> str:
+    return f"--- a/{name}\n+++ b/{name}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+
+
+@pytest.mark.anyio
+async def test_a_real_session_is_reported_and_finalized_through_mcp(tmp_path: Path) -> None:
+    repo = product_repo(tmp_path)
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t")
+        kept = []
+        for title, patch in (("value 110", edit("value.txt", "100", "110")),
+                             ("factor 1.1", edit("factor.txt", "1", "1.1"))):
+            launched = await call(c, "launch_experiment", title=title, hypothesis="<b>bigger</b> is better",
+                                  sources=["https://example.org/idea"], source="patch", patch=patch, repeats=5)
+            assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
+            kept.append(await call(c, "commit_winner", experiment_id=launched["experiment_id"]))
+        notes = await call(c, "launch_experiment", title="notes only", source="patch", repeats=5,
+                           patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+nothing\n")
+        broken = await call(c, "launch_experiment", title="broken", source="patch", repeats=5,
+                            patch=edit("value.txt", "110", "broken"))
+        for launched in (notes, broken):
+            await wait_final(c, launched["experiment_id"])
+        out = await call(c, "report", repo=str(repo), secondary_metrics=["other"])
+        done = await call(c, "finalize_session", repo=str(repo))
+
+    assert (out["experiments"], out["kept"], out["discarded"], out["failed"]) == (4, 2, 1, 1)
+    assert 20.0 < out["total_gain_pct"] < 22.0  # 1.1 x 1.1
+    assert out["total_gain_ci_low_pct"] < out["total_gain_pct"] < out["total_gain_ci_high_pct"]
+    assert "2 kept" in out["summary"] and Path(out["html_path"]) == repo.resolve() / ".autoresearch/report/index.html"
+    page = Path(out["html_path"]).read_text()
+    for k in kept:
+        assert k["commit"][:12] in page
+    assert "&lt;b&gt;bigger&lt;/b&gt;" in page and "value.txt | 2" in page
+    rows = list(csv.DictReader(Path(out["tsv_path"]).read_text().splitlines(), delimiter="\t"))
+    assert [r["title"] for r in rows] == ["value 110", "factor 1.1", "notes only", "broken"]
+    assert [r["outcome"] for r in rows] == ["kept", "kept", "discarded", "failed"]
+    assert pixels_near(Path(out["chart_path"]), COLORS[KEPT]) > 50
+
+    assert done["verified"] is True and [b["titles"] for b in done["branches"]] == [["value 110"], ["factor 1.1"]]
+    for branch, name in zip(done["branches"], ("value.txt", "factor.txt"), strict=True):
+        assert branch["files"] == [name]
+        assert git(repo, "rev-parse", f"{branch['name']}~1") == git(repo, "rev-parse", "main")
+
+
+# --- the numbers ---------------------------------------------------------------------------------
+
+
+def test_total_gain_chains_the_kept_experiments_with_a_combined_interval(synthetic: Synthetic) -> None:
+    synthetic.experiment("first", 10.0, (8.0, 12.0), "improved", keep={"a.txt": "1\n"})
+    synthetic.experiment("neutral", 0.2, (-1.0, 1.4))
+    synthetic.experiment("second", 10.0, (8.0, 12.0), "improved", keep={"b.txt": "2\n"})
+    out = write_report(str(synthetic.root))
+    assert out.total_gain_pct == pytest.approx(21.0, abs=1e-6)
+    assert out.total_gain_ci_low_pct is not None and out.total_gain_ci_high_pct is not None
+    # two equal intervals combine to sqrt(2) times one half-width, in log space
+    assert 21.0 - out.total_gain_ci_low_pct == pytest.approx((1.21 - 1.1 * np.exp(
+        -np.sqrt(2) * (np.log(1.12) - np.log(1.08)) / 2 + np.log(1.1))) * 100, rel=0.05)
+    rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
+    # the neutral experiment ran on the first winner's head, so it sits at 1.10 x 1.002 of the start
+    assert float(rows[1]["vs_start_pct"]) == pytest.approx(10.22, abs=0.01)
+    assert "Baseline 100 -> about 121" in out.summary and "keep rate 67%" in out.summary
+
+
+def test_lower_is_better_sessions_keep_the_metrics_own_sign(tmp_path: Path) -> None:
+    s = Synthetic(tmp_path / "repo", direction="lower")
+    s.experiment("faster", -20.0, (-25.0, -15.0), "improved", keep={"a.txt": "fast\n"})
+    s.experiment("slower", 5.0, (3.0, 7.0), "regressed")
+    out = write_report(str(s.root))
+    assert out.total_gain_pct == pytest.approx(-20.0) and out.direction == "lower"
+    assert "Best single experiment: 'faster' -20.00%" in out.summary
+
+
+def test_failed_noisy_and_running_experiments_are_counted_apart(synthetic: Synthetic) -> None:
+    synthetic.experiment("crashed", None, verdict=None, status="failed")
+    synthetic.experiment("too noisy", 30.0, (-20.0, 90.0), "noisy")
+    synthetic.experiment("wrong", 3.0, (1.0, 5.0), "improved", status="checks_failed")
+    synthetic.experiment("still going", None, status="running")
+    synthetic.experiment("meh", -0.5, (-1.0, 0.0), "no_change", cost=0.25)
+    out = write_report(str(synthetic.root))
+    assert (out.kept, out.discarded, out.failed, out.running) == (0, 1, 3, 1)
+    assert out.total_gain_pct == 0.0 and out.total_gain_ci_low_pct is None and out.cost_usd == 0.25
+    assert pixels_near(Path(out.chart_path), COLORS["failed"]) > 20
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def test_agent_written_text_is_escaped(synthetic: Synthetic) -> None:
+    synthetic.experiment(HOSTILE, 1.0, hypothesis=f"because {HOSTILE}", sources=[HOSTILE, "javascript:alert(1)"],
+                         keep={"a.txt": "x\n"}, verdict="improved")
+    soup = BeautifulSoup(Path(write_report(str(synthetic.root)).html_path).read_text(), "html.parser")
+    assert soup.find_all("script") == [] and [img["id"] for img in soup.find_all("img")] == ["chart"]
+    assert not [a for tag in soup.find_all(True) for a in tag.attrs if a.startswith("on")]
+    assert not [a for a in soup.find_all("a") if str(a["href"]).startswith("javascript")]
+    row = soup.select_one("#experiments-table tbody tr")
+    assert row is not None and row.b is not None and row.b.get_text() == HOSTILE  # shown as text, intact
+    assert HOSTILE in row.get_text() and f"because {HOSTILE}" in row.get_text()
+
+
+def test_the_page_is_one_self_contained_file(synthetic: Synthetic) -> None:
+    synthetic.experiment("fuse", 5.0, (4.0, 6.0), "improved", sources=["https://arxiv.org/abs/2401.00001"],
+                         keep={"a.txt": "fused\n"})
+    page = Path(write_report(str(synthetic.root)).html_path).read_text()
+    assert re.search(r'<img id="chart"[^>]* src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', page)
+    assert not re.search(r'<(script|link|iframe)\b', page)
+    assert not re.search(r'\bsrc="(?!data:)', page)  # every asset is inline
+    assert "default-src 'none'" in page  # and the browser is told to fetch nothing
+    assert '<a href="https://arxiv.org/abs/2401.00001"' in page  # sources stay links to follow
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="headless Chromium is not installed (Debian: apt-get install -y chromium)")
+def test_the_page_renders_in_headless_chromium(synthetic: Synthetic, tmp_path: Path) -> None:
+    for i in range(12):
+        won = i % 4 == 0
+        synthetic.experiment(f"idea {i}", 4.0 if won else -0.5, verdict="improved" if won else "no_change",
+                             keep={f"f{i}.txt": "x\n"} if won else None)
+    page = Path(write_report(str(synthetic.root)).html_path)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1400"]
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=90,
+                   check=True)
+    dom = subprocess.run(["chromium", *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=90, check=True).stdout
+    assert 'id="chart"' in dom and 'id="experiments-table"' in dom
+    assert len(re.findall(r'<tr class="(kept|discarded)"', dom)) == 12
+    image = imread(str(shot))[..., :3]
+    assert image.std() > 0.05  # not a blank page
+    assert pixels_near(shot, COLORS[KEPT], tolerance=0.1) > 20  # the chart's kept markers are on screen
+
+
+def test_tsv_has_one_line_per_experiment_whatever_the_titles(synthetic: Synthetic) -> None:
+    synthetic.experiment("tab\there", 1.0)
+    synthetic.experiment("multi\nline\r\ntitle", 2.0, hypothesis="a\tb\nc")
+    synthetic.experiment("plain", None, status="failed", verdict=None)
+    path = Path(write_report(str(synthetic.root)).tsv_path)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 4 and all(line.count("\t") == len(TSV_COLUMNS) - 1 for line in lines)
+    rows = list(csv.DictReader(path.read_text().splitlines(), delimiter="\t"))
+    assert [r["title"] for r in rows] == ["tab here", "multi line title", "plain"]
+    assert rows[2]["delta_pct"] == "" and rows[0]["delta_pct"] == "1.0"
+
+
+def test_secondary_metrics_add_panels_on_request(synthetic: Synthetic) -> None:
+    synthetic.experiment("two metrics", 3.0, other={"latency_ms": -3.0})
+    plain = imread(write_report(str(synthetic.root)).chart_path).shape[0]
+    taller = imread(write_report(str(synthetic.root), ["latency_ms"]).chart_path).shape[0]
+    assert taller > plain
+    with pytest.raises(InputError, match="latency_ms"):
+        write_report(str(synthetic.root), ["nope"])
+
+
+@pytest.mark.anyio
+async def test_a_repository_without_a_session_is_refused_with_a_way_out(tmp_path: Path) -> None:
+    repo = tmp_path / "plain"
+    (repo / "x").parent.mkdir(parents=True)
+    (repo / "x").write_text("x")
+    init_repo(repo)
+    async with Client(build_server(), mode="legacy") as c:  # JSON-RPC, as Claude Code speaks it
+        message = await error(c, "report", repo=str(repo))
+    assert "no .autoresearch/" in message and "start_session" in message
+
+
+def test_the_command_line_writes_the_report_here_by_default(synthetic: Synthetic, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    synthetic.experiment("cli", 2.0, (1.5, 2.5), "improved", keep={"c.txt": "c\n"})
+    monkeypatch.chdir(synthetic.root)
+    assert cli.main(["report", "--finalize"]) == 0
+    out = capsys.readouterr().out
+    assert "1 kept" in out and "index.html" in out and "autoresearch/t-review/01-cli" in out
+    assert (synthetic.root / ".autoresearch/report/results.tsv").exists()
+
+
+# --- finalize ------------------------------------------------------------------------------------
+
+
+def test_finalize_makes_a_branch_per_independent_change_and_groups_overlaps(synthetic: Synthetic) -> None:
+    synthetic.experiment("speed up a", 2.0, verdict="improved", keep={"a.txt": "a2\n"})
+    synthetic.experiment("new module", 2.0, verdict="improved", keep={"lib/new.c": "int x;\n"})
+    synthetic.experiment("speed up a again", 2.0, verdict="improved", keep={"a.txt": "a3\n"})
+    synthetic.experiment("drop the old file", 2.0, verdict="improved", keep={"a.txt": None})
+    synthetic.experiment("tune b", 2.0, verdict="improved", keep={"b.txt": "b\n"})
+    done = finalize(str(synthetic.root))
+    assert done.verified, done.verification
+    assert [b.titles for b in done.branches] == [
+        ["speed up a", "speed up a again", "drop the old file"], ["new module"], ["tune b"]]
+    assert [b.name for b in done.branches] == ["autoresearch/t-review/01-speed-up-a",
+                                               "autoresearch/t-review/02-new-module", "autoresearch/t-review/03-tune-b"]
+    assert done.branches[0].experiments == ["e0001", "e0003", "e0004"]
+    assert len(done.grouped) == 1 and "a.txt" in done.grouped[0]
+    root = synthetic.root
+    assert git(root, "diff", "--name-only", synthetic.start, done.branches[1].tip) == "lib/new.c"
+    assert git(root, "log", "--format=%s", done.branches[0].name) == \
+        "drop the old file\nspeed up a again\nspeed up a\ninitial"
+    assert git(root, "diff", "--name-only", synthetic.start, done.branches[2].name) == "b.txt"
+
+
+def test_finalize_leaves_the_checked_out_branch_index_and_files_alone(synthetic: Synthetic) -> None:
+    synthetic.experiment("one", 2.0, verdict="improved", keep={"a.txt": "1\n"})
+    synthetic.experiment("two", 2.0, verdict="improved", keep={"b.txt": "2\n"})
+    root = synthetic.root
+    (root / "a.txt").write_text("uncommitted edit\n")
+    (root / "scratch.txt").write_text("untracked\n")
+    git(root, "add", "scratch.txt")
+    before = (git(root, "symbolic-ref", "HEAD"), git(root, "rev-parse", "HEAD"), git(root, "status", "--porcelain"),
+              (root / ".git" / "index").read_bytes())
+    assert finalize(str(root)).verified
+    after = (git(root, "symbolic-ref", "HEAD"), git(root, "rev-parse", "HEAD"), git(root, "status", "--porcelain"),
+             (root / ".git" / "index").read_bytes())
+    assert after == before and (root / "a.txt").read_text() == "uncommitted edit\n"
+
+
+def test_finalize_again_gives_the_same_commits_and_drops_stale_branches(synthetic: Synthetic) -> None:
+    synthetic.experiment("one", 2.0, verdict="improved", keep={"a.txt": "1\n"})
+    synthetic.experiment("two", 2.0, verdict="improved", keep={"b.txt": "2\n"})
+    first = finalize(str(synthetic.root))
+    assert [b.tip for b in finalize(str(synthetic.root)).branches] == [b.tip for b in first.branches]
+    synthetic.experiment("one more on a", 2.0, verdict="improved", keep={"a.txt": "11\n", "b.txt": "22\n"})
+    third = finalize(str(synthetic.root))
+    assert [b.titles for b in third.branches] == [["one", "two", "one more on a"]] and third.verified
+    assert third.removed == ["autoresearch/t-review/02-two"]
+
+
+def test_finalize_refuses_while_a_review_branch_is_checked_out(synthetic: Synthetic) -> None:
+    synthetic.experiment("one", 2.0, verdict="improved", keep={"a.txt": "1\n"})
+    branch = finalize(str(synthetic.root)).branches[0].name
+    git(synthetic.root, "checkout", "-q", branch)
+    with pytest.raises(StateError, match="is checked out"):
+        finalize(str(synthetic.root))

@@ -1,0 +1,367 @@
+"""The sky executor's worker pool against a fake SkyPort that really runs the generated scripts."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch_mcp.executors import sky_task
+from autoresearch_mcp.executors.base import Job
+from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
+from autoresearch_mcp.executors.sky_port import ClusterInfo
+from autoresearch_mcp.experiments import runner, stats
+from autoresearch_mcp.session import SessionConfig, SkyConfig
+from conftest import git, init_repo
+from sky_fake import FakeSky
+
+SESSION = "0123456789ab"
+
+
+class Events:
+    """A sink that remembers every event and lets a test wait for an experiment's final one."""
+
+    def __init__(self) -> None:
+        self.by_exp: dict[str, list[dict[str, Any]]] = {}
+        self._cond = threading.Condition()
+
+    def __call__(self, exp_id: str, event: dict[str, Any]) -> None:
+        with self._cond:
+            self.by_exp.setdefault(exp_id, []).append(event)
+            self._cond.notify_all()
+
+    def final(self, exp_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: any(
+                e["event"] in ("result", "lost", "cancelled") for e in self.by_exp.get(exp_id, [])), timeout)
+        assert ok, f"no final event for {exp_id}: {self.by_exp.get(exp_id)}"
+        return [e for e in self.by_exp[exp_id] if e["event"] in ("result", "lost", "cancelled")][-1]
+
+    def wait(self, exp_id: str, status: str, timeout: float = 30.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: any(
+                e.get("status") == status for e in self.by_exp.get(exp_id, [])), timeout)
+
+
+def bench_repo(tmp_path: Path, bench: str, files: dict[str, str] | None = None) -> Path:
+    repo = tmp_path / "target"
+    repo.mkdir()
+    (repo / "autoresearch.sh").write_text(
+        "#!/usr/bin/env bash\nset -eu\ncd \"$(dirname \"$0\")\"\n"
+        f"case \"$1\" in\n  build) echo built > build.out ;;\n  bench) {bench} ;;\nesac\n")
+    (repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+    for name, text in (files or {}).items():
+        (repo / name).write_text(text)
+    return init_repo(repo)
+
+
+def commit(repo: Path, message: str, write: dict[str, str] | None = None, delete: tuple[str, ...] = ()) -> str:
+    """A candidate commit on top of HEAD, without moving HEAD."""
+    base = git(repo, "rev-parse", "HEAD")
+    for name, text in (write or {}).items():
+        (repo / name).write_text(text)
+    for name in delete:
+        (repo / name).unlink()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", base)
+    return sha
+
+
+def config(tmp_path: Path, workers: int = 1, budget: float | None = None) -> SessionConfig:
+    return SessionConfig(session_id=SESSION, tag="t", branch="autoresearch/t", repo=str(tmp_path), metric="t",
+                         direction="lower", executor="sky", start_commit="0" * 40, created_at="now",
+                         sky=SkyConfig(workers=workers, cpus="4+", infra="k8s"), budget_usd=budget)
+
+
+def job(repo: Path, exp_id: str, candidate: str, pairs: int = 3, noise_limit: float = 0.1,
+        metric: str = "t", direction: str = "lower") -> Job:
+    design = stats.make_design(pairs, noise_limit=noise_limit, warmup=0)
+    return Job(exp_id, git(repo, "rev-parse", "HEAD"), candidate, repo.parent / "logs" / f"{exp_id}.log", spec={
+        "metric": metric, "direction": direction, "design": design.job(),
+        "timeouts": {"build": 60, "bench": 30, "checks": 30}, "threads": 1, "seed": 1, "run_checks": True})
+
+
+def pool(tmp_path: Path, repo: Path, fake: FakeSky, **kw: Any) -> SkyPool:
+    return SkyPool(repo, config(tmp_path, **kw), fake, tmp_path / "staging", poll_s=0.02, log_refresh_s=0.05)
+
+
+def metric_of(outcome: dict[str, Any], role: str) -> set[float]:
+    return {s["metrics"]["t"] for s in outcome["samples"] if s["role"] == role}
+
+
+# --- running experiments ---------------------------------------------------------------------------
+
+
+def test_an_experiment_runs_the_shared_runner_on_a_launched_worker(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
+    cand = commit(repo, "faster", {"value.txt": "90\n"})
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", cand), events)
+    final = events.final("e1")
+    outcome = final["outcome"]
+    assert outcome["status"] == "done"
+    assert metric_of(outcome, "baseline") == {100.0} and metric_of(outcome, "candidate") == {90.0}
+    assert outcome["host"]["instance_type"] == "fake.4xlarge" and outcome["host"]["region"] == "fake-region-1"
+    assert outcome["host"]["cpu_model"] is not None
+    assert final["worker"] == f"ar-{SESSION}-0" and final["cost_usd"] > 0
+    assert fake.calls == [("launch", f"ar-{SESSION}-0")]
+    log_text = (tmp_path / "logs" / "e1.log").read_text()
+    assert runner.RESULT_PREFIX in log_text and "[autoresearch] bench candidate" in log_text
+    assert next(e["status"] for e in events.by_exp["e1"] if e["event"] == "status") == "building"
+
+
+def test_the_example_target_builds_and_benches_through_the_generated_scripts(
+        tmp_path: Path, example_repo: Path, patches: Path) -> None:
+    git(example_repo, "apply", str(patches / "fuse-rms-norm-mul.patch"))
+    git(example_repo, "commit", "-q", "-am", "fuse")
+    cand = git(example_repo, "rev-parse", "HEAD")
+    git(example_repo, "reset", "-q", "--hard", "HEAD~1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    pool(tmp_path, example_repo, fake).submit(job(example_repo, "n1", cand, metric="rows_per_s", direction="higher"),
+                                             events)
+    outcome = events.final("n1", timeout=120)["outcome"]
+    assert outcome["status"] == "done", outcome.get("error")
+    assert outcome["checks"]["passed"] is True, outcome
+    assert len(outcome["samples"]) == 6
+
+
+def test_a_second_experiment_reuses_the_worker_and_the_baseline_build(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "a", {"value.txt": "90\n"})), events)
+    events.final("e1")
+    p.submit(job(repo, "e2", commit(repo, "b", {"value.txt": "80\n"})), events)
+    outcome = events.final("e2")["outcome"]
+    assert [op for op, _ in fake.calls] == ["launch", "exec"]
+    assert outcome["build"]["baseline"]["reused"] is True
+    assert metric_of(outcome, "candidate") == {80.0}
+
+
+def test_a_file_deleted_by_the_candidate_is_gone_on_the_worker(tmp_path: Path) -> None:
+    bench = "if [ -e extra.txt ]; then echo METRIC t=200; else echo METRIC t=100; fi"
+    repo = bench_repo(tmp_path, bench, {"extra.txt": "x\n"})
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    pool(tmp_path, repo, fake).submit(job(repo, "e1", commit(repo, "drop", delete=("extra.txt",))), events)
+    outcome = events.final("e1")["outcome"]
+    assert metric_of(outcome, "baseline") == {200.0} and metric_of(outcome, "candidate") == {100.0}
+
+
+def test_an_experiment_never_sees_the_files_of_an_earlier_one(tmp_path: Path) -> None:
+    bench = "if [ -e new.txt ]; then echo METRIC t=50; else echo METRIC t=100; fi"
+    repo = bench_repo(tmp_path, bench, {"other.txt": "1\n"})
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "adds", commit(repo, "add new.txt", {"new.txt": "n\n"})), events)
+    assert metric_of(events.final("adds")["outcome"], "candidate") == {50.0}
+    p.submit(job(repo, "other", commit(repo, "touch other", {"other.txt": "2\n"})), events)
+    outcome = events.final("other")["outcome"]
+    assert metric_of(outcome, "candidate") == {100.0}
+    assert not any("new.txt" in f for f in fake.synced[1])
+    home = fake.vms[f"ar-{SESSION}-0"].home
+    assert not list((home / "autoresearch" / "work").glob("exp-*"))  # candidates are removed after each job
+
+
+def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1", {"a.txt": "a\n", "b.txt": "b\n"})
+    base = git(repo, "rev-parse", "HEAD")
+    cand = commit(repo, "change", {"a.txt": "A\n"}, delete=("b.txt",))
+    staging = tmp_path / "stage"
+    sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[])
+    names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
+    assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/changes.tar.gz", "exp-x1/deleted",
+                     "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py"]
+    assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
+    assert (staging / "exp-x1" / "runner.py").read_bytes() == Path(runner.__file__).read_bytes()
+
+
+# --- scheduling --------------------------------------------------------------------------------------
+
+
+def test_one_job_at_a_time_runs_on_each_worker(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "sleep 0.05; echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake, workers=2)
+    ids = [f"e{i}" for i in range(5)]
+    for i, exp_id in enumerate(ids):
+        p.submit(job(repo, exp_id, commit(repo, exp_id, {"value.txt": f"{90 - i}\n"})), events)
+    assert all(events.final(e, timeout=60)["outcome"]["status"] == "done" for e in ids)
+    assert fake.overlaps == 0
+    assert sorted(op for op, _ in fake.calls) == ["exec"] * 3 + ["launch"] * 2
+
+
+def test_the_scheduler_prefers_a_worker_that_is_already_up() -> None:
+    s = Scheduler(["w0", "w1"])
+    for exp_id in ("a", "b", "c"):
+        s.enqueue(Pending(Job(exp_id, "base", "cand", Path("log")), lambda *_: None))
+    first, second = s.next(), s.next()
+    assert first is not None and second is not None and s.next() is None  # both workers busy
+    cold, warm = first[0], second[0]
+    warm.info = ClusterInfo(warm.name, "UP")
+    s.free(cold)
+    s.free(warm)
+    third = s.next()
+    assert third is not None and third[0] is warm and third[1].job.experiment_id == "c"
+
+
+def test_cancelling_a_queued_experiment_never_runs_it(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "sleep 0.2; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    p.submit(job(repo, "first", cand), events)
+    p.submit(job(repo, "second", cand), events)
+    assert p.cancel("second") is True
+    assert events.final("second")["event"] == "cancelled"
+    events.final("first")
+    assert len(fake.tasks) == 1
+
+
+def test_cancelling_a_running_experiment_cancels_its_job_and_keeps_its_log(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "sleep 20; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.wait("e1", "running")  # passed on from the runner's events in the job log
+    assert p.cancel("e1") is True
+    assert events.final("e1")["event"] == "cancelled"
+    assert ("cancel", f"ar-{SESSION}-0") in fake.calls and fake.running_jobs() == 0
+    assert "[autoresearch] bench" in (tmp_path / "logs" / "e1.log").read_text()
+
+
+# --- failures ----------------------------------------------------------------------------------------
+
+
+def test_a_noisy_worker_is_replaced_and_its_experiment_measured_again(tmp_path: Path) -> None:
+    # On a noisy VM the baseline swings by 40% from run to run; on a quiet one it is steady.
+    bench = ('if [ -n "${FAKE_SKY_NOISY:-}" ]; then echo METRIC t=$((100 + (AUTORESEARCH_RUN % 3) * 40)); '
+             "else echo METRIC t=100; fi")
+    repo = bench_repo(tmp_path, bench)
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    fake.noisy.add((f"ar-{SESSION}-0", 1))
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    final = events.final("e1")
+    assert metric_of(final["outcome"], "baseline") == {100.0}
+    assert [op for op, _ in fake.calls] == ["launch", "down", "launch"]
+    assert fake.incarnations[f"ar-{SESSION}-0"] == 2
+    requeued = [e for e in events.by_exp["e1"] if e.get("status") == "queued"]
+    assert requeued and "noisy" in requeued[0]["runtime"]["requeued"]
+    assert p.noisy_workers[0]["instance_type"] == "fake.4xlarge"
+    assert final["cost_usd"] > 0
+
+
+def test_a_preempted_worker_loses_its_job_which_runs_again_once(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "sleep 0.3; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.wait("e1", "building")
+    fake.preempt(f"ar-{SESSION}-0")
+    final = events.final("e1")
+    assert final["event"] == "result" and final["outcome"]["status"] == "done"
+    assert [op for op, _ in fake.calls].count("launch") == 2
+    assert "lost" in (tmp_path / "logs" / "e1.log").read_text()
+
+
+def test_an_experiment_lost_twice_is_reported_lost(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "sleep 5; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(tmp_path, repo, fake)
+    name = f"ar-{SESSION}-0"
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    for incarnation in (1, 2):
+        with events._cond:
+            assert events._cond.wait_for(lambda n=incarnation: fake.incarnations.get(name) == n
+                                         and fake.running_jobs() == 1, 30)
+        fake.preempt(name)
+    final = events.final("e1")
+    assert final["event"] == "lost" and "lost twice" in final["detail"]
+
+
+def test_no_cloud_access_fails_the_experiments_with_a_sky_check_hint(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    fake.no_cloud = True
+    p = pool(tmp_path, repo, fake)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    p.submit(job(repo, "e1", cand), events)
+    outcome = events.final("e1")["outcome"]
+    assert outcome["status"] == "failed" and outcome["phase"] == "launch" and "sky check" in outcome["error"]
+
+
+def test_a_failed_setup_is_reported_and_the_worker_replaced(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    fake.fail_setup = True
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    outcome = events.final("e1")["outcome"]
+    assert outcome["phase"] == "setup" and "setup failed (fake)" in outcome["error"]
+    assert fake.calls[-1] == ("down", f"ar-{SESSION}-0")
+
+
+# --- cost, budget, release ---------------------------------------------------------------------------
+
+
+def canned_result(cluster: str, task: dict[str, Any]) -> tuple[str, float]:
+    """A finished run that took half an hour of job time."""
+    exp_id = task["name"].removeprefix("ar-")
+    rng = random.Random(exp_id)
+    samples = [runner.Sample(i, role, 0, 0, 1.0, False, {"t": 100.0 + rng.random()})
+               for i in range(3) for role in ("baseline", "candidate")]
+    return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples)) + "\n", 1800.0
+
+
+def test_each_experiment_costs_its_job_time_at_the_workers_price(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    assert events.final("e1")["cost_usd"] == pytest.approx(0.4)
+    assert p.spent_usd == pytest.approx(0.4)
+
+
+def test_the_budget_stops_new_launches_once_it_is_spent(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    p = pool(tmp_path, repo, fake, budget=0.5)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    for exp_id in ("e1", "e2", "e3"):
+        p.submit(job(repo, exp_id, cand), events)
+        events.final(exp_id)
+    assert [events.final(e)["outcome"]["status"] for e in ("e1", "e2", "e3")] == ["done", "done", "failed"]
+    third = events.final("e3")["outcome"]
+    assert third["phase"] == "budget" and "budget_usd" in third["error"]
+    assert len(fake.tasks) == 2
+
+
+def test_release_downs_every_cluster_of_the_session(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(tmp_path, repo, fake, workers=2)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    for exp_id in ("e1", "e2"):
+        p.submit(job(repo, exp_id, cand), events)
+    events.final("e1"), events.final("e2")
+    assert sorted(p.release("down")) == [f"ar-{SESSION}-0", f"ar-{SESSION}-1"]
+    assert fake.vms == {}
+    p.submit(job(repo, "e3", cand), events)
+    events.final("e3")
+    assert fake.calls[-1][0] == "launch"  # a released worker is launched again, never exec'd
+
+
+def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(tmp_path, repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.final("e1")
+    assert p.release("stop") == [f"ar-{SESSION}-0"]
+    assert fake.vms[f"ar-{SESSION}-0"].status == "STOPPED"
