@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import git as gitpython
 import pytest
 
 from autoresearch_mcp.executors import sky_task
@@ -44,6 +48,13 @@ class Events:
         with self._cond:
             assert self._cond.wait_for(lambda: any(
                 e.get("status") == status for e in self.by_exp.get(exp_id, [])), timeout)
+
+
+def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
 
 
 def bench_repo(tmp_path: Path, bench: str, files: dict[str, str] | None = None) -> Path:
@@ -277,9 +288,7 @@ def test_an_experiment_lost_twice_is_reported_lost(tmp_path: Path) -> None:
     name = f"ar-{SESSION}-0"
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     for incarnation in (1, 2):
-        with events._cond:
-            assert events._cond.wait_for(lambda n=incarnation: fake.incarnations.get(name) == n
-                                         and fake.running_jobs() == 1, 30)
+        until(lambda: fake.incarnations.get(name) == incarnation and fake.running_jobs() == 1)  # noqa: B023
         fake.preempt(name)
     final = events.final("e1")
     assert final["event"] == "lost" and "lost twice" in final["detail"]
@@ -365,3 +374,60 @@ def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path) -> None:
     events.final("e1")
     assert p.release("stop") == [f"ar-{SESSION}-0"]
     assert fake.vms[f"ar-{SESSION}-0"].status == "STOPPED"
+
+
+def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path) -> None:
+    from autoresearch_mcp.experiments.ledger import Ledger
+    from autoresearch_mcp.experiments.scheduler import ExperimentManager
+    from autoresearch_mcp.session import state_dir
+
+    repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
+    git(repo, "checkout", "-q", "-b", "autoresearch/t")
+    cfg = config(tmp_path).model_copy(update={"repo": str(repo)})
+    fake = FakeSky(tmp_path / "vms", hourly_usd=3.6)
+    p = SkyPool(repo, cfg, fake, tmp_path / "staging", poll_s=0.02, log_refresh_s=0.05)
+    manager = ExperimentManager(gitpython.Repo(repo), cfg, Ledger(state_dir(repo) / "ledger.jsonl"), p)
+    launched = manager.launch("faster", "less work", ["test"], "patch", None,
+                              "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n", 3, False)
+    until(lambda: manager.view.experiments[launched.experiment_id].status == "done")
+    fetched = manager.fetch(launched.experiment_id, 5)
+    assert fetched.cost_usd is not None and fetched.cost_usd > 0
+    assert fetched.host["instance_type"] == "fake.4xlarge" and fetched.worker == f"ar-{SESSION}-0"
+    assert manager.list(None).cost_usd == pytest.approx(fetched.cost_usd, abs=1e-4)
+
+
+@pytest.mark.anyio
+async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp import Client
+
+    from autoresearch_mcp.app import build_server
+    from autoresearch_mcp.executors import skypilot
+
+    fake = FakeSky(tmp_path / "vms")
+
+    def fake_executor(repo: Any, cfg: SessionConfig, settings: Any) -> SkyPool:
+        return SkyPool(Path(repo.working_dir), cfg, fake, tmp_path / "staging", poll_s=0.02, log_refresh_s=0.05)
+
+    monkeypatch.setattr(skypilot, "SkyExecutor", fake_executor)
+    repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
+    async with Client(build_server()) as c:
+        r = await c.call_tool("start_session", {"repo": str(repo), "metric": "t", "direction": "lower",
+                                                "executor": "sky", "tag": "sky1"})
+        assert not r.is_error, r
+        r = await c.call_tool("launch_experiment", {
+            "title": "faster", "source": "patch", "repeats": 3,
+            "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n"})
+        assert not r.is_error, r
+        exp_id = r.structured_content["experiment_id"]
+        for _ in range(1000):
+            r = await c.call_tool("fetch_sky_logs", {"experiment_id": exp_id})
+            if r.structured_content["status"] in ("done", "failed", "lost"):
+                break
+            await anyio.sleep(0.02)
+        assert r.structured_content["status"] == "done", r.structured_content
+        assert r.structured_content["worker"].startswith("ar-") and r.structured_content["cost_usd"] > 0
+        r = await c.call_tool("list_experiments", {})
+        assert r.structured_content["cost_usd"] > 0
+        r = await c.call_tool("stop_workers", {"mode": "down"})
+        assert len(r.structured_content["released"]) == 1 and fake.vms == {}
