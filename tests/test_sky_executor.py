@@ -282,7 +282,7 @@ def test_a_preempted_worker_loses_its_job_which_runs_again_once(tmp_path: Path) 
 
 
 def test_an_experiment_lost_twice_is_reported_lost(tmp_path: Path) -> None:
-    repo = bench_repo(tmp_path, "sleep 5; echo METRIC t=1")
+    repo = bench_repo(tmp_path, "sleep 60; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
     p = pool(tmp_path, repo, fake)
     name = f"ar-{SESSION}-0"
