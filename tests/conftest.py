@@ -21,8 +21,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test gets its own cache directory and a git identity; nothing touches the real home."""
+    """Every test gets its own cache directory, working directory and git identity: an in-process
+    server never binds (and recovers) a session it finds in the developer's working directory."""
     monkeypatch.setenv("AUTORESEARCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
     for var in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
         monkeypatch.setenv(var, "Test Person")
     for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):

@@ -162,6 +162,10 @@ def build_server() -> MCPServer[AppState]:
             bool, Field(description="with source='worktree': reset the work tree to the session head after the "
                                     "snapshot, to start the next idea")
         ] = False,
+        clean_build: Annotated[
+            bool, Field(description="build the candidate in a fresh, cache-backed worktree even when the session "
+                                    "builds incrementally (required to confirm a winner before commit)")
+        ] = False,
     ) -> LaunchResult:
         """Start one experiment and return at once with its id: the candidate (your uncommitted changes,
         a commit, or a patch) is snapshotted on refs/autoresearch/exp/<id>, built beside the session
@@ -169,7 +173,7 @@ def build_server() -> MCPServer[AppState]:
         empty changes, edits of the benchmark/checks scripts, and candidates already measured. Poll
         with fetch_sky_logs; prepare the next idea meanwhile."""
         return _state(ctx).require_session().manager.launch(
-            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree)
+            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build)
 
     @server.tool(annotations=_READ_ONLY)
     @_guard

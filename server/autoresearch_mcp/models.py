@@ -174,6 +174,9 @@ class ListExperimentsResult(BaseModel):
     discarded: int = Field(description="finished experiments that were not kept")
     running: int = 0
     cost_usd: float = 0.0
+    totals: dict[str, float] = Field(
+        default_factory=dict,
+        description="seconds spent per phase (prepare, build, bench, checks) and compiler cache hits/misses")
     warnings: list[str] = Field(default_factory=list)
 
 

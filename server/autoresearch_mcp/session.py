@@ -73,6 +73,10 @@ class SessionConfig(BaseModel):
     default_repeats: int | str = "auto"
     warmup: int = 1
     drift_limit: float = 0.05
+    incremental: bool = Field(
+        False, description="build candidates incrementally in a persistent worktree per slot; winners are "
+                           "then confirmed on a clean, cache-backed build before they can be committed")
+    keep_builds: int = Field(4, description="built worktrees kept for reuse beyond those in use")
     build_parallelism: int = 2
     threads: int | None = None
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -165,7 +169,8 @@ def open_session(
         repo.git.checkout("-b", branch)
         kept = previous.model_dump(include={"protected", "min_effect", "noise_limit", "alpha", "max_pairs",
                                             "timeouts", "sky", "budget_usd", "build_parallelism", "threads",
-                                            "drift_limit", "warmup", "default_repeats"}) if previous else {}
+                                            "drift_limit", "warmup", "default_repeats", "incremental",
+                                            "keep_builds"}) if previous else {}
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
             direction=direction, executor=executor, start_commit=start,
@@ -185,14 +190,24 @@ def validate_benchmark(
     a primary metric that is missing or not a number); returns warnings for softer problems.
     """
     head = snapshot.head_commit(repo, config.branch)
-    tree = worktrees.baseline(head)
+    tree = worktrees.acquire(head)
+    try:
+        return _validate_in(tree, snapshot.tree_of(repo, head), config, worktrees)
+    finally:
+        worktrees.release(tree)
+
+
+def _validate_in(
+    tree: Path, content: str, config: SessionConfig, worktrees: Worktrees
+) -> tuple[list[BenchRun], float, list[str]]:
     logs = state_dir(Path(config.repo)) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
     with open(logs / "session-validation.log", "w") as logf:
-        build, _ = runner.build_tree(str(tree), config.timeouts.build, logf, reuse=True,
-                                     machine_lock=str(worktrees.machine_lock()))
-        build_s = build.duration_s if build else 0.0
+        built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
+                                  machine_lock=str(worktrees.machine_lock()))
+        build_s = built.duration_s
+        build = built.command
         if build is not None and not build.ok:
             why = (f"timed out after {config.timeouts.build:g} s (its process group was killed)"
                    if build.timed_out else f"exited with status {build.exit_code}")
@@ -273,7 +288,7 @@ def start_session(
                 f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
             ],
         ), repo, config
-    worktrees = Worktrees(repo, settings.cache_dir)
+    worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
     runs, build_s, warnings = validate_benchmark(repo, config, settings, worktrees)
     summary = baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]

@@ -41,7 +41,7 @@ def make_executor(name: str, repo: git.Repo, config: sessions.SessionConfig, set
         return SkyExecutor(repo, config, settings)
     from autoresearch_mcp.executors.local import LocalExecutor
 
-    return LocalExecutor(repo, Worktrees(repo, settings.cache_dir), config.build_parallelism)
+    return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
 
 
 @dataclass

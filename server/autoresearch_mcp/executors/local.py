@@ -70,7 +70,7 @@ class LocalExecutor(Executor):
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._work, name=f"autoresearch-local-{i}", daemon=True)
+            threading.Thread(target=self._work, args=(i,), name=f"autoresearch-local-{i}", daemon=True)
             for i in range(max(1, parallelism))
         ]
         for t in self._threads:
@@ -102,12 +102,9 @@ class LocalExecutor(Executor):
             pid = item.runtime.get("pid")
             if isinstance(pid, int) and kill_session(pid, item.runtime.get("pid_started")):
                 log.warning("killed the leftover processes of experiment %s", item.experiment_id)
-            self.worktrees.remove(self.worktrees.root / f"exp-{item.experiment_id}")
+        self.worktrees.sweep_unbuilt()
         with contextlib.suppress(git.GitCommandError):
             self.repo.git.worktree("prune")
-
-    def retire_base(self, commit: str) -> None:
-        self.worktrees.remove(self.worktrees.root / f"base-{commit[:16]}")
 
     def close(self) -> None:
         with self._lock:
@@ -130,7 +127,7 @@ class LocalExecutor(Executor):
             proc.wait(timeout=5)
         kill_session(proc.pid)
 
-    def _work(self) -> None:
+    def _work(self, slot: int) -> None:
         while True:
             item = self._queue.get()
             if item is None:
@@ -142,17 +139,19 @@ class LocalExecutor(Executor):
                     self._cancelled.discard(job.experiment_id)
                     continue
             try:
-                self._run(job, sink)
+                self._run(job, sink, slot)
             except Exception as exc:  # a job must always end with an event
                 log.exception("experiment %s crashed in the local executor", job.experiment_id)
                 sink(job.experiment_id, {"event": "result", "outcome": {
                     "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
                     "error": f"{type(exc).__name__}: {exc}"}})
 
-    def _run(self, job: Job, sink: EventSink) -> None:
+    def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
-        base = self.worktrees.baseline(job.base_commit)
-        cand = self.worktrees.candidate(job.experiment_id, job.candidate_commit)
+        base = self.worktrees.acquire(job.base_commit)
+        incremental = bool(job.spec.get("incremental"))
+        cand = (self.worktrees.slot(slot, job.candidate_commit) if incremental
+                else self.worktrees.acquire(job.candidate_commit))
         spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": str(base),
                 "candidate_dir": str(cand), "log_path": str(job.log_path),
                 "machine_lock": str(self.worktrees.machine_lock())}
@@ -187,7 +186,9 @@ class LocalExecutor(Executor):
                 sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
         finally:
             job_file.unlink(missing_ok=True)
-            self.worktrees.remove(cand)
+            self.worktrees.release(base)
+            if not incremental:
+                self.worktrees.release(cand)
 
     def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink) -> dict[str, Any] | None:
         assert proc.stdout is not None

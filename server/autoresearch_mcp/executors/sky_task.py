@@ -7,9 +7,10 @@ files it changes plus the list of files it deletes, the runner, the job), and th
 unpacks them on the VM into `~/autoresearch/work/`:
 
 - `base-<commit>/` is unpacked and built once per base commit and reused by later experiments;
-- `exp-<id>/` starts as a copy of the built baseline, then gets the candidate's changed files
-  (fresh mtimes, so an incremental build rebuilds exactly those) and loses the files it deletes.
-  It is removed when the job ends, so no experiment ever sees another one's files.
+- `exp-<id>/` is a fresh unpack of the base plus the candidate's changed files, without the files
+  it deletes; the compiler cache (ccache, installed by setup) turns its build into cache hits for
+  everything the candidate did not change. It is removed when the job ends, so no experiment ever
+  sees another one's files.
 """
 
 from __future__ import annotations
@@ -28,22 +29,22 @@ from autoresearch_mcp.session import SkyConfig
 
 RUNNER = Path(runner.__file__).resolve()
 WORK = "~/autoresearch/work"
-# The runner needs Python >= 3.11 (process groups via `process_group=`); cloud images often ship
-# 3.10, so setup finds or installs one and records its path for the run script.
+# The runner is standard-library Python (3.8 or newer). A compiler cache is what keeps candidate
+# builds cheap, so setup installs ccache where it can and says so where it cannot.
 SETUP = """\
 set -euo pipefail
 mkdir -p ~/autoresearch/work
-for py in python3.13 python3.12 python3.11 python3; do
-  if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-    command -v "$py" > ~/autoresearch/python; exit 0
-  fi
-done
-if command -v conda >/dev/null; then
-  conda create -y -q -p ~/autoresearch/py311 python=3.11 >/dev/null
-  echo ~/autoresearch/py311/bin/python > ~/autoresearch/python; exit 0
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))'; then
+  echo "autoresearch: the runner needs python3 >= 3.8 on the worker; use an image with it" >&2
+  exit 1
 fi
-echo "autoresearch: no Python >= 3.11 on this worker and no conda to install one; use an image with it" >&2
-exit 1
+command -v python3 > ~/autoresearch/python
+if ! command -v ccache >/dev/null; then
+  if command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then
+    { sudo -n apt-get update -qq && sudo -n apt-get install -y -qq ccache; } >/dev/null 2>&1 || true
+  fi
+  command -v ccache >/dev/null || echo "autoresearch: no ccache on this worker; every candidate builds cold" >&2
+fi
 """
 
 
@@ -128,10 +129,11 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
 
 
 def run_script(job: Job, retired: list[str]) -> str:
-    """The job's run command: unpack, prebuild the baseline, copy it, apply the candidate, run."""
+    """The job's run command: unpack, prebuild the baseline, unpack the candidate beside it, run."""
     exp = f"exp-{job.experiment_id}"
     base = f"base-{job.base_commit[:16]}"
     build_timeout = float(job.spec.get("timeouts", {}).get("build", 3600.0))
+    content = shlex.quote(str(job.spec.get("baseline_tree") or ""))
     old = " ".join(shlex.quote(f"base-{c[:16]}") for c in retired if c != job.base_commit)
     return f"""\
 #!/usr/bin/env bash
@@ -148,14 +150,16 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
   touch {base}/.autoresearch-unpacked
 fi
 # Build the baseline before copying it, so the candidate's build is incremental.
-"$py" - "$inbox" {base} {build_timeout!r} <<'EOF' || true
+"$py" - "$inbox" {base} {build_timeout!r} {content} <<'EOF' || true
 import sys
 sys.path.insert(0, sys.argv[1])
 import runner
-runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, reuse=True, machine_lock="machine.lock")
+runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, sys.argv[4] or None, machine_lock="machine.lock")
 EOF
-rm -rf {exp} {exp}.build.lock
-cp -a {base} {exp}
+# A fresh copy of the sources (a build directory cannot move: CMake records absolute paths); the
+# compiler cache, keyed on paths relative to each tree, makes its build reuse the baseline's objects.
+rm -rf {exp} {exp}.build.lock && mkdir {exp}
+tar -xzf "$tars/{base}.tar.gz" -C {exp}
 if [ -e "$inbox/changes.tar.gz" ]; then tar -xzmf "$inbox/changes.tar.gz" -C {exp}; fi
 (cd {exp} && xargs -0 -r rm -f -- < "$inbox/deleted")
 set +e

@@ -118,6 +118,10 @@ def kill_group(pgid: int, grace_s: float = 2.0) -> None:
 
 
 _current_pgid: int | None = None
+# Python 3.11 starts the child in its own group race-free; cloud images often ship 3.8-3.10.
+_NEW_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+)
 
 
 def run_command(
@@ -139,7 +143,7 @@ def run_command(
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            process_group=0,
+            **_NEW_GROUP,
         )
         _current_pgid = proc.pid
         timed_out = False
@@ -265,22 +269,98 @@ def file_lock(path: str | None, shared: bool = False) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def compiler_cache_env(tree: str, stats_log: str | None = None) -> dict[str, str]:
+    """Settings that let builds in worktrees at different paths share one compiler cache.
+
+    CCACHE_BASEDIR makes paths inside the tree relative in the cache key and CCACHE_NOHASHDIR
+    leaves the working directory out of it, so the same file in another worktree is a hit; the
+    CMake launcher variables are read by CMake >= 3.17 when a build directory is configured, and
+    AUTORESEARCH_CCACHE lets a Makefile say `CC="$AUTORESEARCH_CCACHE cc"`. Empty without a cache.
+    """
+    import shutil
+
+    tool = shutil.which("ccache") or shutil.which("sccache")
+    if tool is None:
+        return {}
+    env = {"AUTORESEARCH_CCACHE": tool}
+    for lang in ("C", "CXX", "CUDA"):
+        env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = os.environ.get(f"CMAKE_{lang}_COMPILER_LAUNCHER", tool)
+    if Path(tool).name == "ccache":
+        env.update({"CCACHE_BASEDIR": str(Path(tree).resolve()), "CCACHE_NOHASHDIR": "1"})
+        if stats_log:
+            env["CCACHE_STATSLOG"] = stats_log
+    return env
+
+
+def _cache_counts(stats_log: Path) -> dict[str, int] | None:
+    """Hits and misses of one build, from ccache's per-compilation stats log (None: no log)."""
+    if not stats_log.exists():
+        return None
+    hits = misses = 0
+    for record in stats_log.read_text(errors="replace").split("# ")[1:]:
+        fields = record.split()
+        if "direct_cache_hit" in fields or "preprocessed_cache_hit" in fields:
+            hits += 1
+        elif "cache_miss" in fields:
+            misses += 1
+    return {"hits": hits, "misses": misses}
+
+
+@dataclass
+class BuildResult:
+    """One tree's build: `reused` when an earlier build of the same content was kept."""
+
+    mode: str  # "reused", "fresh" or "incremental"
+    duration_s: float = 0.0
+    command: CommandResult | None = None
+    cache: dict[str, int] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.command is None or self.command.ok
+
+    def record(self) -> dict[str, Any]:
+        return {"mode": self.mode, "reused": self.mode == "reused", "duration_s": round(self.duration_s, 3),
+                "cache": self.cache}
+
+
 def build_tree(
-    tree: str, timeout_s: float, log: Any, reuse: bool, machine_lock: str | None = None
-) -> tuple[CommandResult | None, bool]:
-    """Build one tree; a tree already built by an earlier experiment is reused (returns None)."""
+    tree: str, timeout_s: float, log: Any, content: str | None = None, machine_lock: str | None = None,
+) -> BuildResult:
+    """Build one tree unless it already holds a build of `content` (a git tree id).
+
+    The marker records which content was built, so a persistent build directory that moved to
+    other content builds again (incrementally), while a tree with the same content is reused.
+    Without `content` (a tree whose content never changes) any finished build is reused.
+    """
     marker = Path(tree) / BUILT_MARKER
     tree_lock = str(Path(tree).parent / (Path(tree).name + ".build.lock"))
     with file_lock(tree_lock), file_lock(machine_lock, shared=True):
-        if reuse and marker.exists():
+        built = _read_marker(marker)
+        if built is not None and (content is None or built.get("content") == content):
             log.write(f"[autoresearch] reusing the build of {tree}\n")
-            return None, True
-        log.write(f"[autoresearch] build {tree}\n")
+            return BuildResult("reused")
+        mode = "fresh" if built is None else "incremental"
+        marker.unlink(missing_ok=True)
+        log.write(f"[autoresearch] build {tree} ({mode})\n")
         log.flush()
-        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, log=log)
+        stats = Path(tree).parent / (Path(tree).name + ".ccache-stats")
+        stats.unlink(missing_ok=True)
+        env = {**os.environ, **compiler_cache_env(tree, str(stats))}
+        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, env=env, log=log)
+        cache = _cache_counts(stats)
+        stats.unlink(missing_ok=True)
         if res.ok:
-            marker.write_text(json.dumps({"duration_s": res.duration_s}))
-        return res, False
+            marker.write_text(json.dumps({"content": content, "duration_s": res.duration_s}))
+        return BuildResult(mode, res.duration_s, res, cache)
+
+
+def _read_marker(marker: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any], log: Any) -> Sample:
@@ -330,9 +410,10 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     t0 = time.monotonic()
 
     emit("status", status="building")
-    for role, tree, reuse in (("baseline", base, True), ("candidate", cand, job.get("reuse_candidate_build", False))):
-        res, reused = build_tree(tree, job["timeouts"]["build"], log, reuse, job.get("machine_lock"))
-        out.build[role] = {"reused": reused, "duration_s": round(res.duration_s, 3) if res else 0.0}
+    for role, tree in (("baseline", base), ("candidate", cand)):
+        built = build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"))
+        out.build[role] = built.record()
+        res = built.command
         if res is not None and not res.ok:
             why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
             out.status, out.phase = "failed", "build"

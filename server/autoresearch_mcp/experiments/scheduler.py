@@ -35,8 +35,10 @@ from autoresearch_mcp.session import SessionConfig, state_dir
 
 log = logging.getLogger(__name__)
 
-# A re-run of a candidate is allowed only when the earlier attempt produced no measurement.
+# A candidate may be measured again when the earlier attempt produced no measurement, or one that
+# asked for more: more pairs, a quieter worker, or a clean build to confirm an incremental one.
 _RETRYABLE = frozenset({"failed", "cancelled", "lost"})
+_REMEASURE = frozenset({"inconclusive", "noisy"})
 MAX_TAIL_LINES = 400
 
 
@@ -87,7 +89,7 @@ class ExperimentManager:
 
     def launch(
         self, title: str, hypothesis: str, sources: list[str], source: str, commit: str | None,
-        patch: str | None, repeats: int | str | None, restore_worktree: bool,
+        patch: str | None, repeats: int | str | None, restore_worktree: bool, clean_build: bool = False,
     ) -> LaunchResult:
         if not title.strip():
             raise InputError("title is empty; give the experiment a short name")
@@ -110,11 +112,12 @@ class ExperimentManager:
                     f"the candidate changes protected files {hit}: the benchmark and checks are taken from the "
                     "baseline so a candidate cannot change how it is measured. Revert those files "
                     "(git checkout -- <file>) and launch again")
+            incremental = self.config.incremental and not clean_build
             for other in self._mine():
-                if other.launch.get("candidate_tree") == tree and other.status not in _RETRYABLE:
+                if self._measured(other, head, tree, incremental):
                     raise RefusedError(
                         f"this candidate is identical to experiment {other.experiment_id} "
-                        f"({other.title!r}, {other.status}); read it with fetch_sky_logs instead")
+                        f"({other.title!r}, {other.status}) on the same head; read it with fetch_sky_logs instead")
             snapshot.set_ref(self.repo, snapshot.EXP_REF + exp_id, candidate)
             restored = False
             if source == "worktree" and restore_worktree:
@@ -128,12 +131,13 @@ class ExperimentManager:
                 "base_commit": head, "candidate_commit": candidate, "candidate_tree": tree,
                 "changed_files": changed, "repeats": repeats, "design": design.__dict__,
                 "metric": self.config.metric, "direction": self.config.direction,
-                "executor": self.executor.name,
+                "executor": self.executor.name, "incremental": incremental,
             })
         job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log", spec={
             "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
             "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
-            "seed": random.SystemRandom().randrange(2**32), "run_checks": True,
+            "seed": random.SystemRandom().randrange(2**32), "run_checks": True, "incremental": incremental,
+            "baseline_tree": base_tree, "candidate_tree": tree,
         })
         self.executor.submit(job, self._on_event)
         return LaunchResult(
@@ -142,6 +146,19 @@ class ExperimentManager:
             message=(f"queued on the {self.executor.name} executor; poll fetch_sky_logs('{exp_id}') and prepare "
                      "the next idea meanwhile" + (" (working tree reset to the session head)" if restored else "")),
         )
+
+    @staticmethod
+    def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:
+        """Whether `other` already measures this candidate on this head, so a new launch adds nothing."""
+        if other.launch.get("candidate_tree") != tree or other.launch.get("base_commit") != head:
+            return False
+        if other.status in _RETRYABLE:
+            return False
+        verdict = ((other.result or {}).get("analysis") or {}).get("verdict")
+        if other.result is not None and verdict in _REMEASURE:
+            return False
+        # a clean build may confirm a result that was measured on an incremental one
+        return not other.launch.get("incremental") or incremental
 
     def _repeats(self, repeats: int | str | None) -> int | str:
         value = self.config.default_repeats if repeats is None else repeats
@@ -292,10 +309,17 @@ class ExperimentManager:
         items = []
         kept = discarded = running = 0
         cost = 0.0
+        totals: dict[str, float] = {}
         best: ExperimentSummary | None = None
         for exp in sorted(self._mine(), key=lambda e: float(e.launch.get("ts", 0))):
             summary = self._summary(exp)
             cost += summary.cost_usd or 0.0
+            outcome = (exp.result or {}).get("outcome") or {}
+            for phase, seconds in (outcome.get("durations") or {}).items():
+                totals[phase] = round(totals.get(phase, 0.0) + float(seconds), 3)
+            for build in (outcome.get("build") or {}).values():
+                for key, count in (build.get("cache") or {}).items():
+                    totals[f"cache_{key}"] = totals.get(f"cache_{key}", 0) + count
             if exp.commit:
                 kept += 1
             elif exp.status in FINAL_STATUSES:
@@ -308,7 +332,8 @@ class ExperimentManager:
             if status is None or exp.status == status:
                 items.append(summary)
         return ListExperimentsResult(experiments=items, best=best, kept=kept, discarded=discarded,
-                                     running=running, cost_usd=round(cost, 4), warnings=list(self.view.warnings))
+                                     running=running, cost_usd=round(cost, 4), totals=totals,
+                                     warnings=list(self.view.warnings))
 
     def _summary(self, exp: ExperimentState) -> ExperimentSummary:
         analysis = (exp.result or {}).get("analysis", {})
@@ -365,6 +390,11 @@ class ExperimentManager:
             if exp.status == "checks_failed" or not (outcome.get("checks") or {}).get("passed", False):
                 raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
                                    "correct is never committed. Fix it and launch again")
+            if exp.launch.get("incremental"):
+                raise RefusedError(
+                    f"experiment {experiment_id} was measured on an incremental build, where a stale object could "
+                    "fake a gain; confirm it on a clean, cache-backed build first: launch_experiment(source='commit', "
+                    f"commit='{exp.launch['candidate_commit']}', clean_build=true), then commit that experiment")
             head = self.session_head()
             if exp.launch["base_commit"] != head:
                 raise RefusedError(

@@ -1,16 +1,25 @@
-"""Worktrees outside the user's repository, in the cache directory: one per base commit (shared by
-every experiment on that base, so its build is reused) and one per candidate."""
+"""Worktrees outside the user's repository, in the cache directory.
+
+A worktree is named by the git tree it holds, not by the experiment: the same content is the same
+build, so a baseline is built once for every experiment on its base, a candidate measured again
+reuses its build, and a committed winner's build is the next baseline's. Unused builds are kept in
+least-recently-used order up to a limit. In incremental mode each executor slot also keeps one
+persistent candidate worktree at a fixed path that moves from candidate to candidate.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+import time
 from pathlib import Path
 
 import git
 from filelock import FileLock
 
 from autoresearch_mcp.experiments import snapshot
+from autoresearch_mcp.experiments.runner import BUILT_MARKER
 
 
 def repo_key(repo: git.Repo) -> str:
@@ -19,41 +28,83 @@ def repo_key(repo: git.Repo) -> str:
 
 
 class Worktrees:
-    def __init__(self, repo: git.Repo, cache_dir: Path) -> None:
+    def __init__(self, repo: git.Repo, cache_dir: Path, keep: int = 4) -> None:
         self.repo = repo
         self.root = cache_dir / "worktrees" / repo_key(repo)
+        self.keep = keep
         self._lock = threading.Lock()
+        self._users: dict[Path, int] = {}
 
     def machine_lock(self) -> Path:
         """The lock file that keeps benchmarks of this machine from overlapping anything of ours."""
         return self.root.parent / "machine.lock"
 
-    def baseline(self, commit: str) -> Path:
-        return self._ensure(self.root / f"base-{commit[:16]}", commit)
+    # --- content-named worktrees ---------------------------------------------------------------------
 
-    def candidate(self, experiment_id: str, commit: str) -> Path:
-        return self._ensure(self.root / f"exp-{experiment_id}", commit)
-
-    def _ensure(self, path: Path, commit: str) -> Path:
+    def acquire(self, commit: str) -> Path:
+        """A worktree holding `commit`'s content, kept from earlier use when it has been built."""
+        tree = snapshot.tree_of(self.repo, commit)
+        path = self.root / f"tree-{tree[:16]}"
         self.root.mkdir(parents=True, exist_ok=True)
-        # Two servers (or two threads) may want the same base worktree at once.
         with self._lock, FileLock(str(path) + ".lock"):
-            if (path / ".git").exists():
-                head = self.repo.git.execute(["git", "-C", str(path), "rev-parse", "HEAD"])
-                if str(head).strip() == commit:
-                    return path
+            unused = self._users.get(path, 0) == 0
+            if path.exists() and unused and not (path / BUILT_MARKER).exists():
+                # an unfinished build (a crash, a cancel): its objects cannot be trusted
                 snapshot.worktree_remove(self.repo, path)
-            elif path.exists():
-                snapshot.worktree_remove(self.repo, path)
-            snapshot.worktree_add(self.repo, path, commit)
+            if not path.exists():
+                snapshot.worktree_add(self.repo, path, commit)
+            self._users[path] = self._users.get(path, 0) + 1
+        os.utime(path)  # recency for the LRU sweep
         return path
 
-    def remove(self, path: Path) -> None:
+    def release(self, path: Path) -> None:
+        """Done with `path`; drop the least recently used builds nobody uses beyond the limit."""
         with self._lock:
-            if path.exists():
-                snapshot.worktree_remove(self.repo, path)
-            for suffix in (".lock", ".build.lock"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
+            self._users[path] = max(0, self._users.get(path, 0) - 1)
+            idle = [p for p in self._trees() if self._users.get(p, 0) == 0]
+            idle.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+            for stale in idle[self.keep:]:
+                self._remove(stale)
 
-    def base_paths(self) -> list[Path]:
-        return sorted(self.root.glob("base-*/")) if self.root.exists() else []
+    def sweep_unbuilt(self) -> None:
+        """After a restart: remove worktrees whose build never finished."""
+        with self._lock:
+            for path in self._trees():
+                if self._users.get(path, 0) == 0 and not (path / BUILT_MARKER).exists():
+                    self._remove(path)
+
+    def _trees(self) -> list[Path]:
+        return [p for p in self.root.glob("tree-*") if p.is_dir()] if self.root.exists() else []
+
+    # --- incremental slots ---------------------------------------------------------------------------
+
+    def slot(self, index: int, commit: str) -> Path:
+        """The persistent candidate worktree of executor slot `index`, moved to `commit`.
+
+        Only files that differ from what the slot held are rewritten, and those are stamped newer
+        than anything built, so the build system's own dependency tracking rebuilds exactly them.
+        """
+        path = self.root / f"slot-{index}"
+        with FileLock(str(path) + ".lock"):
+            if not path.exists():
+                snapshot.worktree_add(self.repo, path, commit)
+                return path
+            slot_repo = git.Repo(path)
+            before = slot_repo.head.commit.hexsha
+            changed = snapshot.changed_paths(self.repo, before, commit) if before != commit else []
+            slot_repo.git.checkout("--detach", "--force", commit)
+            now = time.time() + 1.0
+            for rel in changed:
+                target = path / rel
+                if target.exists():
+                    os.utime(target, (now, now))
+        return path
+
+    # --- removal -------------------------------------------------------------------------------------
+
+    def _remove(self, path: Path) -> None:
+        if path.exists():
+            snapshot.worktree_remove(self.repo, path)
+        for suffix in (".lock", ".build.lock", ".ccache-stats"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        self._users.pop(path, None)
