@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp import resources
 
+DEADLINE_S = 1200
 CANDIDATES = [
     ("Fuse RMS_NORM and MUL in the CPU backend", "fuse-rms-norm-mul",
      "The accel backend fuses RMS_NORM+MUL; doing the same on the CPU removes a pass over memory.",
@@ -95,7 +96,11 @@ async def run_demo(workdir: Path) -> int:
             _say(f"launched {launched['experiment_id']}: {title}")
         results: dict[str, dict[str, Any]] = {}
         last = ""
+        deadline = time.monotonic() + DEADLINE_S
         while len(results) < len(ids):
+            if time.monotonic() > deadline:
+                _say(f"the experiments did not finish within {DEADLINE_S // 60} minutes; giving up")
+                return 1
             await anyio.sleep(1.0)
             states = []
             for title, exp_id in ids.items():

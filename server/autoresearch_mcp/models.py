@@ -157,7 +157,8 @@ class ExperimentSummary(BaseModel):
     title: str
     status: Status
     verdict: Verdict | None = None
-    delta_pct: float | None = Field(None, description="change of the primary metric, + is better")
+    delta_pct: float | None = Field(
+        None, description="relative change of the primary metric's own value, % (negative is better when lower is)")
     ci_low_pct: float | None = None
     ci_high_pct: float | None = None
     n_pairs: int = 0

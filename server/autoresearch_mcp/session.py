@@ -21,7 +21,7 @@ from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.experiments import runner, snapshot, stats
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.worktrees import Worktrees
-from autoresearch_mcp.models import BenchRun, MetricSummary, StartSessionResult
+from autoresearch_mcp.models import BenchRun, Direction, ExecutorName, MetricSummary, StartSessionResult
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,8 @@ class SessionConfig(BaseModel):
     branch: str
     repo: str
     metric: str
-    direction: str
-    executor: str
+    direction: Direction
+    executor: ExecutorName
     start_commit: str
     created_at: str
     protected: list[str] = Field(default_factory=lambda: [BENCH_SCRIPT, CHECKS_SCRIPT])
@@ -121,13 +121,9 @@ def _copy_templates(root: Path) -> list[str]:
     return created
 
 
-def _validate_args(metric: str, direction: str, executor: str, tag: str | None) -> str:
+def _validate_args(metric: str, tag: str | None) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/:]*", metric or ""):
         raise InputError(f"metric {metric!r} is not a METRIC name (letters, digits, _ . - / :)")
-    if direction not in ("higher", "lower"):
-        raise InputError(f"direction must be 'higher' or 'lower', not {direction!r}")
-    if executor not in ("local", "sky"):
-        raise InputError(f"executor must be 'local' or 'sky', not {executor!r}")
     tag = tag or dt.date.today().strftime("%Y%m%d")
     if not TAG_RE.fullmatch(tag):
         raise InputError(f"tag {tag!r} must be 1-64 letters, digits, '.', '_' or '-'")
@@ -135,13 +131,14 @@ def _validate_args(metric: str, direction: str, executor: str, tag: str | None) 
 
 
 def open_session(
-    repo_path: str, metric: str, direction: str, executor: str, tag: str | None
+    repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
 ) -> tuple[git.Repo, SessionConfig, bool, list[str]]:
     """Bind the repository and create or resume the session branch; no benchmark runs yet.
 
-    Returns the repo, the config, whether the session was resumed, and the templates created.
+    Returns the repo, the config, whether the session was resumed, and the templates created. A
+    resumed session keeps its executor unless one is given; a new one runs locally by default.
     """
-    tag = _validate_args(metric, direction, executor, tag)
+    tag = _validate_args(metric, tag)
     repo = snapshot.open_repo(repo_path)
     root = Path(repo.working_dir)
     snapshot.ensure_excluded(repo)
@@ -162,7 +159,7 @@ def open_session(
                 f"resume it with those, or start a new tag for {metric} ({direction})"
             )
         repo.git.checkout(branch)
-        config = previous.model_copy(update={"executor": executor})
+        config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root)})
         resumed = True
     else:
         start = snapshot.head_commit(repo)
@@ -173,7 +170,7 @@ def open_session(
                                             "keep_builds"}) if previous else {}
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
-            direction=direction, executor=executor, start_commit=start,
+            direction=direction, executor=executor or "local", start_commit=start,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **kept,
         )
     save_config(root, config)
@@ -265,7 +262,8 @@ def compiler_cache() -> str | None:
 
 
 def start_session(
-    repo_path: str, metric: str, direction: str, executor: str, tag: str | None, settings: Settings,
+    repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
+    settings: Settings,
 ) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
     repo, config, resumed, created = open_session(repo_path, metric, direction, executor, tag)
     root = Path(repo.working_dir)

@@ -15,7 +15,7 @@ from autoresearch_mcp.executors.base import Executor
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.scheduler import ExperimentManager
 from autoresearch_mcp.experiments.worktrees import Worktrees
-from autoresearch_mcp.models import ListExperimentsResult, StartSessionResult
+from autoresearch_mcp.models import Direction, ExecutorName, ListExperimentsResult, StartSessionResult
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,19 +76,22 @@ class AppState:
         return self.session
 
     def start_session(
-        self, repo: str, metric: str, direction: str, executor: str, tag: str | None
+        self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
     ) -> StartSessionResult:
         with self._lock:
-            if self.session is not None:
-                running = self.session.manager.list(None).running
+            old = self.session
+            if old is not None:
+                running = old.manager.list(None).running
                 if running:
                     raise StateError(
-                        f"{running} experiment(s) of session {self.session.config.tag} are still running; "
+                        f"{running} experiment(s) of session {old.config.tag} are still running; "
                         "wait for them or cancel_experiment them before starting or resuming a session")
-                self.session.manager.executor.close()
-                self.session = None
+            # the bound session stays usable if the new one cannot be opened or validated
             result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
                                                               self.settings)
+            if old is not None:
+                old.manager.executor.close()
+                self.session = None
             self._bind(git_repo, config)
             return result
 
