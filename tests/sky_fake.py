@@ -3,16 +3,16 @@
 Each cluster incarnation is a fresh "home" directory. `launch` runs the task's setup, and both
 `launch` and `exec` copy the workdir into `~/sky_workdir` the way SkyPilot does (rsync without
 deleting old files) and then really run the task's `run` command there with HOME pointing at the
-cluster's home, so the generated scripts and the shared runner execute for real. A job can instead
+cluster's home, so the generated scripts and the shared runner execute for real (with
+FAKE_SKY_INCARNATION set to the cluster's incarnation, 1 for its first VM). A job can instead
 return a canned log (`canned`), for scheduling tests that must not run anything. Preemption,
-noisy VMs, missing cloud access and capacity errors are switches a test flips.
+noisy VMs, missing cloud access, capacity errors and a slow `down` are switches a test flips.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp.executors.local import kill_session
 from autoresearch_mcp.executors.sky_port import (
     ClusterGone,
     ClusterInfo,
@@ -68,6 +69,8 @@ class FakeSky:
         self.unavailable = False
         self.noisy: set[tuple[str, int]] = set()  # (cluster, incarnation) that measure noisily
         self.synced: list[list[str]] = []  # the files of each workdir as SkyPilot received it
+        self.down_gate: threading.Event | None = None  # when set by a test, `down` waits for it...
+        self.downing = threading.Event()  # ...after setting this
         self._lock = threading.Lock()
         self._next_job = 1
 
@@ -133,6 +136,9 @@ class FakeSky:
 
     def down(self, cluster: str) -> None:
         self.calls.append(("down", cluster))
+        self.downing.set()
+        if self.down_gate is not None:
+            self.down_gate.wait(30)
         with self._lock:
             c = self.vms.pop(cluster, None)
         if c is not None:
@@ -164,7 +170,7 @@ class FakeSky:
         return ClusterInfo(c.name, c.status, "fakecloud", "fake-region-1", "fake.4xlarge", False, self.hourly_usd)
 
     def _env(self, c: FakeCluster) -> dict[str, str]:
-        env = dict(os.environ, HOME=str(c.home))
+        env = dict(os.environ, HOME=str(c.home), FAKE_SKY_INCARNATION=str(c.incarnation))
         if c.noisy:
             env["FAKE_SKY_NOISY"] = "1"
         return env
@@ -197,7 +203,7 @@ class FakeSky:
 
     def _kill(self, j: FakeJob) -> None:
         if j.proc is not None and j.proc.poll() is None:
-            os.killpg(j.proc.pid, signal.SIGKILL)
+            kill_session(j.proc.pid)  # the job and every process group the runner started in it
             j.proc.wait()
         if j.status == "RUNNING":
             j.status, j.end_at = "CANCELLED", time.time()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ import pytest
 from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
-from autoresearch_mcp.executors.sky_port import ClusterInfo
+from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo
+from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.experiments import runner, stats
 from autoresearch_mcp.session import SessionConfig, SkyConfig
 from conftest import git, init_repo
@@ -97,8 +99,27 @@ def job(repo: Path, exp_id: str, candidate: str, pairs: int = 3, noise_limit: fl
         "timeouts": {"build": 60, "bench": 30, "checks": 30}, "threads": 1, "seed": 1, "run_checks": True})
 
 
-def pool(tmp_path: Path, repo: Path, fake: FakeSky, **kw: Any) -> SkyPool:
-    return SkyPool(repo, config(tmp_path, **kw), fake, tmp_path / "staging", poll_s=0.02, log_refresh_s=0.05)
+MakePool = Callable[..., SkyPool]
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[MakePool]:
+    """Makes pools on fakes: `pool(repo, fake, workers=.., budget=.. or cfg=..)`. At teardown the pools
+    are closed and the fakes' VMs downed, so no job of a test outlives it."""
+    made: list[tuple[SkyPool, FakeSky]] = []
+
+    def make(repo: Path, fake: FakeSky, *, cfg: SessionConfig | None = None, **kw: Any) -> SkyPool:
+        p = SkyPool(repo, cfg or config(tmp_path, **kw), fake, tmp_path / "staging", poll_s=0.02,
+                    log_refresh_s=0.05)
+        made.append((p, fake))
+        return p
+
+    yield make
+    for p, fake in made:
+        p.close()
+        fake.down_gate = None
+        for name in list(fake.vms):
+            fake.down(name)
 
 
 def metric_of(outcome: dict[str, Any], role: str) -> set[float]:
@@ -108,11 +129,11 @@ def metric_of(outcome: dict[str, Any], role: str) -> set[float]:
 # --- running experiments ---------------------------------------------------------------------------
 
 
-def test_an_experiment_runs_the_shared_runner_on_a_launched_worker(tmp_path: Path) -> None:
+def test_an_experiment_runs_the_shared_runner_on_a_launched_worker(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
     cand = commit(repo, "faster", {"value.txt": "90\n"})
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", cand), events)
     final = events.final("e1")
     outcome = final["outcome"]
@@ -128,13 +149,13 @@ def test_an_experiment_runs_the_shared_runner_on_a_launched_worker(tmp_path: Pat
 
 
 def test_the_example_target_builds_and_benches_through_the_generated_scripts(
-        tmp_path: Path, example_repo: Path, patches: Path) -> None:
+        tmp_path: Path, example_repo: Path, patches: Path, pool: MakePool) -> None:
     git(example_repo, "apply", str(patches / "fuse-rms-norm-mul.patch"))
     git(example_repo, "commit", "-q", "-am", "fuse")
     cand = git(example_repo, "rev-parse", "HEAD")
     git(example_repo, "reset", "-q", "--hard", "HEAD~1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    pool(tmp_path, example_repo, fake).submit(job(example_repo, "n1", cand, metric="rows_per_s", direction="higher"),
+    pool(example_repo, fake).submit(job(example_repo, "n1", cand, metric="rows_per_s", direction="higher"),
                                              events)
     outcome = events.final("n1", timeout=120)["outcome"]
     assert outcome["status"] == "done", outcome.get("error")
@@ -142,10 +163,10 @@ def test_the_example_target_builds_and_benches_through_the_generated_scripts(
     assert len(outcome["samples"]) == 6
 
 
-def test_a_second_experiment_reuses_the_worker_and_the_baseline_build(tmp_path: Path) -> None:
+def test_a_second_experiment_reuses_the_worker_and_the_baseline_build(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "a", {"value.txt": "90\n"})), events)
     events.final("e1")
     p.submit(job(repo, "e2", commit(repo, "b", {"value.txt": "80\n"})), events)
@@ -155,20 +176,20 @@ def test_a_second_experiment_reuses_the_worker_and_the_baseline_build(tmp_path: 
     assert metric_of(outcome, "candidate") == {80.0}
 
 
-def test_a_file_deleted_by_the_candidate_is_gone_on_the_worker(tmp_path: Path) -> None:
+def test_a_file_deleted_by_the_candidate_is_gone_on_the_worker(tmp_path: Path, pool: MakePool) -> None:
     bench = "if [ -e extra.txt ]; then echo METRIC t=200; else echo METRIC t=100; fi"
     repo = bench_repo(tmp_path, bench, {"extra.txt": "x\n"})
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    pool(tmp_path, repo, fake).submit(job(repo, "e1", commit(repo, "drop", delete=("extra.txt",))), events)
+    pool(repo, fake).submit(job(repo, "e1", commit(repo, "drop", delete=("extra.txt",))), events)
     outcome = events.final("e1")["outcome"]
     assert metric_of(outcome, "baseline") == {200.0} and metric_of(outcome, "candidate") == {100.0}
 
 
-def test_an_experiment_never_sees_the_files_of_an_earlier_one(tmp_path: Path) -> None:
+def test_an_experiment_never_sees_the_files_of_an_earlier_one(tmp_path: Path, pool: MakePool) -> None:
     bench = "if [ -e new.txt ]; then echo METRIC t=50; else echo METRIC t=100; fi"
     repo = bench_repo(tmp_path, bench, {"other.txt": "1\n"})
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "adds", commit(repo, "add new.txt", {"new.txt": "n\n"})), events)
     assert metric_of(events.final("adds")["outcome"], "candidate") == {50.0}
     p.submit(job(repo, "other", commit(repo, "touch other", {"other.txt": "2\n"})), events)
@@ -195,10 +216,10 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
 # --- scheduling --------------------------------------------------------------------------------------
 
 
-def test_one_job_at_a_time_runs_on_each_worker(tmp_path: Path) -> None:
+def test_one_job_at_a_time_runs_on_each_worker(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 0.05; echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake, workers=2)
+    p = pool(repo, fake, workers=2)
     ids = [f"e{i}" for i in range(5)]
     for i, exp_id in enumerate(ids):
         p.submit(job(repo, exp_id, commit(repo, exp_id, {"value.txt": f"{90 - i}\n"})), events)
@@ -221,10 +242,10 @@ def test_the_scheduler_prefers_a_worker_that_is_already_up() -> None:
     assert third is not None and third[0] is warm and third[1].job.experiment_id == "c"
 
 
-def test_cancelling_a_queued_experiment_never_runs_it(tmp_path: Path) -> None:
+def test_cancelling_a_queued_experiment_never_runs_it(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 0.2; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     cand = commit(repo, "c", {"x.txt": "x"})
     p.submit(job(repo, "first", cand), events)
     p.submit(job(repo, "second", cand), events)
@@ -234,10 +255,10 @@ def test_cancelling_a_queued_experiment_never_runs_it(tmp_path: Path) -> None:
     assert len(fake.tasks) == 1
 
 
-def test_cancelling_a_running_experiment_cancels_its_job_and_keeps_its_log(tmp_path: Path) -> None:
+def test_cancelling_a_running_experiment_cancels_its_job_and_keeps_its_log(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 20; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     events.wait("e1", "running")  # passed on from the runner's events in the job log
     assert p.cancel("e1") is True
@@ -249,14 +270,14 @@ def test_cancelling_a_running_experiment_cancels_its_job_and_keeps_its_log(tmp_p
 # --- failures ----------------------------------------------------------------------------------------
 
 
-def test_a_noisy_worker_is_replaced_and_its_experiment_measured_again(tmp_path: Path) -> None:
+def test_a_noisy_worker_is_replaced_and_its_experiment_measured_again(tmp_path: Path, pool: MakePool) -> None:
     # On a noisy VM the baseline swings by 40% from run to run; on a quiet one it is steady.
     bench = ('if [ -n "${FAKE_SKY_NOISY:-}" ]; then echo METRIC t=$((100 + (AUTORESEARCH_RUN % 3) * 40)); '
              "else echo METRIC t=100; fi")
     repo = bench_repo(tmp_path, bench)
     fake, events = FakeSky(tmp_path / "vms"), Events()
     fake.noisy.add((f"ar-{SESSION}-0", 1))
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     final = events.final("e1")
     assert metric_of(final["outcome"], "baseline") == {100.0}
@@ -268,23 +289,44 @@ def test_a_noisy_worker_is_replaced_and_its_experiment_measured_again(tmp_path: 
     assert final["cost_usd"] > 0
 
 
-def test_a_preempted_worker_loses_its_job_which_runs_again_once(tmp_path: Path) -> None:
-    repo = bench_repo(tmp_path, "sleep 0.3; echo METRIC t=1")
+FIRST_VM_HANGS = 'if [ "$FAKE_SKY_INCARNATION" = 1 ]; then sleep 60; fi; echo METRIC t=1'
+
+
+def test_a_preempted_worker_loses_its_job_which_runs_again_once(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, FIRST_VM_HANGS)  # finishes only on the second VM
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
-    events.wait("e1", "building")
+    events.wait("e1", "running")  # forwarded from the job's log, which is saved as it comes
     fake.preempt(f"ar-{SESSION}-0")
     final = events.final("e1")
     assert final["event"] == "result" and final["outcome"]["status"] == "done"
     assert [op for op, _ in fake.calls].count("launch") == 2
-    assert "lost" in (tmp_path / "logs" / "e1.log").read_text()
+    first_vm, lost, second_vm = (tmp_path / "logs" / "e1.log").read_text().partition(f"worker ar-{SESSION}-0 lost:")
+    assert lost and '"status": "running"' in first_vm  # the first VM's log survives its loss
+    assert runner.RESULT_PREFIX in second_vm
 
 
-def test_an_experiment_lost_twice_is_reported_lost(tmp_path: Path) -> None:
+def test_a_cancel_while_a_lost_worker_is_replaced_ends_the_experiment(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, FIRST_VM_HANGS)
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    fake.down_gate = threading.Event()
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.wait("e1", "running")
+    fake.preempt(f"ar-{SESSION}-0")
+    assert fake.downing.wait(30)  # the pool is replacing the lost worker
+    assert p.cancel("e1") is True
+    fake.down_gate.set()
+    assert events.final("e1")["event"] == "cancelled"
+    p.close()
+    assert [op for op, _ in fake.calls].count("launch") == 1 and fake.running_jobs() == 0
+
+
+def test_an_experiment_lost_twice_is_reported_lost(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 60; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     name = f"ar-{SESSION}-0"
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     for incarnation in (1, 2):
@@ -294,26 +336,73 @@ def test_an_experiment_lost_twice_is_reported_lost(tmp_path: Path) -> None:
     assert final["event"] == "lost" and "lost twice" in final["detail"]
 
 
-def test_no_cloud_access_fails_the_experiments_with_a_sky_check_hint(tmp_path: Path) -> None:
+def test_no_cloud_access_fails_the_experiments_with_a_sky_check_hint(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
     fake.no_cloud = True
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     cand = commit(repo, "c", {"x.txt": "x"})
     p.submit(job(repo, "e1", cand), events)
     outcome = events.final("e1")["outcome"]
     assert outcome["status"] == "failed" and outcome["phase"] == "launch" and "sky check" in outcome["error"]
 
 
-def test_a_failed_setup_is_reported_and_the_worker_replaced(tmp_path: Path) -> None:
+def test_a_failed_setup_is_reported_and_the_worker_replaced(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
     fake.fail_setup = True
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     outcome = events.final("e1")["outcome"]
     assert outcome["phase"] == "setup" and "setup failed (fake)" in outcome["error"]
     assert fake.calls[-1] == ("down", f"ar-{SESSION}-0")
+
+
+# --- the helper process of the real port ---------------------------------------------------------
+
+# A stand-in for the SkyPilot helper: `clusters` answers, `job` never does, `exit` ends the process.
+FAKE_HELPER = """
+import json, os, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["op"] == "exit":
+        os._exit(3)
+    if req["op"] == "clusters":
+        print(json.dumps({"id": req["id"], "ok": True, "value": [{"name": str(os.getpid()), "status": "UP"}]}),
+              flush=True)
+"""
+
+
+def helper_port(tmp_path: Path) -> SdkPort:
+    return SdkPort(tmp_path / "sdk.log", tmp_path, command=[sys.executable, "-c", FAKE_HELPER], short_timeout_s=0.5)
+
+
+def test_a_helper_that_exits_fails_its_calls_and_the_next_call_starts_a_new_one(tmp_path: Path) -> None:
+    port = helper_port(tmp_path)
+    try:
+        first = port.clusters(["x"])[0].name
+        with pytest.raises(ApiServerDown, match="exited with status 3"):
+            port.call("exit")
+        assert port.clusters(["x"])[0].name != first  # a fresh helper, answering as usual
+    finally:
+        port.close()
+
+
+def test_a_short_request_that_gets_no_answer_times_out(tmp_path: Path) -> None:
+    port = helper_port(tmp_path)
+    try:
+        with pytest.raises(ApiServerDown, match="did not answer `job` for c1"):
+            port.job("c1", 1)
+    finally:
+        port.close()
+
+
+def test_a_closed_port_starts_no_helper(tmp_path: Path) -> None:
+    port = helper_port(tmp_path)
+    port.clusters([])
+    port.close()
+    with pytest.raises(ApiServerDown, match="closed"):
+        port.clusters([])
 
 
 # --- cost, budget, release ---------------------------------------------------------------------------
@@ -328,19 +417,19 @@ def canned_result(cluster: str, task: dict[str, Any]) -> tuple[str, float]:
     return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples)) + "\n", 1800.0
 
 
-def test_each_experiment_costs_its_job_time_at_the_workers_price(tmp_path: Path) -> None:
+def test_each_experiment_costs_its_job_time_at_the_workers_price(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     assert events.final("e1")["cost_usd"] == pytest.approx(0.4)
     assert p.spent_usd == pytest.approx(0.4)
 
 
-def test_the_budget_stops_new_launches_once_it_is_spent(tmp_path: Path) -> None:
+def test_the_budget_stops_new_launches_once_it_is_spent(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
-    p = pool(tmp_path, repo, fake, budget=0.5)
+    p = pool(repo, fake, budget=0.5)
     cand = commit(repo, "c", {"x.txt": "x"})
     for exp_id in ("e1", "e2", "e3"):
         p.submit(job(repo, exp_id, cand), events)
@@ -351,10 +440,10 @@ def test_the_budget_stops_new_launches_once_it_is_spent(tmp_path: Path) -> None:
     assert len(fake.tasks) == 2
 
 
-def test_release_downs_every_cluster_of_the_session(tmp_path: Path) -> None:
+def test_release_downs_every_cluster_of_the_session(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
-    p = pool(tmp_path, repo, fake, workers=2)
+    p = pool(repo, fake, workers=2)
     cand = commit(repo, "c", {"x.txt": "x"})
     for exp_id in ("e1", "e2"):
         p.submit(job(repo, exp_id, cand), events)
@@ -366,17 +455,17 @@ def test_release_downs_every_cluster_of_the_session(tmp_path: Path) -> None:
     assert fake.calls[-1][0] == "launch"  # a released worker is launched again, never exec'd
 
 
-def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path) -> None:
+def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
-    p = pool(tmp_path, repo, fake)
+    p = pool(repo, fake)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     events.final("e1")
     assert p.release("stop") == [f"ar-{SESSION}-0"]
     assert fake.vms[f"ar-{SESSION}-0"].status == "STOPPED"
 
 
-def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path) -> None:
+def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, pool: MakePool) -> None:
     from autoresearch_mcp.experiments.ledger import Ledger
     from autoresearch_mcp.experiments.scheduler import ExperimentManager
     from autoresearch_mcp.session import state_dir
@@ -385,7 +474,7 @@ def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path) -
     git(repo, "checkout", "-q", "-b", "autoresearch/t")
     cfg = config(tmp_path).model_copy(update={"repo": str(repo)})
     fake = FakeSky(tmp_path / "vms", hourly_usd=3.6)
-    p = SkyPool(repo, cfg, fake, tmp_path / "staging", poll_s=0.02, log_refresh_s=0.05)
+    p = pool(repo, fake, cfg=cfg)
     manager = ExperimentManager(gitpython.Repo(repo), cfg, Ledger(state_dir(repo) / "ledger.jsonl"), p)
     launched = manager.launch("faster", "less work", ["test"], "patch", None,
                               "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n", 3, False)
@@ -398,7 +487,7 @@ def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path) -
 
 @pytest.mark.anyio
 async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: MakePool) -> None:
     from mcp import Client
 
     from autoresearch_mcp.app import build_server
@@ -407,7 +496,7 @@ async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers
     fake = FakeSky(tmp_path / "vms")
 
     def fake_executor(repo: Any, cfg: SessionConfig, settings: Any) -> SkyPool:
-        return SkyPool(Path(repo.working_dir), cfg, fake, tmp_path / "staging", poll_s=0.02, log_refresh_s=0.05)
+        return pool(Path(repo.working_dir), fake, cfg=cfg)
 
     monkeypatch.setattr(skypilot, "SkyExecutor", fake_executor)
     repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
@@ -420,7 +509,8 @@ async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers
             "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n"})
         assert not r.is_error, r
         exp_id = r.structured_content["experiment_id"]
-        for _ in range(1000):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             r = await c.call_tool("fetch_sky_logs", {"experiment_id": exp_id})
             if r.structured_content["status"] in ("done", "failed", "lost"):
                 break

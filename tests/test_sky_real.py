@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -54,21 +55,33 @@ def test_region_and_infra_make_one_infra_string() -> None:
     assert "infra" not in sky_task.resources(SkyConfig())
 
 
-def test_the_helper_process_reads_tasks_like_skypilot_and_prints_nothing(
-        example_repo: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_helper_process_reads_tasks_like_skypilot(example_repo: Path, tmp_path: Path) -> None:
     cfg_dict = task_for(SkyConfig(infra="k8s", cpus="4"), example_repo, tmp_path)
     port = SdkPort(tmp_path / "sdk.log", cwd=tmp_path)
     try:
         assert port.validate(cfg_dict) == sky.Task.from_yaml_config(copy.deepcopy(cfg_dict)).to_yaml_config()
     finally:
         port.close()
-    assert capfd.readouterr().out == ""
+    assert port.stray == []
+
+
+def test_the_helper_writes_only_replies_on_its_stdout(example_repo: Path, tmp_path: Path) -> None:
+    # SkyPilot prints and logs to stdout freely; in the helper all of that must land in the log.
+    cfg_dict = task_for(SkyConfig(infra="k8s", cpus="4"), example_repo, tmp_path)
+    bad = {**cfg_dict, "resources": {"cpus": "lots"}}
+    requests = "".join(json.dumps({"id": i, "op": "validate", "args": {"task": t}}) + "\n"
+                       for i, t in ((1, cfg_dict), (2, bad)))
+    done = subprocess.run([sys.executable, "-m", "autoresearch_mcp.executors.skypilot"], input=requests,
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies = [json.loads(line) for line in done.stdout.splitlines()]  # fails on any line that is not JSON
+    assert sorted(r["id"] for r in replies) == [1, 2]
+    assert {r["id"]: r["ok"] for r in replies} == {1: True, 2: False}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("AUTORESEARCH_SKY_SLOW") != "1", reason="set AUTORESEARCH_SKY_SLOW=1")
-def test_a_real_api_server_maps_its_errors_and_prints_nothing(
-        example_repo: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_real_api_server_maps_its_errors(example_repo: Path, tmp_path: Path) -> None:
     port = SdkPort(tmp_path / "sdk.log")
     cfg_dict = task_for(SkyConfig(cpus="2+"), example_repo, tmp_path)
     try:
@@ -84,5 +97,5 @@ def test_a_real_api_server_maps_its_errors_and_prints_nothing(
     finally:
         port.close()
         subprocess.run([sys.executable, "-c", "import sky; sky.api_stop()"], capture_output=True, timeout=120)
-    assert capfd.readouterr().out == ""
+    assert port.stray == []  # SkyPilot's own output went to the helper's log, not the reply channel
     assert git(example_repo, "status", "--porcelain") == ""

@@ -31,6 +31,7 @@ from typing import Any
 from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
 from autoresearch_mcp.executors.sky_port import (
+    ApiServerDown,
     ClusterGone,
     ClusterInfo,
     JobInfo,
@@ -129,6 +130,7 @@ class _Attempt:
         self.cancelled = False
         self.wake = threading.Event()
         self.log = ""  # this attempt's part of the experiment's log
+        self.fetched = ""  # the job's log as last fetched from the cluster
 
 
 def machine_lines(text: str) -> list[str]:
@@ -207,7 +209,10 @@ class SkyPool(Executor):
         return attempt is not None
 
     def recover(self, interrupted: list[Interrupted]) -> None:
-        """Cancel the jobs a previous server left on our clusters, saving their logs; in the background."""
+        """Cancel the jobs a previous server left on our clusters, in the background (new jobs wait).
+
+        Their logs stay on the cluster until it is downed (`sky logs <cluster> <job_id>`).
+        """
         leftovers = [(i, str(i.runtime["cluster"]), int(i.runtime["job_id"])) for i in interrupted
                      if isinstance(i.runtime.get("cluster"), str) and isinstance(i.runtime.get("job_id"), int)]
         if not leftovers:
@@ -227,39 +232,48 @@ class SkyPool(Executor):
         self._spawn(work, "autoresearch-sky-recover")
 
     def release(self, mode: str) -> list[str]:
-        """Cancel queued and running experiments (logs saved), then stop or down every cluster."""
-        with self._lock:
-            queued = self.scheduler.drain()
-            running = list(self._running.values())
-        for item in queued:
-            item.sink(item.job.experiment_id, {"event": "cancelled"})
-        for attempt in running:
-            attempt.cancelled = True
-            attempt.wake.set()
-        self._join(running_only=True, timeout=120.0)
-        existing = [c.name for c in self.port.clusters(self.names)]
-        for name in existing:
-            (self.port.stop if mode == "stop" else self.port.down)(name)
+        """Cancel queued and running experiments (logs saved), then stop or down every cluster.
+
+        A cluster that SkyPilot fails to release does not keep the others up; the error names it.
+        """
+        self._cancel_all(closing=False, timeout=120.0)
+        released: list[str] = []
+        failed: list[str] = []
+        for info in self.port.clusters(self.names):
+            try:
+                (self.port.stop if mode == "stop" else self.port.down)(info.name)
+                released.append(info.name)
+            except SkyError as exc:
+                log.error("could not %s worker %s: %s", mode, info.name, exc)
+                failed.append(f"{info.name}: {exc}")
         with self._lock:
             for w in self.scheduler.workers.values():
                 self.scheduler.cool(w)
-        return existing
+        if failed:
+            done = f"released {', '.join(released)}; " if released else ""
+            raise SkyError(f"{done}could not {mode} {len(failed)} worker(s), which may still cost money: "
+                           + "; ".join(failed) + f". Run `sky status` and `sky {mode} <cluster>`, or call "
+                           "stop_workers again")
+        return released
 
     def retire_base(self, commit: str) -> None:
         with self._lock:
             self._retired.append(commit)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
+        self._cancel_all(closing=True, timeout=30.0)
+
+    def _cancel_all(self, *, closing: bool, timeout: float) -> None:
+        """Cancel every queued and running experiment and wait (up to `timeout`) for them to end."""
+        with self._lock:  # atomically, so no attempt ending meanwhile queues its job again
+            self._closed = self._closed or closing
             queued = self.scheduler.drain()
-            running = list(self._running.values())
+            for attempt in self._running.values():
+                attempt.cancelled = True
+                attempt.wake.set()
         for item in queued:
             item.sink(item.job.experiment_id, {"event": "cancelled"})
-        for attempt in running:
-            attempt.cancelled = True
-            attempt.wake.set()
-        self._join(running_only=False, timeout=30.0)
+        self._join(running_only=not closing, timeout=timeout)
 
     # --- scheduling ---------------------------------------------------------------------------------
 
@@ -322,14 +336,19 @@ class SkyPool(Executor):
             requeue = self._attempt(a)
         except Exception as exc:  # a job must always end with an event
             log.exception("experiment %s crashed in the sky executor", exp_id)
+            self._cancel_job(a)  # nobody follows it any more: it must not share the VM with the next
             self._fail(a.item, "executor", f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._running.pop(exp_id, None)
                 self.scheduler.free(a.worker)
-                if requeue and not self._closed:
+                # A cancel (or release, or shutdown) that came while the worker was being replaced wins.
+                again = requeue and not a.cancelled and not self._closed
+                if again:
                     self.scheduler.enqueue(a.item, front=True)
                 self._dispatch()
+            if requeue and not again:
+                a.item.sink(exp_id, {"event": "cancelled"})
 
     def _attempt(self, a: _Attempt) -> bool:
         """Run the job once on its worker; True when it must be queued again."""
@@ -351,7 +370,7 @@ class SkyPool(Executor):
         info = worker.info
         assert info is not None
         item.sink(exp_id, {"event": "status", "status": "building", "worker": worker.name,
-                           "runtime": {"cluster": worker.name, "job_id": a.job_id, **info.describe()}})
+                           "runtime": {"job_id": a.job_id, **info.describe()}})
         final, gone = self._follow(a)
         wall = self.clock() - t0
         text = self._save_log(a, gone)
@@ -431,6 +450,8 @@ class SkyPool(Executor):
                 errors = 0
             except ClusterGone as exc:
                 return info, str(exc)
+            except ApiServerDown as exc:  # our side is down, not the cluster: keep waiting
+                log.warning("cannot poll job %s on %s: %s", job_id, cluster, exc)
             except SkyError as exc:
                 errors += 1
                 if errors >= MAX_POLL_ERRORS:
@@ -447,6 +468,7 @@ class SkyPool(Executor):
 
     def _forward(self, a: _Attempt, text: str, already: int) -> int:
         """Save the log so far and pass on the runner's events that were not passed on yet."""
+        a.fetched = text
         self._write_log(a, text)
         events = [ln for ln in machine_lines(text) if ln.startswith(runner.EVENT_PREFIX)]
         exp_id = a.item.job.experiment_id
@@ -459,13 +481,16 @@ class SkyPool(Executor):
         return len(events)
 
     def _save_log(self, a: _Attempt, gone: str | None) -> str:
-        """Fetch the job's whole log into the experiment's log_path (before any stop or down)."""
-        text = ""
+        """Fetch the job's whole log into the experiment's log_path (before any stop or down).
+
+        When the cluster cannot give it any more, the part fetched while following the job stays.
+        """
+        text = a.fetched
         if a.job_id is not None:
             try:
                 text = self.port.logs(a.worker.name, a.job_id)
             except SkyError as exc:
-                text = f"[autoresearch] could not fetch the job log: {exc}\n"
+                text += f"\n[autoresearch] could not fetch the rest of the job log: {exc}\n"
         if gone:
             text += f"\n[autoresearch] worker {a.worker.name} lost: {gone}\n"
         self._write_log(a, text)
@@ -485,6 +510,7 @@ class SkyPool(Executor):
     def _lost(self, a: _Attempt, why: str) -> bool:
         item, exp_id = a.item, a.item.job.experiment_id
         item.earlier_logs.append(a.log)
+        self._cancel_job(a)  # in case the cluster is only unreachable: its next job must run alone
         self._replace(a.worker, why)
         if item.lost < MAX_LOST_RETRIES:
             item.lost += 1
@@ -493,6 +519,11 @@ class SkyPool(Executor):
             return True
         item.sink(exp_id, {"event": "lost", "detail": f"worker {a.worker.name} was lost twice; last: {why}"})
         return False
+
+    def _cancel_job(self, a: _Attempt) -> None:
+        if a.job_id is not None:
+            with contextlib.suppress(SkyError):
+                self.port.cancel(a.worker.name, a.job_id)
 
     def _replace(self, worker: Worker, why: str, host: dict[str, Any] | None = None) -> None:
         """Down a worker that cannot be trusted; the next job on it launches a fresh VM."""

@@ -48,6 +48,16 @@ fi
 """
 
 
+def base_dir(commit: str) -> str:
+    """The base commit's directory under WORK (and, with `.tar.gz`, its archive in the workdir)."""
+    return f"base-{commit[:16]}"
+
+
+def exp_dir(experiment_id: str) -> str:
+    """The experiment's inbox in the workdir and its candidate tree under WORK."""
+    return f"exp-{experiment_id}"
+
+
 def cluster_name(session_id: str, index: int) -> str:
     """`ar-<session>-<i>`: lowercase, starts with a letter, short enough for every cloud."""
     return f"ar-{session_id[:12].lower()}-{index}"
@@ -80,7 +90,7 @@ def task_config(cfg: SkyConfig, job: Job, workdir: Path) -> dict[str, Any]:
         "name": f"ar-{job.experiment_id}",
         "workdir": str(workdir),
         "setup": SETUP,
-        "run": f"bash exp-{job.experiment_id}/run.sh",
+        "run": f"bash {exp_dir(job.experiment_id)}/run.sh",
         "resources": resources(cfg),
     }
 
@@ -107,8 +117,8 @@ def changes(repo_dir: Path, base: str, candidate: str) -> tuple[list[str], list[
 
 def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
     """Fill the fresh directory `staging` with everything one experiment needs on the worker."""
-    exp = f"exp-{job.experiment_id}"
-    base = f"base-{job.base_commit[:16]}"
+    exp = exp_dir(job.experiment_id)
+    base = base_dir(job.base_commit)
     inbox = staging / exp
     inbox.mkdir(parents=True)
     try:
@@ -130,11 +140,11 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
 
 def run_script(job: Job, retired: list[str]) -> str:
     """The job's run command: unpack, prebuild the baseline, unpack the candidate beside it, run."""
-    exp = f"exp-{job.experiment_id}"
-    base = f"base-{job.base_commit[:16]}"
+    exp = exp_dir(job.experiment_id)
+    base = base_dir(job.base_commit)
     build_timeout = float(job.spec.get("timeouts", {}).get("build", 3600.0))
     content = shlex.quote(str(job.spec.get("baseline_tree") or ""))
-    old = " ".join(shlex.quote(f"base-{c[:16]}") for c in retired if c != job.base_commit)
+    old = " ".join(shlex.quote(base_dir(c)) for c in retired if c != job.base_commit)
     return f"""\
 #!/usr/bin/env bash
 # autoresearch: experiment {job.experiment_id} on this worker (generated; runs in ~/sky_workdir)
@@ -149,7 +159,7 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
   tar -xzf "$tars/{base}.tar.gz" -C {base}
   touch {base}/.autoresearch-unpacked
 fi
-# Build the baseline before copying it, so the candidate's build is incremental.
+# Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
 "$py" - "$inbox" {base} {build_timeout!r} {content} <<'EOF' || true
 import sys
 sys.path.insert(0, sys.argv[1])

@@ -51,78 +51,115 @@ _ERRORS: dict[str, type[SkyError]] = {
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+# Operations that answer in seconds when SkyPilot is healthy; longer means it is stuck.
+_SHORT_OPS = frozenset({"job", "logs", "cancel", "clusters"})
+SHORT_TIMEOUT_S = 300.0
+
+
+class _Helper:
+    """One helper process and the calls waiting for its replies (a restarted helper is a new one)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.waiting: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self.dead = False  # set by its reader, under the port's lock, once its replies have ended
+        self.write_lock = threading.Lock()
+
+
 class SdkPort:
     """The real SkyPort: each call is one request to the SkyPilot helper process."""
 
-    def __init__(self, log_path: Path, cwd: Path | None = None) -> None:
+    def __init__(self, log_path: Path, cwd: Path | None = None, *, command: list[str] | None = None,
+                 short_timeout_s: float = SHORT_TIMEOUT_S) -> None:
         self.log_path = log_path
         self.cwd = cwd or Path.home()
-        self._proc: subprocess.Popen[str] | None = None
+        self.command = command or [sys.executable, "-m", "autoresearch_mcp.executors.skypilot"]
+        self.short_timeout_s = short_timeout_s
+        self.stray: list[str] = []  # lines on the reply channel that were not replies (should be none)
+        self._helper: _Helper | None = None
+        self._closed = False
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._waiting: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
 
     # --- the helper process -------------------------------------------------------------------------
 
-    def _helper(self) -> subprocess.Popen[str]:
-        with self._lock:
-            if self._proc is not None and self._proc.poll() is None:
-                return self._proc
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "autoresearch_mcp.executors.skypilot"], cwd=self.cwd,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1,
-                )
-            self._proc = proc
-        threading.Thread(target=self._read, args=(proc,), name="autoresearch-sky-helper", daemon=True).start()
-        return proc
+    def _live_helper(self) -> _Helper:
+        """The running helper, started if needed (lock held)."""
+        if self._closed:
+            raise ApiServerDown("the SkyPilot port is closed (the server is shutting down)")
+        helper = self._helper
+        if helper is not None and not helper.dead and helper.proc.poll() is None:
+            return helper
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a") as err:
+            proc = subprocess.Popen(self.command, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, bufsize=1)
+        helper = self._helper = _Helper(proc)
+        threading.Thread(target=self._read, args=(helper,), name="autoresearch-sky-helper", daemon=True).start()
+        return helper
 
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            with contextlib.suppress(json.JSONDecodeError, KeyError):
+    def _read(self, helper: _Helper) -> None:
+        assert helper.proc.stdout is not None
+        for line in helper.proc.stdout:
+            try:
                 reply = json.loads(line)
-                with self._lock:
-                    fut = self._waiting.pop(reply["id"], None)
-                if fut is not None:
-                    fut.set_result(reply)
-        proc.wait()
+                req_id = reply["id"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                log.warning("the SkyPilot helper wrote a line that is not a reply: %.200s", line.rstrip())
+                self.stray.append(line)
+                continue
+            with self._lock:
+                fut = helper.waiting.pop(req_id, None)
+            if fut is not None:
+                fut.set_result(reply)
+        helper.proc.wait()
         with self._lock:
-            orphans, self._waiting = list(self._waiting.values()), {}
+            helper.dead = True
+            orphans, helper.waiting = list(helper.waiting.values()), {}
         for fut in orphans:
             fut.set_result({"ok": False, "kind": "api_down", "message": (
-                f"the SkyPilot helper process exited with status {proc.returncode}; its log is {self.log_path}. "
-                "Is `autoresearch-mcp[sky]` installed (pip install 'autoresearch-mcp[sky]')?")})
+                f"the SkyPilot helper process exited with status {helper.proc.returncode}; its log is "
+                f"{self.log_path}. Is `autoresearch-mcp[sky]` installed (pip install 'autoresearch-mcp[sky]')?")})
 
     def call(self, op: str, **args: Any) -> Any:
-        proc = self._helper()
         fut: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        with self._lock:
+        with self._lock:  # registered while the helper is known alive: its reader answers or fails it
+            helper = self._live_helper()
             req_id = next(self._ids)
-            self._waiting[req_id] = fut
+            helper.waiting[req_id] = fut
         try:
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps({"id": req_id, "op": op, "args": args}) + "\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the reader thread answers every waiting call when the helper is gone
-        reply = fut.result()
+            assert helper.proc.stdin is not None
+            with helper.write_lock:
+                helper.proc.stdin.write(json.dumps({"id": req_id, "op": op, "args": args}) + "\n")
+                helper.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the helper is gone: its reader fails every waiting call
+        timeout = self.short_timeout_s if op in _SHORT_OPS else None
+        try:
+            reply = fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            with self._lock:
+                helper.waiting.pop(req_id, None)
+            raise ApiServerDown(
+                f"SkyPilot did not answer `{op}` for {args.get('cluster', '?')} within {timeout:.0f} s; the "
+                f"API server may be stuck: check `sky api info` and `sky api logs`, and {self.log_path}") from None
         if not reply.get("ok"):
             raise _ERRORS.get(reply.get("kind", "error"), SkyError)(reply.get("message", "SkyPilot failed"))
         return reply.get("value")
 
     def close(self) -> None:
         with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            assert proc.stdin is not None
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            self._closed = True
+            helper, self._helper = self._helper, None
+        if helper is None or helper.proc.poll() is not None:
+            return
+        assert helper.proc.stdin is not None
+        with contextlib.suppress(OSError), helper.write_lock:
+            helper.proc.stdin.close()
+        try:
+            helper.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            helper.proc.kill()
 
     # --- SkyPort ------------------------------------------------------------------------------------
 
@@ -270,12 +307,16 @@ def _op(op: str, args: dict[str, Any]) -> Any:
                                             down=True))
         return {"job_id": job_id, "cluster": _describe(str(cluster), "UP", handle)}
     if op == "job":
-        for rec in sky.get(sky.queue(cluster, skip_finished=False)):
-            if int(_field(rec, "job_id")) == args["job_id"]:
-                status = _field(rec, "status")
-                return {"job_id": args["job_id"], "status": getattr(status, "value", str(status)),
-                        "start_at": _field(rec, "start_at"), "end_at": _field(rec, "end_at")}
-        raise sky.exceptions.ClusterDoesNotExist(f"job {args['job_id']} is not in the queue of {cluster}")
+        job_id = int(args["job_id"])
+        status = sky.get(sky.job_status(cluster, [job_id])).get(job_id)
+        if status is None:
+            raise sky.exceptions.ClusterDoesNotExist(f"job {job_id} is not in the queue of {cluster}")
+        info = {"job_id": job_id, "status": getattr(status, "value", str(status)), "start_at": None, "end_at": None}
+        if status.is_terminal():  # the queue has the job's times; read it once, at the end
+            for rec in sky.get(sky.queue(cluster, skip_finished=False)):
+                if int(_field(rec, "job_id")) == job_id:
+                    info.update(start_at=_field(rec, "start_at"), end_at=_field(rec, "end_at"))
+        return info
     if op == "logs":
         buf = io.StringIO()
         sky.tail_logs(cluster, args["job_id"], follow=False, output_stream=buf)
