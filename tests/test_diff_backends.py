@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from autoresearch_mcp.analysis import backends
 from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import InputError
@@ -189,6 +190,17 @@ def test_a_backend_path_outside_the_repository_is_refused(toy: Path) -> None:
         compare_backends(str(toy), ["cpu", "x=../elsewhere"])
 
 
+def test_backends_named_with_paths_need_no_walk_of_the_repository(
+    toy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_walk(repo: Path) -> None:
+        raise AssertionError("the repository was walked for backends")
+
+    monkeypatch.setattr(backends, "discover", no_walk)
+    result = compare_backends(str(toy), ["cpu=src/toy-cpu", "cuda=src/toy-cuda"])
+    assert [b.name for b in result.backends] == ["cpu", "cuda"]
+
+
 def test_binary_and_huge_files_are_skipped_and_reported(toy: Path) -> None:
     (toy / "src/toy-cuda/blob.h").write_bytes(b"\x00\x01TOY_OP_SCALE" * 10)
     (toy / "src/toy-cuda/huge.cu").write_text("// x\n" * 500_000)
@@ -344,8 +356,9 @@ def test_a_bad_git_ref_is_explained(toy: Path) -> None:
 async def test_tool_returns_structured_gaps_through_an_mcp_client(toy: Path) -> None:
     async with Client(build_server()) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert tools["diff_backends"].annotations.read_only_hint is True
-        assert tools["diff_backends"].annotations.open_world_hint is False
+        annotations = tools["diff_backends"].annotations
+        assert annotations is not None
+        assert annotations.read_only_hint is True and annotations.open_world_hint is False
         r = await client.call_tool("diff_backends", {"repo": str(toy), "max_gaps": 3})
         assert not r.is_error
         data = r.structured_content

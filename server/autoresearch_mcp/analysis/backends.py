@@ -114,8 +114,14 @@ def looked_for() -> str:
 
 
 def resolve(repo: Path, specs: list[str] | None) -> tuple[list[BackendRoot], list[str]]:
-    """The backend roots to compare, with their source files loaded; `specs` as in the module doc."""
-    found, notes = discover(repo)
+    """The backend roots to compare, with their source files loaded; `specs` as in the module doc.
+
+    The repository is walked for backends only when they are not all named with a path."""
+    specs = [spec.strip() for spec in specs or []]
+    found: list[tuple[str, Path]] = []
+    notes: list[str] = []
+    if not specs or not all("=" in spec for spec in specs):
+        found, notes = discover(repo)
     if not specs:
         if not found:
             raise InputError(
@@ -128,7 +134,7 @@ def resolve(repo: Path, specs: list[str] | None) -> tuple[list[BackendRoot], lis
     auto = dict(found)
     roots = []
     for spec in specs:
-        roots.append(_root_from_spec(spec.strip(), repo, auto))
+        roots.append(_root_from_spec(spec, repo, auto))
     names = [r.name for r in roots]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -7,7 +7,6 @@ The roof a workload is close to says which kind of change can pay off, before an
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,8 +22,6 @@ from autoresearch_mcp.models import (
     Roofline,
 )
 from autoresearch_mcp.state import AppState, Session
-
-log = logging.getLogger(__name__)
 
 # A workload at half of a roof or more is "at" that roof: well-tuned streaming code reaches
 # 60-90% of STREAM, and dense kernels 50-90% of the FMA peak. Below half of both roofs, the time

@@ -7,19 +7,26 @@ still gives how many CPUs the command kept busy.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from autoresearch_mcp.experiments.runner import kill_group
 from autoresearch_mcp.models import CounterReport
 
 EVENTS = ("task-clock", "cycles", "instructions", "cache-references", "cache-misses")
 HARDWARE_EVENTS = EVENTS[1:]
 PROBE_COMMAND = "true"
+PROBE_TIMEOUT_S = 30.0
+# After SIGINT at the timeout, how long perf stat gets to stop the command and write its counts.
+INTERRUPT_GRACE_S = 5.0
 
 
 def parse_perf_csv(text: str) -> dict[str, float | None]:
@@ -47,22 +54,56 @@ def parse_perf_csv(text: str) -> dict[str, float | None]:
     return counts
 
 
-def _run_in_group(argv: list[str], cwd: Path | None, timeout_s: float) -> tuple[int | None, str, float]:
-    """Run argv in its own process group; on timeout, kill the whole group. (exit, stderr, seconds)"""
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        return None, err, time.perf_counter() - started
-    return proc.returncode, err, time.perf_counter() - started
+@dataclass
+class _PerfRun:
+    exit_code: int | None  # None when the command was stopped at the timeout
+    stderr: str
+    elapsed_s: float
+    timed_out: bool
+
+
+def _run_perf(argv: list[str], cwd: Path | None, timeout_s: float) -> _PerfRun:
+    """Run perf stat in its own process group. At the timeout the group gets SIGINT first, which
+    perf stat answers by stopping the command and writing the counts so far; whatever is still
+    running after a grace period is killed."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid)
+                proc.wait()
+        finally:
+            kill_group(proc.pid, grace_s=0.5)  # leftovers of the group must not keep running
+        elapsed = time.perf_counter() - started
+        err.seek(0)
+        stderr = err.read().decode("utf-8", errors="replace")
+    return _PerfRun(None if timed_out else proc.returncode, stderr, elapsed, timed_out)
 
 
 def perf_counters(command: str | None, *, cwd: Path | None = None, timeout_s: float = 300.0) -> CounterReport:
-    """Count `command` (a shell command) with perf stat; without one, only check that counting works."""
+    """Count `command` (a shell command) with perf stat; without one, only check that counting works
+    (checked once per process: the answer does not change while the server runs)."""
+    if command is None:
+        return _probe().model_copy(deep=True)
+    return _count(command, cwd, timeout_s)
+
+
+@functools.cache
+def _probe() -> CounterReport:
+    return _count(None, None, PROBE_TIMEOUT_S)
+
+
+def _count(command: str | None, cwd: Path | None, timeout_s: float) -> CounterReport:
     perf = shutil.which("perf")
     if perf is None:
         return CounterReport(available=False, command=command,
@@ -72,21 +113,27 @@ def perf_counters(command: str | None, *, cwd: Path | None = None, timeout_s: fl
         out_file = Path(tmp) / "perf.csv"
         argv = [perf, "stat", "-x", ",", "-o", str(out_file), "-e", ",".join(EVENTS), "--",
                 "sh", "-c", command or PROBE_COMMAND]
-        exit_code, stderr, elapsed = _run_in_group(argv, cwd, timeout_s)
+        run = _run_perf(argv, cwd, timeout_s)
         text = out_file.read_text(errors="replace") if out_file.exists() else ""
     counts = parse_perf_csv(text)
     report = CounterReport(available=False, command=command)
     if command is not None:
-        report.exit_code, report.elapsed_s = exit_code, round(elapsed, 4)
-        if exit_code is None:
-            report.notes.append(f"the command was killed after {timeout_s:.0f} s; the counts cover that time")
-        elif exit_code != 0:
-            report.notes.append(f"the command exited with {exit_code}: the counts may not describe a full run")
+        report.exit_code, report.elapsed_s = run.exit_code, round(run.elapsed_s, 4)
+        if run.timed_out and counts:
+            report.notes.append(f"timed out after {timeout_s:g} s and was stopped; the counts cover that time")
+        elif run.exit_code not in (None, 0):
+            report.notes.append(f"the command exited with {run.exit_code}: the counts may not describe a "
+                                "full run")
         task_clock_ms = counts.get("task-clock")
-        if task_clock_ms is not None and elapsed > 0:
-            report.cpus_utilized = round(task_clock_ms / 1000.0 / elapsed, 3)
+        if task_clock_ms is not None and run.elapsed_s > 0:
+            report.cpus_utilized = round(task_clock_ms / 1000.0 / run.elapsed_s, 3)
+    if not counts and run.timed_out:
+        report.reason = (f"the command timed out after {timeout_s:g} s and perf stat had to be killed before "
+                         "it wrote any counts (the command ignored SIGINT): count a shorter run, or raise "
+                         "the timeout")
+        return report
     if not counts:
-        report.reason = f"perf stat could not count here: {stderr.strip()[-400:] or 'no output'}" + (
+        report.reason = f"perf stat could not count here: {run.stderr.strip()[-400:] or 'no output'}" + (
             " (kernel.perf_event_paranoid may forbid it: see /proc/sys/kernel/perf_event_paranoid)")
         return report
     report.unsupported = [e for e in HARDWARE_EVENTS if counts.get(e) is None]

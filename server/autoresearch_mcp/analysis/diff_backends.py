@@ -123,11 +123,12 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
 def _scan_all(roots: list[BackendRoot]) -> list[list[Scan]]:
     files = [f for root in roots for f in root.files]
     size = sum(len(f.text) for f in files)
-    if size >= PARALLEL_MIN_BYTES:
+    cpus = os.cpu_count() or 1
+    if size >= PARALLEL_MIN_BYTES and cpus > 1:
         # forkserver, not fork: the MCP server runs tools in threads, and forking a threaded
         # process can deadlock the child
         context = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1), mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=cpus, mp_context=context) as pool:
             indexed = pool.map(index_text, [f.text for f in files], chunksize=16)
             flat = [Scan(f, *ix) for f, ix in zip(files, indexed, strict=True)]
     else:

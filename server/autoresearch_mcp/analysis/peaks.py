@@ -8,11 +8,12 @@ once per worker.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 
 from autoresearch_mcp.analysis import peak_probe
 from autoresearch_mcp.errors import ExternalError
+from autoresearch_mcp.experiments.runner import run_command
 from autoresearch_mcp.models import PeakFigures
 
 log = logging.getLogger(__name__)
@@ -59,20 +61,29 @@ def parse_probe_output(text: str) -> PeakFigures:
 
 
 def parse_identity_output(text: str) -> dict[str, Any]:
+    """Read the probe's last `AUTORESEARCH_IDENTITY {json}` line (`probe_command(identify=True)`)."""
     return _prefixed_json(text, peak_probe.IDENTITY_PREFIX, "identity")
 
 
 def measure_local_peaks(*, quick: bool = False, method: str = "auto") -> PeakFigures:
-    """Run the probe in a subprocess on this machine (the same bytes a VM would run)."""
+    """Run the probe in a subprocess on this machine (the same bytes a VM would run).
+
+    It runs in its own process group, so a timeout also stops the compiler and the compiled probe.
+    """
     argv = [*probe_command(quick=quick), "--method", method]
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
+    result = run_command(argv, tempfile.gettempdir(), PROBE_TIMEOUT_S)
+    if result.timed_out:
         raise ExternalError(f"the peak probe did not finish within {PROBE_TIMEOUT_S:.0f} s; is the machine "
-                            "overloaded?") from exc
-    if out.returncode != 0:
-        raise ExternalError(f"the peak probe failed (exit {out.returncode}): {out.stderr.strip()[-500:]}")
-    return parse_probe_output(out.stdout)
+                            "overloaded?")
+    if result.exit_code != 0:
+        raise ExternalError(f"the peak probe failed (exit {result.exit_code}): {result.tail(500).strip()}")
+    return parse_probe_output(result.output)
+
+
+@functools.cache
+def local_identity() -> dict[str, Any]:
+    """This machine's identity (the peaks' cache key), read once per process."""
+    return peak_probe.identify()
 
 
 def merge_best(old: PeakFigures, new: PeakFigures) -> PeakFigures:
@@ -89,8 +100,8 @@ def merge_best(old: PeakFigures, new: PeakFigures) -> PeakFigures:
 
 
 def cache_path(cache_dir: Path, identity: dict[str, Any]) -> Path:
-    """One file per host and CPU model: a resized or migrated VM gets measured again."""
-    key = f"{identity['host']}-{identity['cpu_model']}"
+    """One file per host, CPU model and CPU count: a resized or migrated VM gets measured again."""
+    key = f"{identity['host']}-{identity['cpu_model']}-{identity['logical_cpus']}cpu"
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("_")[:120] or "unknown"
     return cache_dir / "peaks" / f"{slug}.json"
 
@@ -107,9 +118,10 @@ def cached_peaks(
     A cached measurement that was disturbed (by other load) is measured again and merged,
     so a busy moment at the first call does not set low peaks for good.
     Defaults to this machine; an executor for another worker passes that worker's `identity`
-    (`probe_command(identify=True)` there) and a `measure` that runs the probe there.
+    (`parse_identity_output` of `probe_command(identify=True)` run there) and a `measure` that runs
+    the probe there.
     """
-    path = cache_path(cache_dir, identity if identity is not None else peak_probe.identify())
+    path = cache_path(cache_dir, identity if identity is not None else local_identity())
     path.parent.mkdir(parents=True, exist_ok=True)
     # A lock, so that two calls at once measure once, and never while the other one is measuring.
     with FileLock(str(path) + ".lock"):

@@ -190,12 +190,10 @@ class ArxivClient:
         self.api_url = api_url
         self.html_base = html_base.rstrip("/")
         self.code_links = code_links
-        self.limiter = limiter
+        self.limiter = limiter or LIMITER
 
     def _get(self, params: dict[str, str | int]) -> Response:
-        response = self.http.get(
-            self.api_url, params=params, ttl_s=_SEARCH_TTL_S, limiter=self.limiter or LIMITER
-        )
+        response = self.http.get(self.api_url, params=params, ttl_s=_SEARCH_TTL_S, limiter=self.limiter)
         if response.status == 400:
             parse_feed(response.text, self.html_base)  # raises with arXiv's own explanation
         if response.status != 200:
@@ -242,6 +240,13 @@ class ArxivClient:
             query=search_query,
             from_cache=response.from_cache,
             notes=notes,
+        )
+
+    def html_page(self, arxiv_id: ArxivId) -> Response:
+        """The paper's HTML version (LaTeXML) as arXiv answers it, 404 included; not cached here,
+        as the reader caches the text it extracts."""
+        return self.http.get(
+            f"{self.html_base}/{arxiv_id}", ttl_s=0, limiter=self.limiter, cache_statuses=()
         )
 
     def lookup(self, arxiv_id: ArxivId) -> Paper | None:

@@ -68,4 +68,7 @@ class CodeLinks:
             return None
         except (ValueError, AttributeError):  # not the documented JSON object
             return None
+        except Exception:  # best effort: an unexpected failure must not fail the search
+            log.warning("Hugging Face paper lookup of %s failed unexpectedly", arxiv_id, exc_info=True)
+            return None
         return repo if isinstance(repo, str) and repo.startswith("http") else None

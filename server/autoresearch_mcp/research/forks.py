@@ -4,6 +4,7 @@ and refs compared with git, each reduced to the commits and files under the give
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
@@ -40,19 +41,29 @@ def survey(
     if not 1 <= limit <= MAX_LIMIT:
         raise InputError(f"limit={limit}: expected 1 to {MAX_LIMIT} forks.")
     clean_paths = normalize_paths(paths or [])
+    repo = repo.strip()
     if _looks_local(repo):
         return survey_local(Path(repo).expanduser(), clean_paths, limit, base, compare)
     if compare:
         raise InputError(
             "`compare` names local clones or refs, so `repo` must be a local git repository path; "
-            f"{repo!r} is not a directory. For GitHub forks, leave `compare` out."
+            f"{repo!r} is not one (write a relative path as ./{repo}). For GitHub forks, leave `compare` out."
         )
-    github = GitHub(shared_client(settings.cache_dir), settings.github_api_url, settings.github_token)
-    return survey_github(github, repo, clean_paths, limit, base)
+    return survey_github(github_for(settings), repo, clean_paths, limit, base)
+
+
+@functools.cache
+def github_for(settings: Settings) -> GitHub:
+    """The process's GitHub client for these settings: a spent rate limit stays known between calls."""
+    return GitHub(shared_client(settings.cache_dir), settings.github_api_url, settings.github_token)
 
 
 def _looks_local(repo: str) -> bool:
-    return repo.startswith(("/", "./", "../", "~")) or Path(repo).expanduser().is_dir()
+    """An explicit path is local. `owner/name` or a GitHub URL always means GitHub, even when a
+    directory of that name happens to exist where the server runs."""
+    if repo in (".", "..") or repo.startswith(("/", "./", "../", "~")):
+        return True
+    return not _REPO_RE.match(repo) and Path(repo).is_dir()
 
 
 def normalize_paths(paths: Iterable[str]) -> list[str]:

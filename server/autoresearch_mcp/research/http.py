@@ -7,6 +7,7 @@ and error messages are decided in one place.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -35,6 +36,8 @@ USER_AGENT = (
     f"autoresearch-mcp/{__version__} (research assistant for code optimization; "
     f"python-httpx/{httpx.__version__})"
 )
+# Request headers that change the answer: the token (what it may see, its rate limit) and the format.
+_VARYING_HEADERS = frozenset({"authorization", "accept"})
 # Response headers worth keeping in the cache: the callers read rate limits and redirects.
 _KEPT_HEADERS = ("content-type", "retry-after", "x-ratelimit-remaining", "x-ratelimit-reset", "etag")
 
@@ -109,9 +112,14 @@ class DiskCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({**doc, "key": key}, fh)
-            os.replace(tmp, path)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump({**doc, "key": key}, fh)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         except OSError as exc:  # a cache that cannot be written only costs speed
             log.warning("cannot write cache entry %s: %s", path, exc)
 
@@ -214,7 +222,7 @@ class HttpClient:
         Answers whose status is not in `cache_statuses` are returned but not cached.
         """
         request = httpx.Request("GET", url, params=dict(params or {}))
-        key = f"GET {request.url}"
+        key = cache_key(str(request.url), headers or {})
         cached = self.cache.get(key)
         if cached is not None and self.clock.now() - float(cached["fetched_at"]) < ttl_s:
             return _from_doc(cached, stale=False)
@@ -254,11 +262,16 @@ class HttpClient:
                 f"{service} answered HTTP {status} to {self.attempts} attempts: the service is having "
                 "trouble. Try again in a few minutes."
             ) from exc
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             if cached is not None:
                 log.info("network failed for %s (%s); serving the cached answer", request.url, exc)
                 return _from_doc(cached, stale=True)
-            kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "is unreachable"
+            if isinstance(exc, httpx.TimeoutException):
+                kind = "timed out"
+            elif isinstance(exc, httpx.TransportError):
+                kind = "is unreachable"
+            else:  # too many redirects, an undecodable body
+                kind = "sent an unusable answer"
             raise ExternalError(
                 f"{service} {kind} ({type(exc).__name__}: {exc}). Check the network connection "
                 "(is this machine offline or behind a proxy?). Requests answered before are served "
@@ -284,6 +297,16 @@ class HttpClient:
                 },
             )
         return response
+
+
+def cache_key(url: str, headers: Mapping[str, str]) -> str:
+    """The cache key of GET `url`: the headers that change the answer (who asks, in which format)
+    count too, as a short hash so that no token is written to disk."""
+    varying = sorted((k.lower(), v) for k, v in headers.items() if k.lower() in _VARYING_HEADERS)
+    if not varying:
+        return f"GET {url}"
+    digest = hashlib.sha256(json.dumps(varying).encode()).hexdigest()[:16]
+    return f"GET {url} [{digest}]"
 
 
 def _from_doc(doc: Mapping[str, Any], *, stale: bool) -> Response:
