@@ -151,11 +151,16 @@ def run_command(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            kill_group(proc.pid)
-            proc.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            # reap the leader as soon as it goes: an unreaped leader keeps its group alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=2.0)
         finally:
-            # Leftovers of the group (a backgrounded helper) must not disturb later runs.
+            # Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not
+            # disturb later runs.
             kill_group(proc.pid, grace_s=0.5)
+            proc.wait()
             _current_pgid = None
         duration = time.monotonic() - start
         out.seek(0)
