@@ -4,6 +4,7 @@ one end-to-end run of the real loop through an MCP client, the rest on ledgers w
 from __future__ import annotations
 
 import csv
+import io
 import re
 import shutil
 import subprocess
@@ -15,13 +16,16 @@ import pytest
 from bs4 import BeautifulSoup
 from matplotlib.image import imread
 from mcp import Client
+from scipy import ndimage
+from scipy import stats as sps
 
 from autoresearch_mcp import cli
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.experiments import stats
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.finalize import finalize
-from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, write_report
+from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_chart, write_report
 from autoresearch_mcp.session import SessionConfig, save_config
 from conftest import git, init_repo
 from helpers import call, error, wait_final
@@ -52,7 +56,8 @@ class Synthetic:
     def experiment(self, title: str, delta: float | None, ci: tuple[float, float] | None = None,
                    verdict: str | None = "no_change", status: str = "done", hypothesis: str = "",
                    sources: list[str] | None = None, keep: dict[str, str | None] | None = None,
-                   other: dict[str, float] | None = None, cost: float | None = None) -> str:
+                   other: dict[str, float] | None = None, cost: float | None = None,
+                   design: dict[str, Any] | None = None) -> str:
         """Launch and finish one experiment; `keep` (file -> content) also commits it as a winner."""
         self.n += 1
         exp_id = f"e{self.n:04d}"
@@ -60,7 +65,7 @@ class Synthetic:
         self.ledger.append({"type": "launch", "ts": ts, "experiment_id": exp_id, "session_id": "s1",
                             "title": title, "hypothesis": hypothesis, "sources": sources or [],
                             "base_commit": self.head, "changed_files": sorted(keep or {"a.txt": ""}),
-                            "metric": "score", "direction": "higher"})
+                            "metric": "score", "direction": "higher", **({"design": design} if design else {})})
         if status in ("running", "building"):
             self.ledger.append({"type": "status", "ts": ts + 1, "experiment_id": exp_id, "status": status})
             return exp_id
@@ -104,10 +109,16 @@ def synthetic(tmp_path: Path) -> Synthetic:
     return Synthetic(tmp_path / "repo")
 
 
-def pixels_near(png: Path, color: str, tolerance: float = 0.08) -> int:
-    image = imread(str(png))[..., :3]
+def markers(png: Path | bytes, color: str, tolerance: float = 0.08, min_pixels: int = 10) -> int:
+    """Separate blobs of `color` in an image (closer than 2 pixels counts as one: a line drawn across a
+    marker does not split it), of at least `min_pixels` (not a whisker's cap): one per marker drawn, the
+    legend's own marker included."""
+    image = imread(io.BytesIO(png) if isinstance(png, bytes) else str(png))[..., :3]
     target = np.array([int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
-    return int((np.abs(image - target).max(axis=-1) < tolerance).sum())
+    mask = np.abs(image - target).max(axis=-1) < tolerance
+    labels, count = ndimage.label(ndimage.binary_dilation(mask, iterations=2), structure=np.ones((3, 3)))
+    sizes = ndimage.sum_labels(mask, labels, range(1, count + 1))
+    return int((np.asarray(sizes) >= min_pixels).sum())
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -164,7 +175,8 @@ async def test_a_real_session_is_reported_and_finalized_through_mcp(tmp_path: Pa
     rows = list(csv.DictReader(Path(out["tsv_path"]).read_text().splitlines(), delimiter="\t"))
     assert [r["title"] for r in rows] == ["value 110", "factor 1.1", "notes only", "broken"]
     assert [r["outcome"] for r in rows] == ["kept", "kept", "discarded", "failed"]
-    assert pixels_near(Path(out["chart_path"]), COLORS[KEPT]) > 50
+    # the two kept points, besides the legend's marker (the chart without the secondary panel)
+    assert markers(render_chart(load(str(repo)), []), COLORS[KEPT]) == 1 + 2
 
     assert done["verified"] is True and [b["titles"] for b in done["branches"]] == [["value 110"], ["factor 1.1"]]
     for branch, name in zip(done["branches"], ("value.txt", "factor.txt"), strict=True):
@@ -181,10 +193,13 @@ def test_total_gain_chains_the_kept_experiments_with_a_combined_interval(synthet
     synthetic.experiment("second", 10.0, (8.0, 12.0), "improved", keep={"b.txt": "2\n"})
     out = write_report(str(synthetic.root))
     assert out.total_gain_pct == pytest.approx(21.0, abs=1e-6)
-    assert out.total_gain_ci_low_pct is not None and out.total_gain_ci_high_pct is not None
-    # two equal intervals combine to sqrt(2) times one half-width, in log space
-    assert 21.0 - out.total_gain_ci_low_pct == pytest.approx((1.21 - 1.1 * np.exp(
-        -np.sqrt(2) * (np.log(1.12) - np.log(1.08)) / 2 + np.log(1.1))) * 100, rel=0.05)
+    # each interval is 98% with 5 pairs (4 df); their standard errors add in quadrature, and the sum's
+    # 98% interval uses the Welch-Satterthwaite degrees of freedom (8)
+    se = (np.log(1.12) - np.log(1.08)) / 2 / sps.t.ppf(0.99, 4)
+    half = sps.t.ppf(0.99, 8) * np.sqrt(2) * se
+    assert out.total_gain_ci_low_pct == pytest.approx((1.21 * np.exp(-half) - 1) * 100, abs=1e-3)
+    assert out.total_gain_ci_high_pct == pytest.approx((1.21 * np.exp(half) - 1) * 100, abs=1e-3)
+    assert "overstate the gain (winner" in Path(out.html_path).read_text()
     rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
     # the neutral experiment ran on the first winner's head, so it sits at 1.10 x 1.002 of the start
     assert float(rows[1]["vs_start_pct"]) == pytest.approx(10.22, abs=0.01)
@@ -209,7 +224,66 @@ def test_failed_noisy_and_running_experiments_are_counted_apart(synthetic: Synth
     out = write_report(str(synthetic.root))
     assert (out.kept, out.discarded, out.failed, out.running) == (0, 1, 3, 1)
     assert out.total_gain_pct == 0.0 and out.total_gain_ci_low_pct is None and out.cost_usd == 0.25
-    assert pixels_near(Path(out.chart_path), COLORS["failed"]) > 20
+    assert markers(Path(out.chart_path), COLORS["failed"]) == 1 + 3  # the legend's, and one per failure
+
+
+@pytest.mark.parametrize("repeats", [8, "auto"])
+def test_an_experiments_standard_error_is_recovered_from_its_interval_and_design(repeats: int | str) -> None:
+    rng = np.random.default_rng(3)
+    base = list(100 * np.exp(rng.normal(0, 0.01, 8)))
+    cand = [b * np.exp(0.03 + rng.normal(0, 0.01)) for b in base]
+    design = stats.make_design(repeats, alpha=0.02, max_pairs=50)
+    cmp = stats.paired(base, cand, "higher", design)
+    error = stats.log_standard_error(cmp.__dict__, stats.Design.from_dict(design.__dict__))
+    d = np.log(np.array(cand) / np.array(base))
+    assert error is not None and error[1] == 7
+    # a sequential look spends less alpha (a wider interval) but the same standard error comes back
+    assert error[0] == pytest.approx(d.std(ddof=1) / np.sqrt(8), rel=1e-3)
+
+
+def test_independent_errors_combine_in_quadrature_at_one_level() -> None:
+    assert stats.combined_half_width([], 0.95) is None
+    assert stats.combined_half_width([(0.01, 9)], 0.95) == pytest.approx(sps.t.ppf(0.975, 9) * 0.01)
+    two = stats.combined_half_width([(0.01, 4), (0.01, 4)], 0.98)
+    assert two == pytest.approx(sps.t.ppf(0.99, 8) * np.sqrt(2) * 0.01)
+
+
+def test_a_sequential_experiments_interval_is_not_taken_at_the_sessions_level(synthetic: Synthetic) -> None:
+    """A run analyzed at an early look reported a wider interval (it spent only part of alpha); the total
+    combines its standard error, so it is not as wide as the experiment's own interval."""
+    design = stats.make_design("auto", alpha=0.02, max_pairs=50)
+    synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={"a.txt": "1\n"},
+                         design=design.__dict__)
+    out = write_report(str(synthetic.root))
+    half = (np.log(1.16) - np.log(1.04)) / 2
+    se = half / sps.t.ppf(1 - design.alphas[0] / 2, 4)
+    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 4) * se) - 1) * 100, abs=1e-3)
+    assert out.total_gain_ci_low_pct > 4.0
+
+
+def test_the_total_is_what_is_on_the_session_branch(synthetic: Synthetic) -> None:
+    synthetic.experiment("first", 10.0, (8.0, 12.0), "improved", keep={"a.txt": "1\n"})
+    first = synthetic.head
+    synthetic.experiment("second", 10.0, (8.0, 12.0), "improved", keep={"b.txt": "2\n"})
+    root = synthetic.root
+    git(root, "reset", "-q", "--hard", first)  # the second winner is dropped from the branch
+    (root / "c.txt").write_text("by hand\n")
+    git(root, "add", "c.txt")
+    git(root, "commit", "-q", "-m", "a hand-made change")
+    out = write_report(str(root))
+    assert out.total_gain_pct == pytest.approx(10.0) and (out.kept, out.discarded) == (1, 1)
+    hand = git(root, "rev-parse", "HEAD")[:12]
+    assert any(hand in w and "its effect is not in the total" in w for w in out.warnings)
+    assert any("e0002" in w and "no longer on autoresearch/t" in w for w in out.warnings)
+    rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
+    assert [r["outcome"] for r in rows] == ["kept", "discarded"]
+
+
+def test_the_best_experiment_is_a_winner_whose_checks_passed(synthetic: Synthetic) -> None:
+    synthetic.experiment("fast but wrong", 30.0, (25.0, 35.0), "improved", status="checks_failed")
+    synthetic.experiment("fast and right", 5.0, (4.0, 6.0), "improved")
+    out = write_report(str(synthetic.root))
+    assert "Best single experiment: 'fast and right' +5.00%" in out.summary
 
 
 # --- the page ------------------------------------------------------------------------------------
@@ -260,7 +334,7 @@ def test_the_page_renders_in_headless_chromium(synthetic: Synthetic, tmp_path: P
     assert len(re.findall(r'<tr class="(kept|discarded)"', dom)) == 12
     image = imread(str(shot))[..., :3]
     assert image.std() > 0.05  # not a blank page
-    assert pixels_near(shot, COLORS[KEPT], tolerance=0.1) > 20  # the chart's kept markers are on screen
+    assert markers(shot, COLORS[KEPT], tolerance=0.1) >= 1 + 3  # kept marks on screen (chart and table badges)
 
 
 def test_tsv_has_one_line_per_experiment_whatever_the_titles(synthetic: Synthetic) -> None:
@@ -361,3 +435,26 @@ def test_finalize_refuses_while_a_review_branch_is_checked_out(synthetic: Synthe
     git(synthetic.root, "checkout", "-q", branch)
     with pytest.raises(StateError, match="is checked out"):
         finalize(str(synthetic.root))
+
+
+def test_finalize_refuses_to_drop_a_reviewers_commit_on_a_review_branch(synthetic: Synthetic) -> None:
+    synthetic.experiment("one", 2.0, verdict="improved", keep={"a.txt": "1\n"})
+    synthetic.experiment("two", 2.0, verdict="improved", keep={"b.txt": "2\n"})
+    root = synthetic.root
+    first = finalize(str(root))
+    review = first.branches[1].name
+    git(root, "checkout", "-q", review)
+    (root / "b.txt").write_text("2, reviewed\n")
+    git(root, "commit", "-q", "-am", "review fix-up")
+    reviewed = git(root, "rev-parse", "HEAD")
+    git(root, "checkout", "-q", "autoresearch/t")
+    with pytest.raises(StateError, match=f"review branch {review} has moved.*rewrite"):
+        finalize(str(root))  # would point it back at finalize's tip
+    synthetic.experiment("one more", 2.0, verdict="improved", keep={"a.txt": "11\n", "b.txt": "22\n"})
+    with pytest.raises(StateError, match=f"review branch {review} has moved.*delete"):
+        finalize(str(root))  # everything is one group now: the branch would go
+    assert git(root, "rev-parse", review) == reviewed
+    assert git(root, "rev-parse", first.branches[0].name) == first.branches[0].tip  # nothing was written
+    git(root, "branch", "-m", review, "kept-review")
+    assert finalize(str(root)).verified  # renamed out of the way, finalize goes on
+    assert git(root, "rev-parse", "kept-review") == reviewed

@@ -1,4 +1,4 @@
-"""The command line: `autoresearch-mcp [serve]`, `--version`."""
+"""The command line: `autoresearch-mcp [serve]`, `demo`, `report`, `--version`."""
 
 from __future__ import annotations
 
@@ -40,8 +40,30 @@ def main(argv: list[str] | None = None) -> int:
         from autoresearch_mcp import demo
 
         return demo.main(keep=args.keep)
-    if args.command == "report":
-        from autoresearch_mcp import report
+    return _report(args.repo, args.secondary, args.finalize)
 
-        return report.main(args.repo, args.secondary, args.finalize)
-    return 2
+
+def _report(repo: str, secondary: list[str], finalize: bool) -> int:
+    """`autoresearch-mcp report [REPO] [--secondary M] [--finalize]`: print what was written."""
+    from autoresearch_mcp.errors import AutoresearchError
+    from autoresearch_mcp.finalize import finalize as make_branches
+    from autoresearch_mcp.report import write_report
+
+    try:
+        result = write_report(repo, secondary)
+        print(result.summary)
+        print(f"\nreport: {result.html_path}\nchart:  {result.chart_path}\ntable:  {result.tsv_path}")
+        if finalize:
+            done = make_branches(repo)
+            print("\n" + done.message)
+            for branch in done.branches:
+                print(f"  {branch.name}: {'; '.join(branch.titles)} ({', '.join(branch.files[:5])})")
+            for reason in done.grouped:
+                print(f"  {reason}")
+            print(f"  {done.verification}")
+            if not done.verified:
+                return 1
+    except AutoresearchError as exc:
+        print(f"autoresearch-mcp report: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -6,40 +6,27 @@ plumbing only (a throwaway index, commit-tree, update-ref): the user's HEAD, ind
 never touched. Replayed commits keep their author, committer, dates and message, so running it
 again gives the same commits. Finally the branches are merged onto the start in a throwaway index
 and the result is compared with the session head's tree.
+
+A review branch may have been worked on since (a reviewer's fix-up commit): finalize records every
+tip it writes under `refs/autoresearch/review/` and refuses to move or delete a review branch
+whose tip is not the one it recorded, so nobody's commit is silently dropped.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import git
 
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.experiments import snapshot
 from autoresearch_mcp.models import FinalizeResult, ReviewBranch
-from autoresearch_mcp.session import load_config
+from autoresearch_mcp.session import SessionConfig, load_config
 
-_EXPERIMENT_TRAILER = re.compile(r"^Autoresearch-Experiment:\s*(\S+)\s*$", re.MULTILINE)
-
-
-class _Git:
-    """`git` in one repository; a failure is a StateError carrying git's own words."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def __call__(self, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> str:
-        proc = subprocess.run(["git", *args], cwd=self.root, capture_output=True, text=True, input=input,
-                              env={**os.environ, **(env or {})}, check=False)
-        if proc.returncode != 0:
-            raise StateError(f"git {' '.join(args[:3])} failed in {self.root}: {proc.stderr.strip()[:600]}")
-        return proc.stdout.strip()
-
-    def ok(self, *args: str) -> bool:
-        return subprocess.run(["git", *args], cwd=self.root, capture_output=True, check=False).returncode == 0
+EXPERIMENT_TRAILER = re.compile(r"^Autoresearch-Experiment:\s*(\S+)\s*$", re.MULTILINE)
+RECORDS = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
 
 
 @dataclass
@@ -58,44 +45,53 @@ class _Commit:
         return [path for _, _, path in self.changes]
 
 
+def experiment_ids(message: str) -> list[str]:
+    """The experiments a commit message names in `Autoresearch-Experiment:` trailers (commit_winner's)."""
+    return EXPERIMENT_TRAILER.findall(message)
+
+
 def finalize(repo_path: str) -> FinalizeResult:
-    root = Path(snapshot.open_repo(repo_path).working_dir)
+    repo = snapshot.open_repo(repo_path)
+    root = Path(repo.working_dir)
     config = load_config(root)
     if config is None:
         raise StateError(f"{root} has no session (.autoresearch/config.json); run start_session there first")
-    g = _Git(root)
-    start = g("rev-parse", "--verify", f"{config.start_commit}^{{commit}}")
-    head = g("rev-parse", "--verify", f"refs/heads/{config.branch}^{{commit}}")
-    if not g.ok("merge-base", "--is-ancestor", start, head):
+    try:
+        return _finalize(repo, config)
+    except git.GitCommandError as exc:
+        detail = str(exc.stderr or exc).strip()[:600]
+        raise StateError(f"git {' '.join(map(str, exc.command[1:4]))} failed in {root}: {detail}") from None
+
+
+def _finalize(repo: git.Repo, config: SessionConfig) -> FinalizeResult:
+    start = _resolve(repo, config.start_commit, "the session start")
+    head = _resolve(repo, f"refs/heads/{config.branch}", f"the session branch {config.branch}")
+    if not repo.is_ancestor(repo.commit(start), repo.commit(head)):
         raise StateError(f"the session branch {config.branch} no longer contains the session start "
                          f"{start[:12]} (was it rebased?); finalize needs the history since the start")
-    commits = [_read(g, sha) for sha in g("rev-list", "--reverse", "--first-parent", f"{start}..{head}").split()]
+    shas = repo.git.rev_list("--reverse", "--first-parent", f"{start}..{head}").split()
+    commits = [_read(repo, sha) for sha in shas]
     groups, grouped = _group(commits)
     prefix = f"refs/heads/autoresearch/{config.tag}-review/"
-    names = [f"{prefix}{i:02d}-{_slug(group[0].title)}" for i, group in enumerate(groups, start=1)]
-    checked_out = [line.split(" ", 1)[1] for line in g("worktree", "list", "--porcelain").splitlines()
+    checked_out = [line.split(" ", 1)[1] for line in repo.git.worktree("list", "--porcelain").splitlines()
                    if line.startswith("branch ") and line.split(" ", 1)[1].startswith(prefix)]
     if checked_out:
         raise StateError(f"review branch {checked_out[0].removeprefix('refs/heads/')} is checked out; switch "
                          f"to another branch (e.g. git checkout {config.branch}) and finalize again")
     branches = []
-    for name, group in zip(names, groups, strict=True):
-        tip = start
-        replayed = []
+    for i, group in enumerate(groups, start=1):
+        tip, replayed = start, []
         for commit in group:
-            tip = _replay(g, commit, tip)
+            tip = _replay(repo, commit, tip)
             replayed.append(tip)
-        g("update-ref", "-m", "autoresearch finalize", name, tip)
         branches.append(ReviewBranch(
-            name=name.removeprefix("refs/heads/"), tip=tip, commits=replayed, titles=[c.title for c in group],
-            experiments=[m for c in group for m in _EXPERIMENT_TRAILER.findall(c.message)],
+            name=f"{prefix}{i:02d}-{_slug(group[0].title)}".removeprefix("refs/heads/"), tip=tip,
+            commits=replayed, titles=[c.title for c in group],
+            experiments=[m for c in group for m in experiment_ids(c.message)],
             files=sorted({f for c in group for f in c.files})))
-    removed = []
-    for ref in g("for-each-ref", "--format=%(refname)", prefix).splitlines():
-        if ref not in names:
-            g("update-ref", "-d", ref)
-            removed.append(ref.removeprefix("refs/heads/"))
-    verified, verification = _verify(g, start, [b.tip for b in branches], head)
+    planned = {f"refs/heads/{b.name}": b.tip for b in branches}
+    removed = _write_branches(repo, prefix, planned, zero="0" * len(start))
+    verified, verification = _verify(repo, start, [b.tip for b in branches], head)
     message = (f"{len(commits)} commit(s) since {start[:12]} as {len(branches)} review branch(es) under "
                f"autoresearch/{config.tag}-review/; " + ("merged together they reproduce the session head"
                                                           if verified else "VERIFICATION FAILED: " + verification))
@@ -103,13 +99,65 @@ def finalize(repo_path: str) -> FinalizeResult:
                           verification=verification, removed=removed, message=message)
 
 
-def _read(g: _Git, sha: str) -> _Commit:
-    fields = g("show", "-s", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd%x00%P%x00%B", sha)
+def _resolve(repo: git.Repo, ref: str, what: str) -> str:
+    try:
+        return snapshot.head_commit(repo, ref)
+    except StateError:
+        raise StateError(f"{what} ({ref}) is not a commit in {repo.working_dir}; finalize needs the session's "
+                         "history (was the branch deleted, or the repository re-cloned?)") from None
+
+
+def _record(ref: str) -> str:
+    return RECORDS + ref.removeprefix("refs/heads/")
+
+
+def _branch_of(record: str) -> str:
+    return "refs/heads/" + record.removeprefix(RECORDS)
+
+
+def _refs(repo: git.Repo, prefix: str) -> dict[str, str]:
+    out = repo.git.for_each_ref("--format=%(refname) %(objectname)", prefix)
+    return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+def _write_branches(repo: git.Repo, prefix: str, planned: dict[str, str], zero: str) -> list[str]:
+    """Point the review branches at their planned tips and delete the stale ones, recording each tip
+    written; refuse first, before any change, if a branch holds work finalize did not write."""
+    existing = _refs(repo, prefix)
+    recorded = {_branch_of(ref): tip for ref, tip in _refs(repo, _record(prefix)).items()}
+    for ref, tip in existing.items():
+        if tip in (recorded.get(ref), planned.get(ref)):
+            continue
+        short = ref.removeprefix("refs/heads/")
+        was = (f"not the {recorded[ref][:12]} finalize wrote there" if ref in recorded
+               else "not one finalize wrote")
+        action = "rewrite" if ref in planned else "delete"
+        raise StateError(
+            f"review branch {short} has moved since finalize wrote it (its tip {tip[:12]} is {was}): someone's "
+            f"commits are on it, and finalize would {action} the branch and lose them. Keep them under another name "
+            f"(git branch -m {short} {short}-reviewed) or drop them (git branch -D {short}), then finalize again")
+    for ref, tip in planned.items():
+        if existing.get(ref) != tip:  # the old value makes git refuse if the branch moved meanwhile
+            repo.git.update_ref("-m", "autoresearch finalize", ref, tip, existing.get(ref, zero))
+        repo.git.update_ref(_record(ref), tip)
+    removed = []
+    for ref, tip in existing.items():
+        if ref not in planned:
+            repo.git.update_ref("-d", ref, tip)
+            removed.append(ref.removeprefix("refs/heads/"))
+    for ref, tip in recorded.items():
+        if ref not in planned:
+            repo.git.update_ref("-d", _record(ref), tip)
+    return removed
+
+
+def _read(repo: git.Repo, sha: str) -> _Commit:
+    fields = repo.git.show("-s", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd%x00%P%x00%B", sha)
     an, ae, ad, cn, ce, cd, parents, message = fields.split("\x00", 7)
     identity = {"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": ad,
                 "GIT_COMMITTER_NAME": cn, "GIT_COMMITTER_EMAIL": ce, "GIT_COMMITTER_DATE": cd}
     parent = parents.split()[0]
-    raw = g("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", parent, sha)
+    raw = repo.git.diff_tree("-r", "-z", "--no-renames", "--no-commit-id", parent, sha)
     tokens = raw.split("\x00")
     changes = []
     for meta, path in zip(tokens[0::2], tokens[1::2], strict=False):
@@ -158,32 +206,27 @@ def _group(commits: list[_Commit]) -> tuple[list[list[_Commit]], list[str]]:
     return groups, reasons
 
 
-def _replay(g: _Git, commit: _Commit, onto: str) -> str:
+def _replay(repo: git.Repo, commit: _Commit, onto: str) -> str:
     """`commit`'s changes on top of `onto`, as a new commit with the same message and identity."""
-    with tempfile.TemporaryDirectory(prefix="autoresearch-finalize-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        g("read-tree", onto, env=env)
-        info = "".join(f"{mode} {blob}\t{path}\x00" for mode, blob, path in commit.changes)
-        g("update-index", "-z", "--index-info", env=env, input=info)
-        tree = g("write-tree", env=env)
-    return g("commit-tree", tree, "-p", onto, "-F", "-", env=commit.identity, input=commit.message)
+    info = "".join(f"{mode} {blob}\t{path}\x00" for mode, blob, path in commit.changes)
+    tree = snapshot.with_temp_index(repo, onto, ["update-index", "-z", "--index-info"], stdin=info)
+    return snapshot.commit_tree(repo, tree, onto, commit.message, identity=commit.identity)
 
 
-def _verify(g: _Git, start: str, tips: list[str], head: str) -> tuple[bool, str]:
+def _verify(repo: git.Repo, start: str, tips: list[str], head: str) -> tuple[bool, str]:
     """Three-way merge every tip onto the start in a throwaway index; compare with the head's tree."""
-    base = g("rev-parse", f"{start}^{{tree}}")
+    base = snapshot.tree_of(repo, start)
     merged = base
     for tip in tips:
-        with tempfile.TemporaryDirectory(prefix="autoresearch-verify-") as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            try:
-                g("read-tree", "-m", "-i", "--aggressive", base, merged, f"{tip}^{{tree}}", env=env)
-                merged = g("write-tree", env=env)
-            except StateError as exc:
-                return False, f"merging {tip[:12]} onto the others conflicts: {exc}"
-    expected = g("rev-parse", f"{head}^{{tree}}")
+        try:
+            merged = snapshot.with_temp_index(
+                repo, merged, ["read-tree", "-m", "-i", "--aggressive", base, merged, snapshot.tree_of(repo, tip)])
+        except git.GitCommandError as exc:
+            detail = str(exc.stderr or exc).strip()[:600]
+            return False, f"merging {tip[:12]} onto the others conflicts: {detail}"
+    expected = snapshot.tree_of(repo, head)
     if merged != expected:
-        diff = g("diff-tree", "-r", "--name-only", merged, expected)
+        diff = repo.git.diff_tree("-r", "--name-only", merged, expected)
         return False, f"the merged branches differ from the head in: {', '.join(diff.splitlines()[:10])}"
     return True, f"merging all {len(tips)} branch(es) onto {start[:12]} gives the head's tree {expected[:12]}"
 

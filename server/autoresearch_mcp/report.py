@@ -3,10 +3,14 @@
 Everything is recomputed from `.autoresearch/ledger.jsonl`, the session config and git, so a report
 can be written at any time, with or without a running server, and written again after more work.
 
-Gains vs the session start are chained in log space: each experiment was measured against its own
-base commit (the session head when it was launched), and each kept experiment moved the head by its
-measured log-ratio. The total gain's interval adds the kept experiments' interval half-widths in
-quadrature (independent errors), an approximation that the page says it is.
+The total gain is what is on the session branch now: its commits since the start are walked in
+order, and each one whose `Autoresearch-Experiment:` trailer names an experiment of the ledger adds
+that experiment's measured log-ratio (each was measured against its own base commit, the session
+head when it was launched). A commit naming no experiment (made by hand) adds nothing and is listed
+as a warning; an experiment whose commit left the branch (a reset) is not counted as kept.
+The total's interval combines the kept experiments' standard errors (each recovered from its own
+design) in quadrature, assuming independent errors; chaining selected winners tends to overstate
+the gain (winner's curse), which the page says.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ import csv
 import datetime as dt
 import html
 import io
+import itertools
 import logging
 import math
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +35,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from autoresearch_mcp.errors import AutoresearchError, InputError, StateError
-from autoresearch_mcp.experiments import snapshot
+from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.experiments import snapshot, stats
 from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView
-from autoresearch_mcp.finalize import finalize as make_branches
+from autoresearch_mcp.finalize import experiment_ids
 from autoresearch_mcp.models import FINAL_STATUSES, ReportResult
 from autoresearch_mcp.session import SessionConfig, load_config, state_dir
 
@@ -47,6 +51,8 @@ BEST_COLOR = "#006837"
 _FAILED_STATUSES = frozenset({"failed", "checks_failed", "cancelled", "lost"})
 _FAILED_VERDICTS = frozenset({"invalid", "noisy"})
 MAX_LABELS = 15
+WINNERS_CURSE = ("chaining the experiments that were selected because they measured best tends to overstate "
+                 "the gain (winner's curse): measure the session head against the start to confirm it")
 
 
 @dataclass
@@ -56,22 +62,30 @@ class Row:
     index: int
     exp: ExperimentState
     outcome: str
-    metrics: dict[str, dict[str, Any]]
-    verdict: str | None
     base_level: float  # log-ratio of the experiment's base commit vs the session start
     level: float | None = None  # log-ratio of the candidate vs the session start
     level_low: float | None = None
     level_high: float | None = None
+    position: int | None = None  # where its commit is on the session branch (kept experiments)
+    head_level: float | None = None  # log-ratio of the session head right after its commit
 
     @property
     def launch(self) -> dict[str, Any]:
         return self.exp.launch
 
+    @property
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return self.exp.metrics
+
+    @property
+    def verdict(self) -> str | None:
+        return self.exp.verdict
+
     def primary(self, metric: str) -> dict[str, Any]:
-        return self.metrics.get(metric) or {}
+        return self.exp.metric(metric)
 
     def checks(self) -> str:
-        checks = ((self.exp.result or {}).get("outcome") or {}).get("checks") or {}
+        checks = self.exp.checks
         if not checks.get("ran"):
             return "not run"
         took = f" ({checks['duration_s']:.1f} s)" if checks.get("duration_s") is not None else ""
@@ -80,10 +94,13 @@ class Row:
 
 @dataclass
 class KeptCommit:
+    """A commit on the session branch since the start."""
+
     sha: str
     message: str
     stat: str
-    experiment_id: str | None
+    ts: float  # committer time
+    experiment_id: str | None = None  # the ledger experiment its trailer names, if any
 
 
 @dataclass
@@ -104,7 +121,38 @@ class SessionData:
 
     @property
     def cost(self) -> float:
-        return sum(float((r.exp.result or {}).get("cost_usd") or 0.0) for r in self.rows)
+        return sum(r.exp.cost_usd or 0.0 for r in self.rows)
+
+    @property
+    def finished(self) -> int:
+        return self.count(KEPT) + self.count(DISCARDED) + self.count(FAILED)
+
+    @property
+    def keep_rate(self) -> float | None:
+        return self.count(KEPT) / self.finished if self.finished else None
+
+    @property
+    def total_pct(self) -> float:
+        return stats.pct(self.total_log)
+
+    @property
+    def total_interval(self) -> tuple[float | None, float | None]:
+        """The total gain's confidence interval in percent (None, None while nothing is kept)."""
+        if self.total_half_width is None:
+            return None, None
+        return stats.pct(self.total_log - self.total_half_width), stats.pct(self.total_log + self.total_half_width)
+
+    @property
+    def head_value(self) -> float | None:
+        """The primary metric at the session head, estimated from the baseline and the total gain."""
+        return None if self.baseline is None else self.baseline * math.exp(self.total_log)
+
+    @property
+    def best(self) -> Row | None:
+        """The winner (improved, checks passed) with the largest change of the primary metric."""
+        metric, sign = self.config.metric, 1.0 if self.config.direction == "higher" else -1.0
+        winners = [r for r in self.rows if r.exp.is_winner and r.primary(metric).get("delta_pct") is not None]
+        return max(winners, key=lambda r: sign * r.primary(metric)["delta_pct"], default=None)
 
 
 def write_report(repo_path: str, secondary: list[str] | None = None) -> ReportResult:
@@ -122,14 +170,13 @@ def write_report(repo_path: str, secondary: list[str] | None = None) -> ReportRe
     chart_path.write_bytes(png)
     html_path.write_text(render_html(data, png), encoding="utf-8")
     write_tsv(data, tsv_path)
-    summary = summarize(data)
-    low, high = _total_interval(data)
+    low, high = data.total_interval
     return ReportResult(
-        summary=summary, html_path=str(html_path), chart_path=str(chart_path), tsv_path=str(tsv_path),
+        summary=summarize(data), html_path=str(html_path), chart_path=str(chart_path), tsv_path=str(tsv_path),
         session_id=data.config.session_id, branch=data.config.branch, metric=data.config.metric,
         direction=data.config.direction, experiments=len(data.rows), kept=data.count(KEPT),
         discarded=data.count(DISCARDED), failed=data.count(FAILED), running=data.count(RUNNING),
-        total_gain_pct=_pct(data.total_log), total_gain_ci_low_pct=low, total_gain_ci_high_pct=high,
+        total_gain_pct=data.total_pct, total_gain_ci_low_pct=low, total_gain_ci_high_pct=high,
         cost_usd=round(data.cost, 4), secondary_metrics_available=available, warnings=data.warnings,
     )
 
@@ -147,39 +194,60 @@ def load(repo_path: str) -> SessionData:
         raise StateError(f"{root}/.autoresearch/config.json is missing: the session was never started there; "
                          "run start_session first")
     view = Ledger(state_dir(root) / "ledger.jsonl").view()
-    data = _fold(root, config, view)
-    data.commits, note = _kept_commits(root, config, data.rows)
-    if note:
-        data.warnings.append(note)
-    return data
+    commits, note = _branch_commits(root, config)
+    return _fold(root, config, view, commits, note)
 
 
-def _fold(root: Path, config: SessionConfig, view: LedgerView) -> SessionData:
+@dataclass
+class _Link:
+    """One step of the session head's chain: a commit and the experiments whose effect it carries."""
+
+    sha: str
+    ts: float
+    experiments: list[ExperimentState]
+
+
+def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[KeptCommit],
+          note: str | None) -> SessionData:
     mine = sorted((e for e in view.experiments.values() if e.launch.get("session_id") == config.session_id),
                   key=lambda e: float(e.launch.get("ts", 0)))
+    warnings = list(view.warnings)
+    chain = _chain(config, mine, commits, warnings)
+    if note:
+        warnings.append(note + "; the total is chained from the ledger's commit records instead")
+        chain = [_Link(str(e.commit["commit"]), float(e.commit.get("ts", 0)), [e])
+                 for e in sorted((e for e in mine if e.commit), key=lambda e: float((e.commit or {}).get("ts", 0)))
+                 if e.commit]
     metric = config.metric
-    # The chain of the session head: commit -> log-ratio vs the start, in the order commits were made.
+    # The session head after each commit of the branch: its log-ratio vs the start.
     level_of: dict[str, float] = {config.start_commit: 0.0}
-    timeline: list[tuple[float, float]] = []
-    variance = 0.0
-    confidence = 1 - config.alpha
-    for exp in sorted((e for e in mine if e.commit), key=lambda e: float((e.commit or {}).get("ts", 0))):
-        commit = exp.commit or {}
-        cmp = _metrics(exp).get(metric) or {}
-        start = level_of.get(str(commit.get("parent")), timeline[-1][1] if timeline else 0.0)
-        level = start + _log(cmp.get("delta_pct"))
-        level_of[str(commit.get("commit"))] = level
-        timeline.append((float(commit.get("ts", 0)), level))
-        half = _half_width(cmp)
-        variance += (half or 0.0) ** 2
-    times = [t for t, _ in timeline]
+    placed: dict[str, tuple[int, float]] = {}  # experiment id -> (position on the branch, head level after)
+    errors: list[tuple[float, int]] = []
+    level = 0.0
+    for position, link in enumerate(chain):
+        for exp in link.experiments:
+            cmp = exp.metric(metric)
+            level += _log(cmp.get("delta_pct"))
+            error = stats.log_standard_error(cmp, _design(exp, config))
+            if error is not None:
+                errors.append(error)
+        for exp in link.experiments:
+            placed[exp.experiment_id] = (position, level)
+        level_of[link.sha] = level
+    for exp in mine:
+        if exp.commit and exp.experiment_id not in placed:
+            warnings.append(f"experiment {exp.experiment_id} ({exp.title!r}) was committed as "
+                            f"{str(exp.commit.get('commit'))[:12]}, which is no longer on {config.branch} (reset or "
+                            "rewritten?): it is not counted as kept")
+    # For an experiment whose base commit left the branch: the head as it was when it was launched.
+    times = list(itertools.accumulate((link.ts for link in chain), max))
     rows = []
     for index, exp in enumerate(mine, start=1):
-        analysis = (exp.result or {}).get("analysis") or {}
         before = bisect.bisect_right(times, float(exp.launch.get("ts", 0)))
-        fallback = timeline[before - 1][1] if before else 0.0
-        row = Row(index, exp, _outcome(exp, analysis.get("verdict")), _metrics(exp), analysis.get("verdict"),
+        fallback = level_of[chain[before - 1].sha] if before else 0.0
+        row = Row(index, exp, _outcome(exp, exp.experiment_id in placed),
                   level_of.get(str(exp.launch.get("base_commit")), fallback))
+        row.position, row.head_level = placed.get(exp.experiment_id, (None, None))
         cmp = row.primary(metric)
         if cmp.get("delta_pct") is not None:
             row.level = row.base_level + _log(cmp["delta_pct"])
@@ -187,24 +255,53 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView) -> SessionData:
                 row.level_low = row.base_level + _log(cmp["ci_low_pct"])
                 row.level_high = row.base_level + _log(cmp["ci_high_pct"])
         rows.append(row)
-    total = timeline[-1][1] if timeline else 0.0
-    half = math.sqrt(variance) if timeline else None
+    half = stats.combined_half_width(errors, 1 - config.alpha) if placed else None
     machines = sorted({_machine(e) for e in mine if e.result})
-    return SessionData(root, config, rows, _baseline(view, config), total, half, confidence,
-                       machines=machines, warnings=list(view.warnings))
+    return SessionData(root, config, rows, _baseline(view, config), level, half, 1 - config.alpha,
+                       commits=commits, machines=machines, warnings=warnings)
 
 
-def _metrics(exp: ExperimentState) -> dict[str, dict[str, Any]]:
-    metrics: dict[str, dict[str, Any]] = ((exp.result or {}).get("analysis") or {}).get("metrics") or {}
-    return metrics
+def _chain(config: SessionConfig, mine: list[ExperimentState], commits: list[KeptCommit],
+           warnings: list[str]) -> list[_Link]:
+    """The branch's commits with the experiments their trailers name; a warning for each commit whose
+    effect cannot be counted (no trailer, an unknown experiment, or one already counted)."""
+    by_id = {e.experiment_id: e for e in mine}
+    counted: set[str] = set()
+    chain = []
+    for commit in commits:
+        named = experiment_ids(commit.message)
+        found = [by_id[i] for i in dict.fromkeys(named) if i in by_id and i not in counted]
+        counted.update(e.experiment_id for e in found)
+        commit.experiment_id = found[0].experiment_id if found else None
+        title = commit.message.splitlines()[0] if commit.message else ""
+        if not named:
+            warnings.append(f"commit {commit.sha[:12]} ({title!r}) on {config.branch} names no experiment (no "
+                            "Autoresearch-Experiment trailer): its effect is not in the total")
+        elif not found:
+            warnings.append(f"commit {commit.sha[:12]} ({title!r}) on {config.branch} names experiment(s) "
+                            f"{', '.join(named)}, which this session's ledger does not hold or already counted: "
+                            "its effect is not in the total")
+        chain.append(_Link(commit.sha, commit.ts, found))
+    return chain
 
 
-def _outcome(exp: ExperimentState, verdict: str | None) -> str:
-    if exp.commit:
+def _design(exp: ExperimentState, config: SessionConfig) -> stats.Design:
+    """The design the experiment was analyzed with (a fixed one at the session's alpha if unrecorded)."""
+    recorded = exp.launch.get("design")
+    if isinstance(recorded, dict):
+        try:
+            return stats.Design.from_dict(recorded)
+        except TypeError:
+            pass
+    return stats.make_design(max(2, int(exp.metric(config.metric).get("n_pairs") or 2)), alpha=config.alpha)
+
+
+def _outcome(exp: ExperimentState, on_branch: bool) -> str:
+    if on_branch:
         return KEPT
     if exp.status not in FINAL_STATUSES:
         return RUNNING
-    if exp.status in _FAILED_STATUSES or verdict in _FAILED_VERDICTS:
+    if exp.status in _FAILED_STATUSES or exp.verdict in _FAILED_VERDICTS:
         return FAILED
     return DISCARDED
 
@@ -221,49 +318,31 @@ def _baseline(view: LedgerView, config: SessionConfig) -> float | None:
 
 
 def _machine(exp: ExperimentState) -> str:
-    host = ((exp.result or {}).get("outcome") or {}).get("host") or {}
-    worker = exp.worker or (exp.result or {}).get("worker") or "?"
+    host = exp.outcome.get("host") or {}
+    worker = exp.worker or "?"
     detail = ", ".join(str(x) for x in (host.get("hostname"), host.get("cpu_model"),
                                         f"{host['cpus']} CPUs" if host.get("cpus") else None) if x)
     return f"{worker} ({detail})" if detail else str(worker)
 
 
-def _kept_commits(root: Path, config: SessionConfig, rows: list[Row]) -> tuple[list[KeptCommit], str | None]:
+def _branch_commits(root: Path, config: SessionConfig) -> tuple[list[KeptCommit], str | None]:
     """The session branch's commits since the start, with messages and diff stats (one git call)."""
-    by_commit = {str((r.exp.commit or {}).get("commit")): r.exp.experiment_id for r in rows if r.exp.commit}
     try:
         repo = git.Repo(root)
-        out = repo.git.log("--reverse", "--first-parent", "--stat=100", "--format=%x1e%H%x1f%B%x1f",
-                           f"{config.start_commit}..{config.branch}", "--")
+        out = repo.git.log("--reverse", "--first-parent", "--stat=100", "--format=%x1e%H%x1f%ct%x1f%B%x1f",
+                           f"{config.start_commit}..refs/heads/{config.branch}", "--")
     except (git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
         detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:200]
         return [], f"the session branch {config.branch} could not be read from git ({detail})"
     commits = []
     for chunk in out.split("\x1e")[1:]:
-        sha, message, stat = [*chunk.split("\x1f"), "", ""][:3]
-        commits.append(KeptCommit(sha, message.strip(), stat.strip("\n"), by_commit.get(sha)))
+        sha, ts, message, stat = [*chunk.split("\x1f"), "", "", ""][:4]
+        commits.append(KeptCommit(sha, message.strip(), stat.strip("\n"), float(ts or 0)))
     return commits, None
 
 
 def _log(pct: float | None) -> float:
-    return math.log1p(pct / 100.0) if pct is not None and pct > -100 else 0.0
-
-
-def _half_width(cmp: dict[str, Any]) -> float | None:
-    lo, hi = cmp.get("ci_low_pct"), cmp.get("ci_high_pct")
-    if lo is None or hi is None:
-        return None
-    return (_log(hi) - _log(lo)) / 2
-
-
-def _pct(level: float | None) -> float | None:
-    return None if level is None else round(math.expm1(level) * 100.0, 4)
-
-
-def _total_interval(data: SessionData) -> tuple[float | None, float | None]:
-    if data.total_half_width is None:
-        return None, None
-    return _pct(data.total_log - data.total_half_width), _pct(data.total_log + data.total_half_width)
+    return stats.log_pct(pct) or 0.0
 
 
 # --- text ------------------------------------------------------------------------------------------
@@ -279,32 +358,24 @@ def _fmt_num(value: float | None) -> str:
 
 def summarize(data: SessionData) -> str:
     c = data.config
-    finished = data.count(KEPT) + data.count(DISCARDED) + data.count(FAILED)
-    rate = f"{data.count(KEPT) / finished:.0%}" if finished else "–"
-    low, high = _total_interval(data)
-    head_value = data.baseline * math.exp(data.total_log) if data.baseline is not None else None
+    low, high = data.total_interval
+    rate = "–" if data.keep_rate is None else f"{data.keep_rate:.0%}"
     lines = [
         f"Session {c.tag} ({c.branch}) of {data.root}: {c.metric}, {c.direction} is better.",
         f"{len(data.rows)} experiments: {data.count(KEPT)} kept, {data.count(DISCARDED)} discarded, "
         f"{data.count(FAILED)} failed, {data.count(RUNNING)} running (keep rate {rate} of finished).",
-        f"Baseline {_fmt_num(data.baseline)} -> about {_fmt_num(head_value)} at the head: total "
-        f"{_fmt_pct(_pct(data.total_log))}"
+        f"Baseline {_fmt_num(data.baseline)} -> about {_fmt_num(data.head_value)} at the head: total "
+        f"{_fmt_pct(data.total_pct)}"
         + (f" ({data.confidence:.0%} CI {_fmt_pct(low)} to {_fmt_pct(high)}, combined from "
-           f"{data.count(KEPT)} kept experiments)" if low is not None else " (nothing kept yet)") + ".",
+           f"{data.count(KEPT)} kept experiments; chained winners tend to overstate it)"
+           if low is not None else " (nothing kept yet)") + ".",
     ]
-    best = _best(data)
+    best = data.best
     if best is not None:
         lines.append(f"Best single experiment: {best.exp.title!r} "
                      f"{_fmt_pct(best.primary(c.metric).get('delta_pct'))} ({best.verdict}).")
     lines.append(f"Cost ${data.cost:.2f}; machines: {', '.join(data.machines) or 'none yet'}.")
     return "\n".join(lines)
-
-
-def _best(data: SessionData) -> Row | None:
-    sign = 1.0 if data.config.direction == "higher" else -1.0
-    improved = [r for r in data.rows if r.verdict == "improved"
-                and r.primary(data.config.metric).get("delta_pct") is not None]
-    return max(improved, key=lambda r: sign * r.primary(data.config.metric)["delta_pct"], default=None)
 
 
 # --- chart -----------------------------------------------------------------------------------------
@@ -321,7 +392,7 @@ def render_chart(data: SessionData, secondary: list[str]) -> bytes:
     c = data.config
     _primary_panel(ax, data)
     ax.set_title(f"{c.tag}: {c.metric} ({c.direction} is better) — {len(data.rows)} experiments, "
-                 f"{data.count(KEPT)} kept, total {_fmt_pct(_pct(data.total_log))}", loc="left", fontsize=11)
+                 f"{data.count(KEPT)} kept, total {_fmt_pct(data.total_pct)}", loc="left", fontsize=11)
     for panel, name in zip(axes[1:], secondary, strict=True):
         _secondary_panel(panel[0], data, name)
     axes[-1][0].set_xlabel("experiment (launch order)")
@@ -335,7 +406,7 @@ def _primary_panel(ax: Any, data: SessionData) -> None:
     shown: list[float] = [0.0]
     for outcome in (DISCARDED, RUNNING, KEPT):
         rows = [r for r in data.rows if r.outcome == outcome and r.level is not None]
-        points = [(r.index, _pct(r.level), _pct(r.level_low), _pct(r.level_high)) for r in rows]
+        points = [(r.index, stats.pct(r.level), stats.pct(r.level_low), stats.pct(r.level_high)) for r in rows]
         shown += _points(ax, points, color=COLORS[outcome], markersize=8 if outcome == KEPT else 5,
                          alpha=1.0 if outcome == KEPT else 0.75, label=f"{outcome} ({data.count(outcome)})",
                          zorder=3 if outcome == KEPT else 2)
@@ -350,7 +421,7 @@ def _primary_panel(ax: Any, data: SessionData) -> None:
         shown.extend(best)
         kept = [r for r in data.rows if r.outcome == KEPT and r.level is not None]
         for r in kept if len(kept) <= MAX_LABELS else []:
-            ax.annotate(_short(r.exp.title), (r.index, _pct(r.level) or 0.0), xytext=(4, 6),
+            ax.annotate(_short(r.exp.title), (r.index, stats.pct(r.level) or 0.0), xytext=(4, 6),
                         textcoords="offset points", fontsize=7, color=BEST_COLOR, rotation=20)
         ax.set_xlim(0.0, xs[-1] + 1)
     ax.axhline(0.0, color="#444444", linewidth=0.8, linestyle="--")
@@ -389,14 +460,13 @@ def _points(ax: Any, points: list[Point], **style: Any) -> list[float]:
 
 
 def _running_best(data: SessionData) -> list[float]:
-    """After each experiment: the gain of the newest head among the kept experiments launched so far."""
+    """After each experiment: the gain of the session head right after the latest commit on the branch
+    among the kept experiments launched so far."""
     out: list[float] = []
-    current, current_ts = 0.0, -math.inf
+    current, latest = 0.0, -1
     for r in data.rows:
-        if r.outcome == KEPT and r.level is not None:
-            ts = float((r.exp.commit or {}).get("ts", 0))
-            if ts >= current_ts:
-                current, current_ts = _pct(r.level) or 0.0, ts
+        if r.position is not None and r.head_level is not None and r.position > latest:
+            current, latest = stats.pct(r.head_level), r.position
         out.append(current)
     return out
 
@@ -444,23 +514,22 @@ def _e(value: object) -> str:
 
 def render_html(data: SessionData, png: bytes) -> str:
     c = data.config
-    low, high = _total_interval(data)
-    finished = data.count(KEPT) + data.count(DISCARDED) + data.count(FAILED)
-    head_value = data.baseline * math.exp(data.total_log) if data.baseline is not None else None
-    best = _best(data)
+    low, high = data.total_interval
+    best = data.best
     facts = [
         ("repository", str(data.root)), ("branch", c.branch), ("started", f"{c.created_at} at {c.start_commit[:12]}"),
         ("metric", f"{c.metric} ({c.direction} is better)"), ("executor", c.executor),
         ("machines", ", ".join(data.machines) or "none yet"), ("baseline", _fmt_num(data.baseline)),
-        ("at the head (estimated)", _fmt_num(head_value)),
-        ("total gain", _fmt_pct(_pct(data.total_log)) + (
+        ("at the head (estimated)", _fmt_num(data.head_value)),
+        ("total gain", _fmt_pct(data.total_pct) + (
             f" ({data.confidence:.0%} CI {_fmt_pct(low)} to {_fmt_pct(high)}; combined from the kept "
-            "experiments' intervals, assuming independent errors)" if low is not None else " (nothing kept yet)")),
+            "experiments' standard errors, each from its own design, assuming independent errors). Note: "
+            + WINNERS_CURSE if low is not None else " (nothing kept yet)")),
         ("best experiment", f"{best.exp.title} ({_fmt_pct(best.primary(c.metric).get('delta_pct'))})"
          if best else "–"),
         ("experiments", f"{len(data.rows)}: {data.count(KEPT)} kept, {data.count(DISCARDED)} discarded, "
                         f"{data.count(FAILED)} failed, {data.count(RUNNING)} running"),
-        ("keep rate", f"{data.count(KEPT) / finished:.0%} of finished" if finished else "–"),
+        ("keep rate", "–" if data.keep_rate is None else f"{data.keep_rate:.0%} of finished"),
         ("cost", f"${data.cost:.2f}"),
     ]
     parts = [
@@ -507,15 +576,15 @@ def _experiments_table(data: SessionData) -> str:
             outcome += f" ({_e(r.exp.status)})"
         ci = (f"{_fmt_pct(cmp.get('ci_low_pct'))} … {_fmt_pct(cmp.get('ci_high_pct'))}"
               if cmp.get("ci_low_pct") is not None else "–")
-        cost = (r.exp.result or {}).get("cost_usd")
+        cost = r.exp.cost_usd
         log_link = (f'<a href="../logs/{_e(r.exp.experiment_id)}.log">log</a>'
                     if (logs / f"{r.exp.experiment_id}.log").exists() else "–")
         body.append(
             f'<tr class="{r.outcome}"><td class="num">{r.index}</td><td>{title}</td>'
             f"<td>{_sources(r.launch.get('sources') or [])}</td><td>{outcome}</td>"
             f'<td class="num">{_fmt_pct(cmp.get("delta_pct"))}</td><td class="num">{ci}</td>'
-            f'<td class="num">{_fmt_pct(_pct(r.level))}</td><td class="num">{_e(cmp.get("n_pairs", 0))}</td>'
-            f"<td>{_e(r.checks())}</td><td class=\"num\">{'–' if cost is None else f'${float(cost):.2f}'}</td>"
+            f'<td class="num">{_fmt_pct(stats.pct(r.level))}</td><td class="num">{_e(cmp.get("n_pairs", 0))}</td>'
+            f"<td>{_e(r.checks())}</td><td class=\"num\">{'–' if cost is None else f'${cost:.2f}'}</td>"
             f"<td>{log_link}</td></tr>")
     return (f'<section id="experiments"><h2>Experiments ({len(data.rows)})</h2>'
             f'<table id="experiments-table"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></section>')
@@ -571,30 +640,8 @@ def write_tsv(data: SessionData, path: Path) -> None:
                 (r.exp.commit or {}).get("commit"), metric, data.config.direction,
                 (cmp.get("baseline") or {}).get("mean"), (cmp.get("candidate") or {}).get("mean"),
                 cmp.get("delta_pct"), cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), cmp.get("p_value"),
-                cmp.get("n_pairs"), _pct(r.level), r.checks(), (r.exp.result or {}).get("cost_usd"),
-                r.exp.worker or (r.exp.result or {}).get("worker"), "; ".join(map(str, r.launch.get("sources") or [])),
+                cmp.get("n_pairs"), stats.pct(r.level), r.checks(), r.exp.cost_usd,
+                r.exp.worker, "; ".join(map(str, r.launch.get("sources") or [])),
                 " ".join(map(str, r.launch.get("changed_files") or [])), r.launch.get("hypothesis"),
             ]
             out.writerow(["" if v is None else re.sub(r"[\t\r\n]+", " ", str(v)) for v in values])
-
-
-def main(repo: str, secondary: list[str], finalize: bool) -> int:
-    """`autoresearch-mcp report [REPO] [--secondary M] [--finalize]`: print what was written."""
-    try:
-        result = write_report(repo, secondary)
-        print(result.summary)
-        print(f"\nreport: {result.html_path}\nchart:  {result.chart_path}\ntable:  {result.tsv_path}")
-        if finalize:
-            done = make_branches(repo)
-            print("\n" + done.message)
-            for branch in done.branches:
-                print(f"  {branch.name}: {'; '.join(branch.titles)} ({', '.join(branch.files[:5])})")
-            for reason in done.grouped:
-                print(f"  {reason}")
-            print(f"  {done.verification}")
-            if not done.verified:
-                return 1
-    except AutoresearchError as exc:
-        print(f"autoresearch-mcp report: {exc}", file=sys.stderr)
-        return 1
-    return 0

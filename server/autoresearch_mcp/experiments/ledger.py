@@ -37,6 +37,48 @@ class ExperimentState:
     def title(self) -> str:
         return str(self.launch.get("title", ""))
 
+    @property
+    def analysis(self) -> dict[str, Any]:
+        """The statistics of the finished run (`metrics`, `verdict`, ...); empty until a result."""
+        analysis: dict[str, Any] = (self.result or {}).get("analysis") or {}
+        return analysis
+
+    @property
+    def verdict(self) -> str | None:
+        verdict = self.analysis.get("verdict")
+        return None if verdict is None else str(verdict)
+
+    @property
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Metric name -> its paired comparison (delta_pct, ci_low_pct, ci_high_pct, n_pairs, ...)."""
+        metrics: dict[str, dict[str, Any]] = self.analysis.get("metrics") or {}
+        return metrics
+
+    def metric(self, name: str) -> dict[str, Any]:
+        """The comparison of one metric (the primary one, usually); empty if it was not measured."""
+        return self.metrics.get(name) or {}
+
+    @property
+    def outcome(self) -> dict[str, Any]:
+        """What the executor reported: samples, checks, host, durations, ...; empty until a result."""
+        outcome: dict[str, Any] = (self.result or {}).get("outcome") or {}
+        return outcome
+
+    @property
+    def checks(self) -> dict[str, Any]:
+        checks: dict[str, Any] = self.outcome.get("checks") or {}
+        return checks
+
+    @property
+    def cost_usd(self) -> float | None:
+        cost = (self.result or {}).get("cost_usd")
+        return None if cost is None else float(cost)
+
+    @property
+    def is_winner(self) -> bool:
+        """Eligible for commit_winner and for "best": it improved and its checks passed."""
+        return self.status == "done" and self.verdict == "improved"
+
 
 @dataclass
 class LedgerView:

@@ -65,17 +65,24 @@ def tree_of(repo: git.Repo, commit: str) -> str:
     return str(repo.git.rev_parse(f"{commit}^{{tree}}"))
 
 
-def _with_temp_index(repo: git.Repo, base: str, fill: list[str]) -> str:
-    """Write a tree: read `base` into a throwaway index, run one `fill` command on it."""
+def with_temp_index(repo: git.Repo, base: str, fill: list[str], stdin: str | None = None) -> str:
+    """Write a tree: read `base` into a throwaway index, run one `fill` command on it (fed `stdin`)."""
     with tempfile.TemporaryDirectory(prefix="autoresearch-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         repo.git.read_tree(base, env=env)
-        repo.git.execute(["git", *fill], env=env)
+        if stdin is None:
+            repo.git.execute(["git", *fill], env=env)
+        else:
+            (Path(tmp) / "stdin").write_text(stdin, encoding="utf-8")
+            with open(Path(tmp) / "stdin", "rb") as fh:
+                repo.git.execute(["git", *fill], env=env, istream=fh)
         return str(repo.git.write_tree(env=env))
 
 
-def commit_tree(repo: git.Repo, tree: str, parent: str, message: str) -> str:
-    env = {} if _has_identity(repo) else _BOT
+def commit_tree(repo: git.Repo, tree: str, parent: str, message: str, identity: dict[str, str] | None = None) -> str:
+    """A commit of `tree` on `parent`; `identity` (GIT_AUTHOR_*/GIT_COMMITTER_* variables) replays a
+    commit's author, committer and dates, otherwise the user's identity (or a bot's) is used."""
+    env = identity if identity is not None else {} if _has_identity(repo) else _BOT
     with tempfile.NamedTemporaryFile("w", suffix=".msg", delete=False) as fh:
         fh.write(message)
         msg_path = fh.name
@@ -120,7 +127,7 @@ def patch_tree(repo: git.Repo, base: str, patch: str) -> str:
         fh.write(patch if patch.endswith("\n") else patch + "\n")
         patch_path = fh.name
     try:
-        return _with_temp_index(repo, base, ["apply", "--cached", "--whitespace=nowarn", patch_path])
+        return with_temp_index(repo, base, ["apply", "--cached", "--whitespace=nowarn", patch_path])
     except git.GitCommandError as exc:
         detail = (exc.stderr or "").strip().replace("\n", " ")[:800]
         raise RefusedError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from scipy import stats as sps
@@ -148,17 +148,54 @@ def paired(base: list[float], cand: list[float], direction: str, design: Design)
         needed = max(n + 1, math.ceil((z * sd / target) ** 2))
     return Comparison(
         n,
-        _pct(mean),
-        _pct(lo),
-        _pct(hi),
+        pct(mean),
+        pct(lo),
+        pct(hi),
         p,
         verdict,
         needed,
     )
 
 
-def _pct(log_ratio: float) -> float:
-    return round(math.expm1(log_ratio) * 100.0, 4)
+@overload
+def pct(log_ratio: float) -> float: ...
+@overload
+def pct(log_ratio: None) -> None: ...
+def pct(log_ratio: float | None) -> float | None:
+    """A log-ratio as a percent change (rounded to 4 decimals); None stays None."""
+    return None if log_ratio is None else round(math.expm1(log_ratio) * 100.0, 4)
+
+
+def log_pct(pct_change: float | None) -> float | None:
+    """A percent change as a log-ratio (the inverse of `pct`); None, or -100% or less, gives None."""
+    return math.log1p(pct_change / 100.0) if pct_change is not None and pct_change > -100 else None
+
+
+def log_standard_error(comparison: dict[str, Any], design: Design) -> tuple[float, int] | None:
+    """(standard error of the mean log-ratio, its degrees of freedom) of one `paired` comparison,
+    recovered from its reported CI and the design it was analyzed with: `paired` used the t
+    quantile of the alpha spent at the run's look, so a sequential run's (wider) interval gives back
+    the same standard error as a fixed one. None if the comparison has no interval."""
+    n = int(comparison.get("n_pairs") or 0)
+    low, high = log_pct(comparison.get("ci_low_pct")), log_pct(comparison.get("ci_high_pct"))
+    if n < 2 or low is None or high is None:
+        return None
+    alpha_k = design.alphas[design.look_for(n)]
+    crit = float(sps.t.ppf(1 - alpha_k / 2, n - 1))
+    return (high - low) / 2 / crit, n - 1
+
+
+def combined_half_width(errors: list[tuple[float, int]], confidence: float) -> float | None:
+    """Half-width of a `confidence` interval on a sum of independent estimates, each given as
+    (standard error, degrees of freedom): sqrt(sum se^2) times the Student-t quantile at the
+    Welch-Satterthwaite degrees of freedom. None for no estimates."""
+    if not errors:
+        return None
+    variance = sum(se * se for se, _ in errors)
+    if variance == 0:
+        return 0.0
+    df = variance**2 / sum(se**4 / d for se, d in errors if se > 0)
+    return float(sps.t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(variance)
 
 
 def baseline_noise(base: list[float]) -> float:
