@@ -154,8 +154,7 @@ class ExperimentManager:
             return False
         if other.status in _RETRYABLE:
             return False
-        verdict = ((other.result or {}).get("analysis") or {}).get("verdict")
-        if other.result is not None and verdict in _REMEASURE:
+        if other.result is not None and other.verdict in _REMEASURE:
             return False
         # a clean build may confirm a result that was measured on an incremental one
         return not other.launch.get("incremental") or incremental
@@ -243,30 +242,26 @@ class ExperimentManager:
             raise InputError(f"tail_lines must be between 0 and {MAX_TAIL_LINES}, not {tail_lines}")
         exp = self._get(experiment_id)
         log_path = self.logs / f"{experiment_id}.log"
-        result = exp.result or {}
-        outcome = result.get("outcome", {})
-        analysis = result.get("analysis", {})
+        outcome = exp.outcome
         design = stats.Design.from_dict(exp.launch["design"])
-        warnings = list(self._drift_warnings(exp, analysis))
-        checks = ChecksResult(**outcome["checks"]) if outcome.get("checks") else None
-        verdict = analysis.get("verdict")
+        checks = ChecksResult(**exp.checks) if exp.checks else None
         return FetchResult(
             experiment_id=experiment_id, title=exp.title, status=exp.status,
-            verdict=verdict, worker=exp.worker, base_commit=exp.launch["base_commit"],
+            verdict=exp.verdict, worker=exp.worker, base_commit=exp.launch["base_commit"],
             candidate_commit=exp.launch["candidate_commit"], log_tail=_tail(log_path, tail_lines),
             log_path=str(log_path),
-            metrics={k: ComparisonResult(**v) for k, v in analysis.get("metrics", {}).items()},
+            metrics={k: ComparisonResult(**v) for k, v in exp.metrics.items()},
             checks=checks, confidence_level=1 - design.alpha,
             pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
             else len({s["pair"] for s in outcome.get("samples", [])}),
             stop_reason=outcome.get("stop_reason"), durations_s=outcome.get("durations", {}),
-            build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=analysis.get("noise_cv"),
-            error=outcome.get("error") or exp.status_detail, cost_usd=result.get("cost_usd"),
-            warnings=warnings, next_step=self._next_step(exp, verdict, analysis),
+            build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=exp.analysis.get("noise_cv"),
+            error=outcome.get("error") or exp.status_detail, cost_usd=exp.cost_usd,
+            warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
         )
 
-    def _drift_warnings(self, exp: ExperimentState, analysis: dict[str, Any]) -> list[str]:
-        primary = analysis.get("metrics", {}).get(self.config.metric)
+    def _drift_warnings(self, exp: ExperimentState) -> list[str]:
+        primary = exp.metric(self.config.metric)
         if not primary or not primary["baseline"]["mean"]:
             return []
         reference = None
@@ -284,7 +279,8 @@ class ExperimentManager:
                 f"(limit {self.config.drift_limit * 100:g}%): the machine or the benchmark changed; check "
                 "both before trusting small effects"]
 
-    def _next_step(self, exp: ExperimentState, verdict: str | None, analysis: dict[str, Any]) -> str | None:
+    def _next_step(self, exp: ExperimentState) -> str | None:
+        verdict = exp.verdict
         if exp.status not in FINAL_STATUSES:
             return "still running: poll again later, and prepare the next idea meanwhile"
         if exp.commit:
@@ -294,7 +290,7 @@ class ExperimentManager:
         if verdict == "improved":
             return f"call commit_winner('{exp.experiment_id}', title) to keep it"
         if verdict == "inconclusive":
-            need = analysis.get("pairs_needed")
+            need = exp.analysis.get("pairs_needed")
             if need and need <= 200:
                 return f"not decided yet: launch it again with repeats={need}"
             return ("the change is too small to resolve against this noise (it would take over 200 pairs): "
@@ -314,7 +310,7 @@ class ExperimentManager:
         for exp in sorted(self._mine(), key=lambda e: float(e.launch.get("ts", 0))):
             summary = self._summary(exp)
             cost += summary.cost_usd or 0.0
-            outcome = (exp.result or {}).get("outcome") or {}
+            outcome = exp.outcome
             for phase, seconds in (outcome.get("durations") or {}).items():
                 totals[phase] = round(totals.get(phase, 0.0) + float(seconds), 3)
             for build in (outcome.get("build") or {}).values():
@@ -326,7 +322,7 @@ class ExperimentManager:
                 discarded += 1
             else:
                 running += 1
-            if summary.verdict == "improved" and exp.status == "done":
+            if exp.is_winner:
                 better = best is None or _better(summary, best, self.config.direction)
                 best = summary if better else best
             if status is None or exp.status == status:
@@ -336,15 +332,14 @@ class ExperimentManager:
                                      warnings=list(self.view.warnings))
 
     def _summary(self, exp: ExperimentState) -> ExperimentSummary:
-        analysis = (exp.result or {}).get("analysis", {})
-        primary = analysis.get("metrics", {}).get(self.config.metric, {})
+        primary = exp.metric(self.config.metric)
         return ExperimentSummary(
             experiment_id=exp.experiment_id, title=exp.title, status=exp.status,
-            verdict=analysis.get("verdict"), delta_pct=primary.get("delta_pct"),
+            verdict=exp.verdict, delta_pct=primary.get("delta_pct"),
             ci_low_pct=primary.get("ci_low_pct"), ci_high_pct=primary.get("ci_high_pct"),
             n_pairs=primary.get("n_pairs", 0), sources=list(exp.launch.get("sources", [])),
             kept=exp.commit is not None, commit=(exp.commit or {}).get("commit"),
-            cost_usd=(exp.result or {}).get("cost_usd"),
+            cost_usd=exp.cost_usd,
         )
 
     # --- control ---------------------------------------------------------------------------------
@@ -375,9 +370,7 @@ class ExperimentManager:
     def commit_winner(self, experiment_id: str, title: str | None) -> CommitResult:
         with self._commit_lock:
             exp = self._get(experiment_id)
-            analysis = (exp.result or {}).get("analysis", {})
-            outcome = (exp.result or {}).get("outcome", {})
-            verdict = analysis.get("verdict")
+            verdict = exp.verdict
             if exp.commit:
                 raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit['commit']}")
             if exp.status not in FINAL_STATUSES:
@@ -387,7 +380,7 @@ class ExperimentManager:
                     f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
                     "significant improvement beyond the minimum effect is committed"
                     + (" (launch again with more pairs)" if verdict == "inconclusive" else ""))
-            if exp.status == "checks_failed" or not (outcome.get("checks") or {}).get("passed", False):
+            if exp.status == "checks_failed" or not exp.checks.get("passed", False):
                 raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
                                    "correct is never committed. Fix it and launch again")
             if exp.launch.get("incremental"):
@@ -401,7 +394,7 @@ class ExperimentManager:
                     f"experiment {experiment_id} was measured against {exp.launch['base_commit'][:12]}, but the "
                     f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
                     "again on the new head (launch it with source='patch' or after rebasing) and commit that")
-            message = self._message(exp, title or exp.title, analysis)
+            message = self._message(exp, title or exp.title)
             tree = exp.launch["candidate_tree"]
             new = snapshot.commit_tree(self.repo, tree, head, message)
             updated = self._advance(head, new)
@@ -424,23 +417,23 @@ class ExperimentManager:
         self.repo.git.update_ref(f"refs/heads/{self.config.branch}", new, old)
         return False
 
-    def _message(self, exp: ExperimentState, title: str, analysis: dict[str, Any]) -> str:
+    def _message(self, exp: ExperimentState, title: str) -> str:
         c = self.config
         launch = exp.launch
         design = stats.Design.from_dict(launch["design"])
         level = round((1 - design.alpha) * 100)
-        outcome = (exp.result or {}).get("outcome", {})
+        outcome = exp.outcome
         lines = [title.strip(), ""]
         if launch.get("hypothesis"):
             lines += ["Hypothesis: " + launch["hypothesis"], ""]
         if launch.get("sources"):
             lines += ["Sources:"] + [f"- {s}" for s in launch["sources"]] + [""]
-        m = analysis["metrics"][c.metric]
+        m = exp.metric(c.metric)
         lines.append(
             f"Result: {c.metric} {m['baseline']['mean']:.6g} -> {m['candidate']['mean']:.6g} "
             f"({m['delta_pct']:+.2f}%, {level}% CI [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%], "
             f"p={m['p_value']:.2g}, {m['n_pairs']} interleaved pairs; {c.direction} is better)")
-        for name, other in sorted(analysis["metrics"].items()):
+        for name, other in sorted(exp.metrics.items()):
             if name != c.metric and other.get("delta_pct") is not None:
                 lines.append(f"  also {name}: {other['delta_pct']:+.2f}% "
                              f"[{other['ci_low_pct']:+.2f}%, {other['ci_high_pct']:+.2f}%]")
@@ -456,7 +449,7 @@ class ExperimentManager:
         result = {"metric": c.metric, "direction": c.direction, "delta_pct": m["delta_pct"],
                   "ci_low_pct": m["ci_low_pct"], "ci_high_pct": m["ci_high_pct"], "confidence": 1 - design.alpha,
                   "p_value": m["p_value"], "n_pairs": m["n_pairs"], "baseline_mean": m["baseline"]["mean"],
-                  "candidate_mean": m["candidate"]["mean"], "verdict": analysis["verdict"],
+                  "candidate_mean": m["candidate"]["mean"], "verdict": exp.verdict,
                   "base_commit": launch["base_commit"]}
         lines += ["", f"Autoresearch-Experiment: {exp.experiment_id}",
                   "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
