@@ -41,10 +41,14 @@ esac
 """
 
 
-def change(n: int) -> str:
-    """A one-file change that really changes the compiled code of ggml-cpu/ops.cpp."""
-    return (f"--- a/src/ggml-cpu/ops.cpp\n+++ b/src/ggml-cpu/ops.cpp\n@@ -1,0 +1,1 @@\n"
-            f"+extern \"C\" {{ int ggml_autoresearch_probe_{n}(void) {{ return {n}; }} }}\n")
+def change(repo: Path, n: int) -> str:
+    """A one-file change that really changes the compiled code of ggml-cpu/ops.cpp, as a patch."""
+    ops = repo / "src" / "ggml-cpu" / "ops.cpp"
+    original = ops.read_text()
+    ops.write_text(original + f'\nextern "C" int ggml_autoresearch_probe_{n}(void) {{ return {n}; }}\n')
+    patch = subprocess.run(["git", "diff"], cwd=repo, check=True, capture_output=True, text=True).stdout
+    ops.write_text(original)
+    return patch
 
 
 def make_repo(root: Path) -> Path:
@@ -82,14 +86,14 @@ async def main() -> None:
             r = await c.call_tool("start_session", {"repo": str(repo), "metric": "build_ok", "direction": "higher",
                                                     "tag": "bench"})
             cold = (r.structured_content or {})["build_duration_s"]
-            fresh, fresh_wall = await run(c, "fresh worktree", change(1))
+            fresh, fresh_wall = await run(c, "fresh worktree", change(repo, 1))
             config = repo / ".autoresearch" / "config.json"
             config.write_text(json.dumps({**json.loads(config.read_text()), "incremental": True,
                                           "build_parallelism": 1}))
             await c.call_tool("start_session", {"repo": str(repo), "metric": "build_ok", "direction": "higher",
                                                 "tag": "bench"})
-            await run(c, "slot warm-up", change(2))
-            inc, inc_wall = await run(c, "incremental", change(3))
+            await run(c, "slot warm-up", change(repo, 2))
+            inc, inc_wall = await run(c, "incremental", change(repo, 3))
     fb, ib = fresh["build"]["candidate"], inc["build"]["candidate"]
     print(f"tree: llama-cpp-python=={realtree.CURRENT} ggml, target ggml-cpu, {os.cpu_count()} cores")
     print(f"cold build (empty cache):                    {cold:7.1f} s")

@@ -7,18 +7,13 @@ still gives how many CPUs the command kept busy.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import shutil
 import signal
-import subprocess
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from autoresearch_mcp.experiments.runner import kill_group
+from autoresearch_mcp.experiments.runner import run_command
 from autoresearch_mcp.models import CounterReport
 
 EVENTS = ("task-clock", "cycles", "instructions", "cache-references", "cache-misses")
@@ -54,42 +49,6 @@ def parse_perf_csv(text: str) -> dict[str, float | None]:
     return counts
 
 
-@dataclass
-class _PerfRun:
-    exit_code: int | None  # None when the command was stopped at the timeout
-    stderr: str
-    elapsed_s: float
-    timed_out: bool
-
-
-def _run_perf(argv: list[str], cwd: Path | None, timeout_s: float) -> _PerfRun:
-    """Run perf stat in its own process group. At the timeout the group gets SIGINT first, which
-    perf stat answers by stopping the command and writing the counts so far; whatever is still
-    running after a grace period is killed."""
-    with tempfile.TemporaryFile() as err:
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err, start_new_session=True)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                kill_group(proc.pid)
-                proc.wait()
-        finally:
-            kill_group(proc.pid, grace_s=0.5)  # leftovers of the group must not keep running
-        elapsed = time.perf_counter() - started
-        err.seek(0)
-        stderr = err.read().decode("utf-8", errors="replace")
-    return _PerfRun(None if timed_out else proc.returncode, stderr, elapsed, timed_out)
-
-
 def perf_counters(command: str | None, *, cwd: Path | None = None, timeout_s: float = 300.0) -> CounterReport:
     """Count `command` (a shell command) with perf stat; without one, only check that counting works
     (checked once per process: the answer does not change while the server runs)."""
@@ -113,27 +72,30 @@ def _count(command: str | None, cwd: Path | None, timeout_s: float) -> CounterRe
         out_file = Path(tmp) / "perf.csv"
         argv = [perf, "stat", "-x", ",", "-o", str(out_file), "-e", ",".join(EVENTS), "--",
                 "sh", "-c", command or PROBE_COMMAND]
-        run = _run_perf(argv, cwd, timeout_s)
+        # At the timeout the group gets SIGINT first, which perf stat answers by stopping the command
+        # and writing the counts so far; whatever still runs after the grace period is killed.
+        run = run_command(argv, cwd or Path.cwd(), timeout_s, stop_signal=signal.SIGINT,
+                          grace_s=INTERRUPT_GRACE_S)
         text = out_file.read_text(errors="replace") if out_file.exists() else ""
     counts = parse_perf_csv(text)
     report = CounterReport(available=False, command=command)
     if command is not None:
-        report.exit_code, report.elapsed_s = run.exit_code, round(run.elapsed_s, 4)
+        report.exit_code, report.elapsed_s = run.exit_code, round(run.duration_s, 4)
         if run.timed_out and counts:
             report.notes.append(f"timed out after {timeout_s:g} s and was stopped; the counts cover that time")
         elif run.exit_code not in (None, 0):
             report.notes.append(f"the command exited with {run.exit_code}: the counts may not describe a "
                                 "full run")
         task_clock_ms = counts.get("task-clock")
-        if task_clock_ms is not None and run.elapsed_s > 0:
-            report.cpus_utilized = round(task_clock_ms / 1000.0 / run.elapsed_s, 3)
+        if task_clock_ms is not None and run.duration_s > 0:
+            report.cpus_utilized = round(task_clock_ms / 1000.0 / run.duration_s, 3)
     if not counts and run.timed_out:
         report.reason = (f"the command timed out after {timeout_s:g} s and perf stat had to be killed before "
                          "it wrote any counts (the command ignored SIGINT): count a shorter run, or raise "
                          "the timeout")
         return report
     if not counts:
-        report.reason = f"perf stat could not count here: {run.stderr.strip()[-400:] or 'no output'}" + (
+        report.reason = f"perf stat could not count here: {run.output.strip()[-400:] or 'no output'}" + (
             " (kernel.perf_event_paranoid may forbid it: see /proc/sys/kernel/perf_event_paranoid)")
         return report
     report.unsupported = [e for e in HARDWARE_EVENTS if counts.get(e) is None]

@@ -130,8 +130,11 @@ def run_command(
     timeout_s: float,
     env: dict[str, str] | None = None,
     log: Any | None = None,
+    stop_signal: int = signal.SIGTERM,
+    grace_s: float = 2.0,
 ) -> CommandResult:
-    """Run one command in its own process group; on timeout the whole group is killed.
+    """Run one command in its own process group; on timeout the group gets `stop_signal`, and
+    whatever still runs after `grace_s` is killed.
 
     Output (stdout and stderr merged) goes to a temporary file, then to `log` if given, so a
     chatty benchmark can neither fill a pipe nor our memory while it runs.
@@ -152,10 +155,10 @@ def run_command(
         except subprocess.TimeoutExpired:
             timed_out = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, stop_signal)
             # reap the leader as soon as it goes: an unreaped leader keeps its group alive
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=2.0)
+                proc.wait(timeout=grace_s)
         finally:
             # Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not
             # disturb later runs.
