@@ -179,6 +179,13 @@ class ListExperimentsResult(BaseModel):
         default_factory=dict,
         description="seconds spent per phase (prepare, build, bench, checks) and compiler cache hits/misses")
     warnings: list[str] = Field(default_factory=list)
+    notes: str | None = Field(None, description="the latest of the session's notes (add_note), to resume from")
+    notes_path: str | None = Field(None, description=".autoresearch/notes.md: the whole notes")
+
+
+class AddNoteResult(BaseModel):
+    notes_path: str
+    entries: int = Field(description="notes in the file, this one included")
 
 
 # --- research: search_arxiv, read_paper, survey_forks ----------------------------------------------

@@ -35,6 +35,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.experiments import snapshot, stats
 from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView
@@ -115,6 +116,7 @@ class SessionData:
     commits: list[KeptCommit] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: str | None = None  # .autoresearch/notes.md, as the agent wrote it
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.rows if r.outcome == outcome)
@@ -195,7 +197,9 @@ def load(repo_path: str) -> SessionData:
                          "run start_session first")
     view = Ledger(state_dir(root) / "ledger.jsonl").view()
     commits, note = _branch_commits(root, config)
-    return _fold(root, config, view, commits, note)
+    data = _fold(root, config, view, commits, note)
+    data.notes = session_notes.read(root, limit=None)
+    return data
 
 
 @dataclass
@@ -375,6 +379,8 @@ def summarize(data: SessionData) -> str:
         lines.append(f"Best single experiment: {best.exp.title!r} "
                      f"{_fmt_pct(best.primary(c.metric).get('delta_pct'))} ({best.verdict}).")
     lines.append(f"Cost ${data.cost:.2f}; machines: {', '.join(data.machines) or 'none yet'}.")
+    if data.notes:
+        lines.append(f"Notes: {session_notes.count(data.notes)} in .autoresearch/notes.md (shown in the report).")
     return "\n".join(lines)
 
 
@@ -550,6 +556,9 @@ def render_html(data: SessionData, png: bytes) -> str:
         "session head after each kept change.</p></section>",
         _experiments_table(data), _commits_section(data),
     ]
+    if data.notes:
+        parts.append('<section id="notes"><h2>Notes</h2><p class="muted">What the agent tried and learned, '
+                     f"from .autoresearch/notes.md.</p><pre>{_e(data.notes)}</pre></section>")
     if data.warnings:
         parts.append('<section id="warnings"><h2>Warnings</h2><ul>'
                      + "".join(f"<li>{_e(w)}</li>" for w in data.warnings) + "</ul></section>")

@@ -1,4 +1,4 @@
-"""Files shipped with the package: benchmark templates and the bundled example."""
+"""Files shipped with the package: benchmark templates, the bundled example and the brief."""
 
 from __future__ import annotations
 
@@ -27,3 +27,12 @@ def template(name: str) -> Path:
 def example_dir() -> Path:
     """Path of the bundled multi-backend example target."""
     return _find("examples")
+
+
+def brief() -> str:
+    """The research brief the agent follows: the body of the `autoresearch` skill (one text serves
+    Claude Code's `/autoresearch` and the MCP prompt of the same name)."""
+    text = _find("skills/autoresearch/SKILL.md").read_text()
+    if text.startswith("---\n"):
+        text = text.split("\n---\n", 1)[1]  # drop the skill's frontmatter
+    return text.strip() + "\n"

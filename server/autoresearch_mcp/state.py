@@ -9,13 +9,20 @@ from pathlib import Path
 
 import git
 
+from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.base import Executor
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.scheduler import ExperimentManager
 from autoresearch_mcp.experiments.worktrees import Worktrees
-from autoresearch_mcp.models import Direction, ExecutorName, ListExperimentsResult, StartSessionResult
+from autoresearch_mcp.models import (
+    AddNoteResult,
+    Direction,
+    ExecutorName,
+    ListExperimentsResult,
+    StartSessionResult,
+)
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,6 +36,10 @@ class Session:
     config: sessions.SessionConfig
     ledger: Ledger
     manager: ExperimentManager
+
+    @property
+    def root(self) -> Path:
+        return Path(self.repo.working_dir)
 
     def baseline_mean(self, metric: str) -> float | None:
         return sessions.baseline_mean(self.ledger, self.config.session_id, metric)
@@ -96,7 +107,15 @@ class AppState:
             return result
 
     def list_experiments(self, status: str | None) -> ListExperimentsResult:
-        return self.require_session().manager.list(status)
+        session = self.require_session()
+        result = session.manager.list(status)
+        result.notes = notes.read(session.root)
+        result.notes_path = str(notes.notes_path(session.root))
+        return result
+
+    def add_note(self, text: str) -> AddNoteResult:
+        path, entries = notes.add(self.require_session().root, text)
+        return AddNoteResult(notes_path=str(path), entries=entries)
 
     def close(self) -> None:
         if self.session is not None:

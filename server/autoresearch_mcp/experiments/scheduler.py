@@ -11,6 +11,7 @@ import logging
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 _RETRYABLE = frozenset({"failed", "cancelled", "lost"})
 _REMEASURE = frozenset({"inconclusive", "noisy"})
 MAX_TAIL_LINES = 400
+MAX_WAIT_S = 600.0
 
 
 class ExperimentManager:
@@ -51,6 +53,7 @@ class ExperimentManager:
         self.root = Path(repo.working_dir)
         self.logs = state_dir(self.root) / "logs"
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # notified on every ledger record
         self._commit_lock = threading.Lock()
         self._pairs_done: dict[str, int] = {}
         self.view: LedgerView = ledger.view()
@@ -60,6 +63,12 @@ class ExperimentManager:
     def _append(self, record: dict[str, Any]) -> None:
         with self._lock:
             apply(self.view, self.ledger.append(record))
+            self._changed.notify_all()
+
+    def _wait(self, experiment_id: str, done: Callable[[ExperimentState], bool], timeout: float) -> None:
+        """Block until `done(experiment)` holds or `timeout` seconds pass (records wake the waiters)."""
+        with self._changed:
+            self._changed.wait_for(lambda: done(self.view.experiments[experiment_id]), timeout)
 
     def _mine(self) -> list[ExperimentState]:
         sid = self.config.session_id
@@ -237,10 +246,17 @@ class ExperimentManager:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def fetch(self, experiment_id: str, tail_lines: int) -> FetchResult:
+    def fetch(self, experiment_id: str, tail_lines: int, wait_s: float = 0.0) -> FetchResult:
+        """The experiment as it stands; with `wait_s`, first wait up to that long for its status to change."""
         if not 0 <= tail_lines <= MAX_TAIL_LINES:
             raise InputError(f"tail_lines must be between 0 and {MAX_TAIL_LINES}, not {tail_lines}")
+        if not 0 <= wait_s <= MAX_WAIT_S:
+            raise InputError(f"wait_s must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
         exp = self._get(experiment_id)
+        if wait_s and exp.status not in FINAL_STATUSES:
+            before = exp.status
+            self._wait(experiment_id, lambda e: e.status != before, wait_s)
+            exp = self._get(experiment_id)
         log_path = self.logs / f"{experiment_id}.log"
         outcome = exp.outcome
         design = stats.Design.from_dict(exp.launch["design"])
@@ -352,20 +368,11 @@ class ExperimentManager:
         if not self.executor.cancel(experiment_id):
             self._append({"type": "status", "experiment_id": experiment_id, "status": "cancelled"})
         else:
-            self._wait_final(experiment_id, timeout=15.0)
+            self._wait(experiment_id, lambda e: e.status in FINAL_STATUSES, timeout=15.0)
         exp = self._get(experiment_id)
         return CancelResult(experiment_id=experiment_id, status=exp.status,
                             message="cancelled; its processes were killed and its worktree removed"
                             if exp.status == "cancelled" else f"finished as {exp.status} before the cancel")
-
-    def _wait_final(self, experiment_id: str, timeout: float) -> None:
-        import time
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.view.experiments[experiment_id].status in FINAL_STATUSES:
-                return
-            time.sleep(0.05)
 
     def commit_winner(self, experiment_id: str, title: str | None) -> CommitResult:
         with self._commit_lock:
