@@ -26,13 +26,22 @@ out="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" 
 echo "$out"
 grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
 
+echo "check_plugin: claude --plugin-dir . -p (the session's init: skills, the /autoresearch entry, agents)" >&2
+init="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" --plugin-dir "$root" -p hi \
+        --output-format stream-json --verbose 2>&1 | grep '"subtype":"init"' || true)"
+for want in '"autoresearch:autoresearch"' '"autoresearch:researcher"' '"autoresearch:change-reviewer"'; do
+  grep -q "$want" <<<"$init" || { echo "check_plugin: claude does not load $want" >&2; exit 1; }
+done
+
 echo "check_plugin: MCP Inspector tools/list" >&2
 listing="$(cd "$work" && timeout 120 "$tools/node_modules/.bin/mcp-inspector" --cli autoresearch-mcp serve --method tools/list)"
 for tool in start_session list_experiments launch_experiment fetch_sky_logs commit_winner cancel_experiment \
-            stop_workers search_arxiv read_paper survey_forks diff_backends analyze_bounds report; do
+            stop_workers search_arxiv read_paper survey_forks diff_backends analyze_bounds report add_note; do
   grep -q "\"$tool\"" <<<"$listing" || { echo "check_plugin: inspector does not list $tool" >&2; exit 1; }
 done
 grep -q '"outputSchema"' <<<"$listing"
+prompts="$(cd "$work" && timeout 120 "$tools/node_modules/.bin/mcp-inspector" --cli autoresearch-mcp serve --method prompts/list)"
+grep -q '"name": "autoresearch"' <<<"$prompts" || { echo "check_plugin: inspector does not list the prompt" >&2; exit 1; }
 
 contract="$root/../shared/check_contract.py"
 if [ -f "$contract" ]; then
