@@ -21,6 +21,8 @@ CURRENT = "0.3.36"
 # 0.3.16 (August 2025): the CPU backend fuses nothing while CUDA, Metal, Vulkan and OpenCL fuse
 # RMS_NORM+MUL: the gap that the published llama.cpp run turned into its best win.
 HISTORIC = "0.3.16"
+# 0.3.19: ggml-cpu's rms_norm still copies x into y, then scales y in a second pass (find_passes).
+UNFUSED_RMS_NORM = "0.3.19"
 
 
 class TreeUnavailable(Exception):

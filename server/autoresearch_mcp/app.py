@@ -7,6 +7,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -15,7 +16,7 @@ from mcp.types import Tool, ToolAnnotations
 from pydantic import Field
 
 from autoresearch_mcp import __version__, finalize, resources
-from autoresearch_mcp.analysis import bounds
+from autoresearch_mcp.analysis import bounds, hotspots, passes
 from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.errors import AutoresearchError
 from autoresearch_mcp.models import (
@@ -29,10 +30,12 @@ from autoresearch_mcp.models import (
     ExecutorName,
     FetchResult,
     FinalizeResult,
+    FindPassesResult,
     LaunchResult,
     ListExperimentsResult,
     MetricUnit,
     Precision,
+    ProfileResult,
     ReadPaperResult,
     ReportResult,
     SearchArxivResult,
@@ -341,6 +344,37 @@ def build_server() -> MCPServer[AppState]:
             units_per_second=units_per_second, model_path=model_path, metric=metric,
             metric_unit=metric_unit, threads=threads, precision=precision, command=command,
             command_timeout_s=command_timeout_s, remeasure=remeasure)
+
+    @server.tool(annotations=_LOCAL_WRITE)
+    @_guard
+    def profile_hotspots(
+        ctx: Context[AppState],
+        experiment_id: Annotated[
+            str | None, Field(description="profile this candidate's build (default: the baseline)")] = None,
+        top: Annotated[int, Field(ge=1, le=50)] = 10,
+        lines: Annotated[int, Field(ge=0, le=20, description="hottest source lines per function")] = 5,
+    ) -> ProfileResult:
+        """Research phase: where the time goes. Runs the benchmark once under perf record (the baseline
+        build, or an experiment's candidate) and returns the hottest functions with their hottest source
+        lines and shares of samples. Then find_passes(profile_id=...)."""
+        return hotspots.profile_hotspots(_state(ctx).require_session(), experiment_id, top, lines)
+
+    @server.tool(annotations=_READ_ONLY)
+    @_guard
+    def find_passes(
+        ctx: Context[AppState],
+        paths: Annotated[list[str] | None, Field(description="C/C++ files or folders")] = None,
+        functions: Annotated[list[str] | None, Field(description="only these functions")] = None,
+        profile_id: Annotated[str | None, Field(description="from profile_hotspots: scan its hot code")] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> FindPassesResult:
+        """Research phase, on hot C/C++ code: consecutive passes over the same buffer (loops, memcpy/memset,
+        ggml_vec_* helpers) where one pass could do, with file, lines, buffer and a suggestion; ranked by a
+        profile. Static and fast."""
+        session = _state(ctx).session
+        root = Path(session.repo.working_dir) if session is not None else None
+        profile = hotspots.load_profile(_state(ctx).require_session(), profile_id) if profile_id else None
+        return passes.search(root, paths, functions, profile, limit)
 
     # --- report --------------------------------------------------------------------------------
 

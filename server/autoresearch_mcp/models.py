@@ -456,6 +456,68 @@ class AnalyzeBoundsResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+
+# --- hot spots and passes -------------------------------------------------------------------------
+
+
+class HotLine(BaseModel):
+    file: str = Field(description="source file, relative to the repository when it is inside it")
+    line: int
+    share_pct: float = Field(description="share of all samples")
+    samples: int
+    code: str = Field("", description="the source line")
+
+
+class HotFunction(BaseModel):
+    name: str
+    dso: str = Field(description="the binary or library holding it")
+    share_pct: float = Field(description="share of all samples (self time, without callees)")
+    samples: int
+    lines: list[HotLine] = Field(default_factory=list, description="its hottest source lines")
+
+
+class ProfileResult(BaseModel):
+    profile_id: str = Field(description="pass it to find_passes to rank findings by these functions")
+    build: str = Field(description="baseline (the session head) or the experiment profiled")
+    commit: str
+    event: str = Field(description="the sampled event (cpu-clock where the machine has no hardware counters)")
+    total_samples: int
+    functions: list[HotFunction]
+    report_path: str = Field(description="the full perf report (every function and line), as text")
+    perf_data_path: str
+    bench_exit_code: int | None
+    notes: list[str] = Field(default_factory=list)
+
+
+class PassSite(BaseModel):
+    code: str = Field(description="first line of the pass")
+    start_line: int
+    end_line: int
+    access: Literal["read", "write", "update"] = Field(description="what the pass does to the buffer")
+
+
+class PassFinding(BaseModel):
+    function: str
+    file: str
+    line: int = Field(description="line of the function definition")
+    buffer: str = Field(description="the buffer both passes touch: name as written (and where it points)")
+    kind: str = Field(description="<first access>_then_<second access>, e.g. write_then_update")
+    passes: list[PassSite]
+    fusable: bool = Field(description="true when the second pass needs nothing the first one reduced")
+    depends_on: list[str] = Field(description="values the second pass needs from the first (a sum, a max)")
+    suggestion: str
+    hot_share_pct: float | None = Field(None, description="the function's share of the profile's samples")
+
+
+class FindPassesResult(BaseModel):
+    findings: list[PassFinding]
+    total_findings: int
+    files_scanned: int
+    functions_scanned: int
+    elapsed_s: float
+    notes: list[str] = Field(default_factory=list)
+
+
 # --- report ----------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,754 @@
+"""Find consecutive passes over the same buffer inside C/C++ functions: candidates for fusion.
+
+Memory-bound code pays for every pass over a row: `memcpy(y, x)` followed by an in-place scale of
+`y` reads and writes `y` twice where `y[i] = x[i]*scale` would do it once. The finder parses each
+file with tree-sitter (error-tolerant, so macro-heavy code such as ggml parses without its headers
+or a preprocessor), and in every function lists the passes of each block in order:
+
+- a loop nest whose trip count is not a compile-time constant and which indexes a buffer with its
+  loop variables (`x[i]`, `x + i` in a load or store), counted as one pass over what it touches;
+- a `memcpy` / `memmove` / `memset` of more than one element;
+- a vector helper that walks a row (`ggml_vec_*(n, out, in...)`): the first buffer after the
+  length is written (and read when the helper updates in place), the others are read.
+
+Two passes are reported when they touch the same buffer (pointers are followed back to what they
+were initialized from, so `y` and `dst->data` are one buffer) with no pass over that buffer, no
+barrier and no exclusive branch (`#if`/`#else`, `if`/`else`) between them. Each report says
+whether the second pass needs a value the first one reduced (a sum, a maximum): such pairs fuse
+only with an online formulation (running max and sum, Welford), the others fuse directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tree_sitter
+import tree_sitter_c
+import tree_sitter_cpp
+
+from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.models import FindPassesResult, PassFinding, PassSite, ProfileResult
+
+C_SUFFIXES = {".c"}
+CPP_SUFFIXES = {".cpp", ".cc", ".cxx", ".c++", ".h", ".hpp", ".hh", ".hxx", ".inl", ".inc", ".cu", ".cuh"}
+SOURCE_SUFFIXES = C_SUFFIXES | CPP_SUFFIXES
+MAX_FILE_BYTES = 8 * 2**20
+SKIP_DIRS = {".git", ".autoresearch", "build", "node_modules", "third_party", "vendor"}
+
+LOOPS = {"for_statement", "while_statement", "do_statement", "for_range_loop"}
+COPIES = {"memcpy", "memmove", "std::memcpy", "std::memmove", "__builtin_memcpy", "__builtin_memmove"}
+FILLS = {"memset", "std::memset", "__builtin_memset"}
+VECTOR_HELPER = re.compile(r"^ggml_vec_\w+$")
+IN_PLACE = re.compile(r"scale|mad|acc")
+CONSTANT_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+CODE_CHARS = 100
+ASSERTS = {"assert", "GGML_ASSERT", "static_assert", "GGML_UNUSED"}
+
+
+@dataclass
+class Item:
+    """A statement of a block, in order: a pass, a barrier, or plain code that defines scalars."""
+
+    node: tree_sitter.Node
+    alts: tuple[tuple[int, int], ...]  # (conditional id, branch index) of each enclosing #if / if
+    what: str = ""
+    reads: dict[str, str] = field(default_factory=dict)  # canonical buffer -> name as written
+    writes: dict[str, str] = field(default_factory=dict)
+    defines: set[str] = field(default_factory=set)
+    uses: set[str] = field(default_factory=set)
+    barrier: bool = False
+
+    @property
+    def is_pass(self) -> bool:
+        return bool(self.reads or self.writes)
+
+    def access(self, buf: str) -> str:
+        if buf in self.writes:
+            return "update" if buf in self.reads else "write"
+        return "read"
+
+
+@functools.cache
+def _parser(cpp: bool) -> tree_sitter.Parser:
+    lang = tree_sitter.Language(tree_sitter_cpp.language() if cpp else tree_sitter_c.language())
+    return tree_sitter.Parser(lang)
+
+
+def _text(node: tree_sitter.Node | None) -> str:
+    return node.text.decode("utf-8", errors="replace") if node is not None and node.text is not None else ""
+
+
+def _walk(node: tree_sitter.Node, skip: frozenset[str] = frozenset()) -> Iterator[tree_sitter.Node]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if n is node or n.type not in skip:
+            stack.extend(reversed(n.children))
+
+
+def _code_walk(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
+    """The nodes that run in a release build: no lambdas' bodies, no assert arguments."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if n is not node and (n.type == "lambda_expression" or (n.type == "call_expression" and _callee(n) in ASSERTS)):
+            continue
+        stack.extend(reversed(n.children))
+
+
+def _identifiers(node: tree_sitter.Node) -> set[str]:
+    return {_text(n) for n in _walk(node) if n.type == "identifier"}
+
+
+def _unwrap(node: tree_sitter.Node) -> tree_sitter.Node:
+    while node.type in ("parenthesized_expression", "cast_expression"):
+        inner = node.child_by_field_name("value") if node.type == "cast_expression" else node.named_child(0)
+        if inner is None:
+            break
+        node = inner
+    return node
+
+
+def _callee(call: tree_sitter.Node) -> str:
+    fn = call.child_by_field_name("function")
+    return re.sub(r"\s+", "", _text(fn)) if fn is not None else ""
+
+
+def _declarator_name(decl: tree_sitter.Node | None) -> tuple[str | None, str]:
+    """The declared name and its shape: 'pointer', 'array', 'fixed_array' (constant size) or 'scalar'."""
+    shape = "scalar"
+    while decl is not None and decl.type not in ("identifier", "field_identifier", "qualified_identifier"):
+        if decl.type in ("pointer_declarator", "reference_declarator") and shape == "scalar":
+            shape = "pointer" if decl.type == "pointer_declarator" else shape
+        elif decl.type == "array_declarator" and shape == "scalar":
+            size = decl.child_by_field_name("size")
+            constant = size is not None and all(
+                n.type in ("number_literal", "binary_expression", "sizeof_expression", "parenthesized_expression")
+                or (n.type == "identifier" and CONSTANT_NAME.match(_text(n))) or not n.is_named
+                for n in _walk(size))
+            shape = "fixed_array" if constant else "array"
+        elif decl.type == "init_declarator":
+            pass
+        nxt = decl.child_by_field_name("declarator")
+        if nxt is None:
+            nxt = next((c for c in decl.named_children if c.type != "parameter_list"), None)
+        decl = nxt
+    return (_text(decl) if decl is not None else None), shape
+
+
+def function_name(fn: tree_sitter.Node) -> str | None:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    if decl is None:
+        return None
+    name = decl.child_by_field_name("declarator")
+    return short_name(_text(name)) if name is not None else None
+
+
+def short_name(name: str) -> str:
+    """`ns::f<T>(int)` and perf's `f(ggml_tensor*) [clone .part.0]` both become `f`."""
+    name = re.sub(r"\[clone[^\]]*\]|\(.*$", "", name).strip()
+    depth, out = 0, []
+    for ch in name:  # drop template arguments, nested ones too
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).split("::")[-1].split()[-1] if "".join(out).strip() else name
+
+
+class FunctionScan:
+    """The passes of one function definition, and the pairs of them that share a buffer."""
+
+    def __init__(self, fn: tree_sitter.Node) -> None:
+        self.fn = fn
+        self.shapes: dict[str, str] = {}
+        self.aliases: dict[str, tree_sitter.Node] = {}
+        self._cond = 0
+        self._declarations()
+
+    # --- symbols -----------------------------------------------------------------------------------
+
+    def _declarations(self) -> None:
+        for n in _walk(self.fn):
+            if n.type in ("parameter_declaration", "declaration"):
+                for d in n.children_by_field_name("declarator"):
+                    name, shape = _declarator_name(d)
+                    if name is None:
+                        continue
+                    self.shapes.setdefault(name, shape)
+                    value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+                    if value is not None and shape == "pointer":
+                        self.aliases.setdefault(name, value)
+
+    def pointer(self, node: tree_sitter.Node, drop: frozenset[str] = frozenset(),
+                depth: int = 0) -> tuple[str, str, str] | None:
+        """(identity, name as written, base) of a pointer expression; None for a scalar or unknown.
+
+        The identity is the expression the pointer was made from, with local pointers replaced by
+        their initializers and casts removed, so `y` and `(float *)((char *) dst->data + i1*nb1)` are
+        one buffer, while `VKQ32` and `VKQ32 + DV` are two. Offsets that use a variable in `drop` (the
+        loop variables of a loop nest) are left out: the nest walks the whole buffer.
+        """
+        node = _unwrap(node)
+        t = node.type
+        if t == "identifier":
+            name = _text(node)
+            if self.shapes.get(name) in (None, "scalar", "fixed_array"):
+                return None
+            alias = self.aliases.get(name)
+            origin = self.pointer(alias, drop, depth + 1) if alias is not None and depth < 8 else None
+            return (origin[0], name, origin[2]) if origin is not None else (name, name, name)
+        if t == "field_expression":
+            text = _squash(node)
+            return text, text, text
+        if t == "subscript_expression":  # &x[k], or a row of an array of pointers
+            base, index = node.child_by_field_name("argument"), _index(node)
+            found = self.pointer(base, drop, depth) if base is not None else None
+            if found is None or index is None or _identifiers(index) & drop:
+                return found
+            return f"{found[0]}+{_squash(index).strip('[]')}", found[1], found[2]
+        if t == "pointer_expression":
+            arg = node.child_by_field_name("argument")
+            if _operator(node) == "&" and arg is not None and _unwrap(arg).type == "subscript_expression":
+                return self.pointer(arg, drop, depth)
+            return None
+        if t == "binary_expression" and _operator(node) in ("+", "-"):
+            ptr, offsets = None, []
+            for sign, term in _terms(node):
+                found = self.pointer(term, drop, depth) if ptr is None else None
+                if found is not None:
+                    ptr = found
+                elif not (_identifiers(term) & drop):
+                    offsets.append(sign + _squash(term))
+            return (ptr[0] + "".join(offsets), ptr[1], ptr[2]) if ptr is not None else None
+        return None
+
+    # --- items -------------------------------------------------------------------------------------
+
+    def items(self, block: tree_sitter.Node, alts: tuple[tuple[int, int], ...] = ()) -> list[Item]:
+        """The statements of a block as items, with #if/#else and if/else branches flattened in place."""
+        out: list[Item] = []
+        for child in block.named_children:
+            out.extend(self._statement(child, alts))
+        return out
+
+    def _branches(self, branches: list[tree_sitter.Node | None], alts: tuple[tuple[int, int], ...]) -> list[Item]:
+        self._cond += 1
+        out: list[Item] = []
+        for i, branch in enumerate(branches):
+            if branch is not None:
+                out.extend(self._statement(branch, (*alts, (self._cond, i))))
+        return out
+
+    def _statement(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
+        t = node.type
+        if t in ("compound_statement", "else_clause", "labeled_statement", "attributed_statement"):
+            return self.items(node, alts)
+        if t in ("preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef"):
+            alternative = node.child_by_field_name("alternative")
+            if t == "preproc_ifdef" and _text(node.child(0)) == "#ifndef" and \
+                    _text(node.child_by_field_name("name")) == "NDEBUG":
+                return self._statement(alternative, alts) if alternative is not None else []
+            own = [c for c in node.named_children
+                   if c != alternative and c != node.child_by_field_name("condition")
+                   and c.type not in ("identifier",)]
+            return self._preproc(own, alternative, alts)
+        if t == "preproc_else":
+            return self.items(node, alts)
+        if t == "if_statement":
+            cons, alt = node.child_by_field_name("consequence"), node.child_by_field_name("alternative")
+            cond = node.child_by_field_name("condition")
+            head = [self._plain(cond, alts)] if cond is not None else []
+            return head + self._branches([cons, alt], alts)
+        if t == "switch_statement":
+            body = node.child_by_field_name("body")
+            cases = [c for c in body.named_children if c.type == "case_statement"] if body is not None else []
+            return self._branches(list(cases), alts)
+        if t == "case_statement":
+            out: list[Item] = []
+            for c in node.named_children:
+                if c != node.child_by_field_name("value"):
+                    out.extend(self._statement(c, alts))
+            return out
+        if t in LOOPS:
+            return [self._loop(node, alts)]
+        if t in ("comment", "preproc_include", "preproc_def", "preproc_function_def", "preproc_call"):
+            if t == "preproc_call" and "barrier" in _text(node):
+                return [Item(node, alts, what=_code(node), barrier=True)]
+            return []
+        return self._simple(node, alts)
+
+    def _preproc(self, own: list[tree_sitter.Node], alternative: tree_sitter.Node | None,
+                 alts: tuple[tuple[int, int], ...]) -> list[Item]:
+        self._cond += 1
+        cond = self._cond
+        out: list[Item] = []
+        for c in own:
+            out.extend(self._statement(c, (*alts, (cond, 0))))
+        index = 1
+        while alternative is not None:
+            branch_alts = (*alts, (cond, index))
+            nxt = alternative.child_by_field_name("alternative")
+            for c in alternative.named_children:
+                if c != nxt and c != alternative.child_by_field_name("condition"):
+                    out.extend(self._statement(c, branch_alts))
+            alternative, index = nxt, index + 1
+        return out
+
+    def _plain(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
+        item = Item(node, alts)
+        item.uses = _identifiers(node)
+        item.defines = self._assigned_scalars(node)
+        return item
+
+    def _simple(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
+        """An expression statement, declaration or return: its helper calls are passes."""
+        out: list[Item] = []
+        for call in _code_walk(node):
+            if call.type != "call_expression":
+                continue
+            name = _callee(call)
+            if "barrier" in name.lower() or name == "__syncthreads":
+                out.append(Item(node, alts, what=_code(node), barrier=True))
+                continue
+            item = self._call_pass(call, name, alts)
+            if item is not None:
+                item.node = node
+                item.what = _code(node)
+                item.uses = _identifiers(node)
+                item.defines |= self._assigned_scalars(node)
+                out.append(item)
+        if not out:
+            out.append(self._plain(node, alts))
+        return out
+
+    def _assigned_scalars(self, node: tree_sitter.Node) -> set[str]:
+        names: set[str] = set()
+        for n in _code_walk(node):
+            target = None
+            if n.type == "init_declarator":
+                target = n.child_by_field_name("declarator")
+            elif n.type == "assignment_expression":
+                target = n.child_by_field_name("left")
+            elif n.type == "update_expression":
+                target = n.child_by_field_name("argument")
+            if target is not None and target.type == "identifier":
+                names.add(_text(target))
+        return names
+
+    def _call_pass(self, call: tree_sitter.Node, name: str, alts: tuple[tuple[int, int], ...],
+                   drop: frozenset[str] = frozenset()) -> Item | None:
+        """memcpy/memmove/memset of more than one element, or a ggml_vec_* helper, as a pass."""
+        args_node = call.child_by_field_name("arguments")
+        args = [a for a in args_node.named_children if a.type != "comment"] if args_node is not None else []
+        item = Item(call, alts)
+        if name in COPIES or name in FILLS:
+            if len(args) < 3 or _unwrap(args[-1]).type in ("sizeof_expression", "number_literal"):
+                return None  # one element (memcpy(&eps, params, sizeof(float))): not a pass
+            dst = self.pointer(args[0], drop)
+            if dst is None:
+                return None
+            _record(item, dst, "write")
+            src = self.pointer(args[1], drop) if name in COPIES else None
+            if src is not None:
+                _record(item, src, "read")
+            return item
+        if not VECTOR_HELPER.match(name) or len(args) < 2:
+            return None
+        buffers: list[tuple[int, tuple[str, str, str]]] = []
+        for i, arg in enumerate(args[1:], start=1):
+            a = _unwrap(arg)
+            target = _unwrap(a.child_by_field_name("argument") or a) if a.type == "pointer_expression" else None
+            if target is not None and _operator(a) == "&" and target.type == "identifier":
+                item.defines.add(_text(target))  # ggml_vec_max_f32(n, &max, x): a reduction into max
+                continue
+            found = self.pointer(arg, drop)
+            if found is not None:
+                buffers.append((i, found))
+        if not buffers:
+            return None
+        rest = buffers
+        if buffers[0][0] == 1:  # ggml's convention: (n, out, in...)
+            out = buffers[0][1]
+            in_place = (len(buffers) == 1 and "set" not in name) or bool(IN_PLACE.search(name))
+            _record(item, out, "update" if in_place else "write")
+            rest = buffers[1:]
+        for _, found in rest:
+            _record(item, found, "read")
+        return item
+
+    def _loop(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
+        """A loop nest as one item: a pass when a non-constant loop in it indexes a buffer."""
+        item = Item(node, alts, what=_code(node))
+        names: set[str] = set()
+        walking = False
+        for n in _code_walk(node):
+            if n.type in LOOPS:
+                own = _loop_vars(n)
+                names |= own
+                walking = walking or (bool(own) and not _constant_trip(n))
+        loop_vars = frozenset(names)
+        for n in _code_walk(node):
+            if n.type == "call_expression":
+                name = _callee(n)
+                if "barrier" in name.lower():
+                    item.barrier = True
+                call_item = self._call_pass(n, name, alts, loop_vars)
+                if call_item is not None:
+                    _merge(item, call_item)
+                elif walking:
+                    self._pointer_args(n, name, loop_vars, item)
+            elif walking and n.type == "subscript_expression":
+                self._subscript(n, loop_vars, item)
+            elif walking and n.type == "pointer_expression" and _operator(n) == "*":
+                arg = n.child_by_field_name("argument")
+                if arg is not None and _identifiers(arg) & loop_vars:
+                    found = self.pointer(arg, loop_vars)
+                    if found is not None:
+                        _record(item, found, _assignment_mode(n))
+        declared_inside = {
+            name for n in _walk(node) if n.type in ("declaration", "parameter_declaration")
+            for d in n.children_by_field_name("declarator") for name in [_declarator_name(d)[0]] if name}
+        item.uses = _identifiers(node) - declared_inside
+        item.defines |= self._assigned_scalars(node) - declared_inside - loop_vars
+        if item.barrier:  # threads meet inside: its passes cannot be merged with a neighbour's
+            item.reads.clear()
+            item.writes.clear()
+        return item
+
+    def _subscript(self, n: tree_sitter.Node, loop_vars: frozenset[str], item: Item) -> None:
+        """`x[i]` with a loop variable in the index: the loop walks x."""
+        base, index = n.child_by_field_name("argument"), _index(n)
+        if base is None or index is None or not (_identifiers(index) & loop_vars):
+            return
+        b = _unwrap(base)
+        name = _text(b) if b.type == "identifier" else None
+        if name is not None and self.shapes.get(name) in ("scalar", "fixed_array"):
+            return
+        found = self.pointer(base, loop_vars)
+        if found is None and name is not None and name not in self.shapes:
+            found = (name, name, name)  # an array declared outside the function
+        if found is not None:
+            _record(item, found, _assignment_mode(n))
+
+    def _pointer_args(self, call: tree_sitter.Node, name: str, loop_vars: frozenset[str], item: Item) -> None:
+        """`LOAD(x + i)` / `STORE(y + i, v)`: pointer arithmetic on a loop variable inside a call."""
+        args_node = call.child_by_field_name("arguments")
+        if args_node is None:
+            return
+        store = "store" in name.lower()
+        for i, arg in enumerate(args_node.named_children):
+            a = _unwrap(arg)
+            if a.type != "binary_expression" or not (_identifiers(a) & loop_vars):
+                continue
+            found = self.pointer(a, loop_vars)
+            if found is not None:
+                _record(item, found, "write" if store and i == 0 else "read")
+
+    # --- pairs -------------------------------------------------------------------------------------
+
+    def blocks(self) -> Iterator[list[Item]]:
+        """The function body and every loop body in it, each as its sequence of items."""
+        body = self.fn.child_by_field_name("body")
+        if body is None:
+            return
+        yield self.items(body)
+        for n in _code_walk(body):
+            if n.type in LOOPS and n is not body:
+                inner = n.child_by_field_name("body")
+                if inner is not None:
+                    yield self.items(inner) if inner.type == "compound_statement" else self._statement(inner, ())
+
+
+def _record(item: Item, found: tuple[str, str, str], mode: str) -> None:
+    identity, name, base = found
+    label = name if name == base else f"{name} ({base})"
+    if mode in ("write", "update"):
+        item.writes.setdefault(identity, label)
+    if mode in ("read", "update"):
+        item.reads.setdefault(identity, label)
+
+
+def _squash(node: tree_sitter.Node) -> str:
+    return re.sub(r"\s+", "", _text(node))
+
+
+def _operator(node: tree_sitter.Node) -> str:
+    return _text(node.child_by_field_name("operator"))
+
+
+def _index(node: tree_sitter.Node) -> tree_sitter.Node | None:
+    return node.child_by_field_name("indices") or node.child_by_field_name("index")
+
+
+def _terms(node: tree_sitter.Node, sign: str = "+") -> list[tuple[str, tree_sitter.Node]]:
+    """`a + b - c` as [(+, a), (+, b), (-, c)] (casts and parentheses around a sum are kept whole)."""
+    if node.type == "binary_expression" and _operator(node) in ("+", "-"):
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is not None and right is not None:
+            flip = "-" if sign == "-" else "+"
+            second = _operator(node) if sign == "+" else ("+" if _operator(node) == "-" else "-")
+            return _terms(left, flip) + _terms(right, second)
+    return [(sign, node)]
+
+
+def _merge(into: Item, other: Item) -> None:
+    for k, v in other.reads.items():
+        into.reads.setdefault(k, v)
+    for k, v in other.writes.items():
+        into.writes.setdefault(k, v)
+    into.defines |= other.defines
+
+
+def _assignment_mode(n: tree_sitter.Node) -> str:
+    """How an lvalue-capable expression is used: written, updated (+=, ++) or read."""
+    child, parent = n, n.parent
+    while parent is not None and parent.type == "parenthesized_expression":
+        child, parent = parent, parent.parent
+    if parent is None:
+        return "read"
+    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == child:
+        return "write" if _text(parent.child_by_field_name("operator")) == "=" else "update"
+    if parent.type == "update_expression":
+        return "update"
+    return "read"
+
+
+def _loop_vars(loop: tree_sitter.Node) -> set[str]:
+    if loop.type == "for_statement":
+        names: set[str] = set()
+        for part in ("initializer", "update"):
+            for node in loop.children_by_field_name(part):
+                for n in _walk(node):
+                    if n.type == "init_declarator":
+                        name, _ = _declarator_name(n.child_by_field_name("declarator"))
+                        if name:
+                            names.add(name)
+                    elif n.type in ("assignment_expression", "update_expression"):
+                        target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+                        if target is not None and target.type == "identifier":
+                            names.add(_text(target))
+        return names
+    if loop.type in ("while_statement", "do_statement"):
+        cond = loop.child_by_field_name("condition")
+        body = loop.child_by_field_name("body")
+        if cond is None or body is None:
+            return set()
+        updated = {
+            _text(t) for n in _walk(body) if n.type in ("update_expression", "assignment_expression")
+            for t in [n.child_by_field_name("argument") or n.child_by_field_name("left")]
+            if t is not None and t.type == "identifier"}
+        return updated & _identifiers(cond)
+    return set()
+
+
+def _constant_trip(loop: tree_sitter.Node) -> bool:
+    """`for (j = 0; j < GGML_F32_ARR; j++)`: a bound fixed at compile time (registers, not memory)."""
+    cond = loop.child_by_field_name("condition")
+    if loop.type != "for_statement" or cond is None or cond.type != "binary_expression":
+        return False
+    right = _unwrap(cond.child_by_field_name("right") or cond)
+    return right.type in ("number_literal", "sizeof_expression") or (
+        right.type == "identifier" and bool(CONSTANT_NAME.match(_text(right))))
+
+
+def _code(node: tree_sitter.Node) -> str:
+    first = _text(node).split("\n", 1)[0].strip()
+    return first if len(first) <= CODE_CHARS else first[: CODE_CHARS - 3] + "..."
+
+
+def _compatible(a: Item, b: Item) -> bool:
+    """False when a and b lie in different branches of the same #if or if: never both executed."""
+    branch = dict(a.alts)
+    return all(branch.get(cond, index) == index for cond, index in b.alts)
+
+
+def _depends(sequence: list[Item], i: int, j: int) -> list[str]:
+    """Scalars item j uses that item i reduced (directly or through the statements between them)."""
+    tainted = set(sequence[i].defines)
+    if not tainted:
+        return []
+    for k in range(i + 1, j):
+        if _compatible(sequence[i], sequence[k]) and sequence[k].uses & tainted:
+            tainted |= sequence[k].defines
+    return sorted(sequence[j].uses & tainted)
+
+
+def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
+    """(buffer, first, second, depends_on) for consecutive passes of a block over the same buffer."""
+    for i, first in enumerate(sequence):
+        if not first.is_pass:
+            continue
+        for buf in sorted({*first.reads, *first.writes}):
+            hits: list[Item] = []  # the next pass on each path: more than one after an if/else
+            for j in range(i + 1, len(sequence)):
+                second = sequence[j]
+                if not _compatible(first, second) or any(_compatible(h, second) for h in hits):
+                    continue
+                if second.barrier:
+                    break
+                if buf in second.reads or buf in second.writes:
+                    yield buf, first, second, _depends(sequence, i, j)
+                    hits.append(second)
+
+
+def suggestion(canonical: str, buf: str, first: Item, second: Item, depends: list[str]) -> str:
+    """One line on how the two passes over `canonical` (written `buf`) could become one."""
+    a, b = first.access(canonical), second.access(canonical)
+    if depends:
+        needs = ", ".join(depends)
+        if a == "write":
+            return (f"the second pass needs {needs} from the first: compute {needs} without storing {buf}, then "
+                    f"write {buf}'s final values in one pass (one write of {buf} instead of write+read+write)")
+        return (f"the second pass needs {needs} from the first: one read of {buf} needs an online formulation "
+                "(running max and sum as in online softmax, Welford for mean/variance); otherwise keep the "
+                "row in cache between the passes")
+    if (a, b) == ("write", "update"):
+        return (f"{buf} is written, then updated in place: write its final value in the first pass (e.g. "
+                "y[i] = x[i]*scale instead of a copy then a scale) and drop the second pass")
+    if (a, b) == ("write", "read"):
+        return f"compute {buf}[i] and consume it in the same loop; if {buf} is only a temporary, drop its store"
+    if (a, b) == ("write", "write"):
+        return f"the second pass overwrites {buf}: drop the first write, or merge both into one pass"
+    if (a, b) == ("read", "read"):
+        return f"both passes read {buf}: do both jobs in one loop so {buf} is read once"
+    return f"fuse both passes into one loop over {buf} (apply the second step to each element while it is loaded)"
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+
+def source_files(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            for f in sorted(path.rglob("*")):
+                if f.suffix in SOURCE_SUFFIXES and f.is_file() and not (SKIP_DIRS & set(f.relative_to(path).parts)):
+                    files.append(f)
+        else:
+            raise InputError(f"{path} does not exist: give C/C++ files or folders (absolute, or relative to "
+                             "the session repository)")
+    return files
+
+
+def _functions(tree: tree_sitter.Tree) -> Iterator[tree_sitter.Node]:
+    for n in _walk(tree.root_node, frozenset({"function_definition"})):
+        if n.type == "function_definition":
+            yield n
+
+
+def find_passes(files: list[Path], functions: set[str] | None = None, hotness: dict[str, float] | None = None,
+                limit: int = 20, base: Path | None = None) -> FindPassesResult:
+    """Scan `files` (only the named `functions` when given); rank by `hotness` (share of samples)."""
+    t0 = time.perf_counter()
+    findings: list[PassFinding] = []
+    found_names: set[str] = set()
+    scanned = 0
+    notes: list[str] = []
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc}") from exc
+        if len(data) > MAX_FILE_BYTES:
+            notes.append(f"skipped {path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+            continue
+        if functions is not None and not any(name.encode() in data for name in functions):
+            continue
+        tree = _parser(path.suffix not in C_SUFFIXES).parse(data)
+        shown = str(path.relative_to(base)) if base is not None and path.is_relative_to(base) else str(path)
+        for fn in _functions(tree):
+            name = function_name(fn)
+            if name is None or (functions is not None and name not in functions):
+                continue
+            found_names.add(name)
+            scanned += 1
+            findings.extend(_scan(fn, name, shown, hotness))
+    if functions is not None:
+        missing = sorted(functions - found_names)
+        if missing:
+            notes.append(f"no definition found for: {', '.join(missing[:20])}")
+    findings.sort(key=lambda f: (-(f.hot_share_pct or 0.0), not f.fusable, f.file, f.passes[0].start_line))
+    return FindPassesResult(
+        findings=findings[:limit], total_findings=len(findings), files_scanned=len(files),
+        functions_scanned=scanned, elapsed_s=round(time.perf_counter() - t0, 3), notes=notes)
+
+
+def _scan(fn: tree_sitter.Node, name: str, file: str, hotness: dict[str, float] | None) -> list[PassFinding]:
+    scan = FunctionScan(fn)
+    seen: set[tuple[int, int, str]] = set()
+    out: list[PassFinding] = []
+    for sequence in scan.blocks():
+        for buf, first, second, depends in pairs(sequence):
+            key = (first.node.id, second.node.id, buf)
+            if key in seen:
+                continue
+            seen.add(key)
+            label = first.reads.get(buf) or first.writes.get(buf) or buf
+            shown = label.split(" (")[0]
+            out.append(PassFinding(
+                function=name, file=file, line=fn.start_point.row + 1, buffer=label,
+                kind=f"{first.access(buf)}_then_{second.access(buf)}",
+                passes=[_site(first, buf), _site(second, buf)], fusable=not depends, depends_on=depends,
+                suggestion=suggestion(buf, shown, first, second, depends),
+                hot_share_pct=(hotness or {}).get(name)))
+    return out
+
+
+def _site(item: Item, buf: str) -> PassSite:
+    return PassSite(code=item.what, start_line=item.node.start_point.row + 1,
+                    end_line=item.node.end_point.row + 1, access=item.access(buf))
+
+
+def search(root: Path | None, paths: list[str] | None, functions: list[str] | None,
+           profile: ProfileResult | None, limit: int, top_functions: int = 15) -> FindPassesResult:
+    """find_passes as the tool sees it: files and functions from the arguments or from a profile."""
+    if not paths and not functions and profile is None:
+        raise InputError("say where to look: paths (C/C++ files or folders), functions (names), or profile_id "
+                         "(the hot functions of a profile_hotspots run)")
+    base = root or Path.cwd()
+    names = {short_name(f) for f in functions} if functions else None
+    hotness: dict[str, float] = {}
+    files: list[Path] = []
+    if profile is not None:
+        hot = [f for f in profile.functions if not f.dso.startswith("[")][:top_functions]
+        for f in hot:
+            hotness[short_name(f.name)] = max(hotness.get(short_name(f.name), 0.0), f.share_pct)
+        names = (names or set()) | set(hotness)
+        files.extend(base / line.file for f in hot for line in f.lines if (base / line.file).is_file())
+    if paths:
+        files.extend(source_files([Path(p) if Path(p).is_absolute() else base / p for p in paths]))
+    elif names:
+        files.extend(_files_mentioning(base, names))
+    unique = sorted({f.resolve(): f for f in files if f.suffix in SOURCE_SUFFIXES}.values())
+    if not unique:
+        raise InputError(f"no C/C++ source found under {base} for {sorted(names or [])[:10] or paths}: give paths")
+    return find_passes(unique, names, hotness or None, limit, base=base.resolve())
+
+
+def _files_mentioning(root: Path, names: set[str]) -> list[Path]:
+    """C/C++ files under root that mention any of the names (git grep in a work tree; a scan otherwise)."""
+    if (root / ".git").exists():
+        patterns = [f"*{suffix}" for suffix in sorted(SOURCE_SUFFIXES)]
+        args = ["git", "-C", str(root), "grep", "-l", "-F", "-w"]
+        for name in sorted(names):
+            args += ["-e", name]
+        proc = subprocess.run([*args, "--", *patterns], capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode in (0, 1):
+            return [root / line for line in proc.stdout.splitlines() if line]
+    encoded = [n.encode() for n in names]
+    return [f for f in source_files([root]) if any(n in f.read_bytes() for n in encoded)]

@@ -1,0 +1,287 @@
+"""find_passes: consecutive passes over the same buffer in C/C++ functions, on small files written
+for the tests, on llama.cpp's ggml as vendored by llama-cpp-python 0.3.19, and through MCP clients."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from autoresearch_mcp.analysis.passes import find_passes, search, short_name
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.models import FindPassesResult, PassFinding
+from helpers import call, error
+from realtree import UNFUSED_RMS_NORM, TreeUnavailable, llama_cpp_tree
+
+
+def source(tmp_path: Path, name: str, code: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return path
+
+
+def scan(tmp_path: Path, code: str, name: str = "k.c") -> FindPassesResult:
+    return find_passes([source(tmp_path, name, code)], limit=200)
+
+
+def only(result: FindPassesResult, function: str, buffer: str) -> PassFinding:
+    hits = [f for f in result.findings if f.function == function and f.buffer.split(" ")[0] == buffer]
+    assert len(hits) == 1, [(f.function, f.buffer, f.kind) for f in result.findings]
+    return hits[0]
+
+
+# --- small files -----------------------------------------------------------------------------------
+
+
+def test_a_single_pass_is_not_reported(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void scale(const float *x, float *y, int n, float s) {
+            for (int i = 0; i < n; i++) y[i] = x[i] * s;
+        }
+    """)
+    assert result.findings == [] and result.functions_scanned == 1
+
+
+def test_copy_then_scale_in_place_is_one_pass_too_many(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        void norm(const float *x, float *y, int n) {
+            float sum = 0.0f;
+            for (int i = 0; i < n; i++) {
+                sum += x[i] * x[i];
+            }
+            const float scale = 1.0f / sum;
+            memcpy(y, x, n * sizeof(float));
+            for (int i = 0; i < n; i++) y[i] *= scale;
+        }
+    """)
+    y = only(result, "norm", "y")
+    assert y.kind == "write_then_update" and y.fusable and y.depends_on == []
+    assert [(p.start_line, p.end_line, p.access) for p in y.passes] == [(9, 9, "write"), (10, 10, "update")]
+    assert y.passes[0].code.startswith("memcpy(y, x")
+    assert "first pass" in y.suggestion
+    x = only(result, "norm", "x")  # the sum loop and the memcpy both read x, and the copy needs no sum
+    assert x.kind == "read_then_read" and x.fusable
+    assert (x.passes[0].start_line, x.passes[0].end_line) == (5, 7)
+
+
+def test_a_pass_that_needs_the_previous_reduction_fuses_only_online(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <math.h>
+        void soft_max(const float *x, float *y, int n) {
+            float max = x[0];
+            for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
+            double sum = 0.0;
+            for (int i = 0; i < n; i++) { y[i] = expf(x[i] - max); sum += y[i]; }
+            const float inv = (float)(1.0 / sum);
+            for (int i = 0; i < n; i++) y[i] *= inv;
+        }
+    """)
+    x = only(result, "soft_max", "x")
+    assert x.kind == "read_then_read" and not x.fusable and x.depends_on == ["max"]
+    assert "online" in x.suggestion
+    y = only(result, "soft_max", "y")
+    assert y.kind == "update_then_update" and y.depends_on == ["inv"]  # through inv = 1/sum
+
+
+def test_passes_over_different_buffers_are_not_reported(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        void two(const float *a, float *b, const float *c, float *d, float *ws, int n) {
+            for (int i = 0; i < n; i++) b[i] = a[i] * 2.0f;
+            memset(d, 0, n * sizeof(float));
+            for (int i = 0; i < n; i++) ws[i] = c[i];
+            float *lo = ws + n;
+            for (int i = 0; i < n; i++) lo[i] = 1.0f;
+        }
+    """)
+    assert result.findings == []  # d once, and ws and ws + n are different halves of one workspace
+
+
+def test_nested_loop_nests_over_one_matrix_are_two_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void fill_then_double(float *m, const float *v, int rows, int cols) {
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < cols; c++)
+                    m[r * cols + c] = v[c];
+            for (int r = 0; r < rows; r++) {
+                for (int c = 0; c < cols; c++) {
+                    m[r * cols + c] *= 2.0f;
+                }
+            }
+        }
+    """)
+    m = only(result, "fill_then_double", "m")
+    assert m.kind == "write_then_update" and m.fusable
+    assert [(p.start_line, p.end_line) for p in m.passes] == [(3, 5), (6, 10)]
+
+
+def test_passes_inside_a_row_loop_are_found_per_row(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void normalize_rows(float *m, int rows, int cols) {
+            for (int r = 0; r < rows; r++) {
+                float *row = m + r * cols;
+                float s = 0.0f;
+                for (int c = 0; c < cols; c++) s += row[c];
+                for (int c = 0; c < cols; c++) row[c] /= s;
+            }
+        }
+    """)
+    row = only(result, "normalize_rows", "row")
+    assert row.buffer == "row (m)" and row.kind == "read_then_update" and row.depends_on == ["s"]
+
+
+def test_alternative_branches_and_barriers_separate_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        void sync(int);
+        void variants(const float *x, float *y, int n, int fast) {
+        #ifdef USE_FAST
+            memcpy(y, x, n * sizeof(float));
+        #else
+            for (int i = 0; i < n; i++) y[i] = x[i];
+        #endif
+            if (fast) {
+                for (int i = 0; i < n; i++) y[i] = 0.0f;
+            } else {
+                for (int i = 0; i < n; i++) y[i] = 1.0f;
+            }
+        }
+        void threaded(const float *x, float *y, int n, void *pool) {
+            for (int i = 0; i < n; i++) y[i] = x[i];
+            ggml_barrier(pool);
+            for (int i = 0; i < n; i++) y[i] += 1.0f;
+        }
+    """)
+    pairs = {tuple(p.start_line for p in f.passes) for f in result.findings if f.function == "variants"}
+    # each #if branch is followed by each if branch, but branches of one conditional never pair
+    assert pairs == {(6, 11), (8, 11), (6, 13), (8, 13)}
+    assert not [f for f in result.findings if f.function == "threaded"]
+
+
+def test_single_element_copies_and_register_arrays_are_not_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        #define ARR 4
+        void simd(const float *x, float *y, int n, const void *params) {
+            float eps;
+            memcpy(&eps, params, sizeof(float));
+            float acc[ARR];
+            for (int j = 0; j < ARR; j++) acc[j] = 0.0f;
+            for (int j = 0; j < ARR; j++) acc[j] += eps;
+            for (int i = 0; i < n; i++) y[i] = x[i] * eps;
+        }
+    """)
+    assert result.findings == []
+
+
+def test_ggml_vector_helpers_are_passes_with_out_first(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void op(const float *sp, float *wp, float *dp, int n, float scale) {
+            ggml_vec_cpy_f32(n, wp, sp);
+            ggml_vec_scale_f32(n, wp, scale);
+            float max = -INFINITY;
+            ggml_vec_max_f32(n, &max, wp);
+            ggml_float sum = ggml_vec_soft_max_f32(n, dp, wp, max);
+            ggml_vec_scale_f32(n, dp, 1.0/sum);
+        }
+    """, name="ops.cpp")
+    kinds = [(f.buffer, f.kind, f.depends_on) for f in result.findings]
+    assert ("wp", "write_then_update", []) in kinds
+    assert ("wp", "update_then_read", []) in kinds
+    assert ("wp", "read_then_read", ["max"]) in kinds
+    assert ("dp", "write_then_update", ["sum"]) in kinds
+    assert result.findings[0].fusable  # directly fusable pairs come first
+
+
+def test_only_named_functions_are_scanned(tmp_path: Path) -> None:
+    path = source(tmp_path, "two.c", """
+        void a(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 0; for (int i = 0; i < n; i++) y[i] += 1; }
+        void b(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 0; for (int i = 0; i < n; i++) y[i] += 1; }
+    """)
+    result = find_passes([path], functions={"b", "missing"})
+    assert {f.function for f in result.findings} == {"b"} and result.functions_scanned == 1
+    assert result.notes == ["no definition found for: missing"]
+
+
+def test_profile_names_match_definitions() -> None:
+    assert short_name("ggml_compute_forward_soft_max_f32(ggml_compute_params const*, ggml_tensor*)") == \
+        "ggml_compute_forward_soft_max_f32"
+    assert short_name("void ns::kernel<float, 4>(float*) [clone .part.0]") == "kernel"
+
+
+def test_nothing_to_scan_is_an_error_that_says_what_to_give(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="paths"):
+        search(tmp_path, None, None, None, 20)
+    with pytest.raises(InputError, match="does not exist"):
+        search(tmp_path, ["nope.c"], None, None, 20)
+
+
+def test_functions_alone_are_found_in_the_repository(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source(tmp_path, "src/k.cpp", """
+        void hot(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 0; for (int i = 0; i < n; i++) y[i] += 1; }
+    """)
+    source(tmp_path, "src/other.cpp", "void cold(void) {}\n")
+    result = search(tmp_path, None, ["hot"], None, 20)
+    assert result.files_scanned == 1 and result.findings[0].file == "src/k.cpp"
+
+
+# --- llama.cpp's ggml -------------------------------------------------------------------------------
+
+
+def ops_cpp() -> Path:
+    try:
+        root = llama_cpp_tree(UNFUSED_RMS_NORM)
+    except TreeUnavailable as exc:
+        pytest.skip(f"llama-cpp-python {UNFUSED_RMS_NORM} sdist unavailable (PyPI unreachable?): {exc}")
+    return root / "ggml" / "src" / "ggml-cpu" / "ops.cpp"
+
+
+@pytest.mark.slow
+def test_real_rms_norm_copies_then_scales_in_a_second_pass() -> None:
+    result = find_passes([ops_cpp()], limit=500)
+    rms = only(result, "ggml_compute_forward_rms_norm_f32", "y")
+    assert rms.buffer == "y (dst->data)" and rms.kind == "write_then_update" and rms.fusable
+    assert rms.passes[0].code == "memcpy(y, x, ne00 * sizeof(float));"
+    assert rms.passes[1].code == "ggml_vec_scale_f32(ne00, y, scale);"
+    # ggml's own TODO in scale_f32 ("add x parameter to ggml_vec_scale_f32 and remove this memcpy")
+    scale = only(result, "ggml_compute_forward_scale_f32", "dst->data")
+    assert scale.kind == "write_then_update"
+    # soft_max's copy, scale, mask and max are four passes over wp; max -> exp-sum fuses only online
+    soft = [f for f in result.findings if f.function == "ggml_compute_forward_soft_max_f32"]
+    assert {(f.buffer, f.kind, f.fusable) for f in soft} >= {
+        ("wp (params->wdata)", "write_then_update", True), ("wp (params->wdata)", "read_then_read", False)}
+    assert result.functions_scanned > 150 and not result.notes
+
+
+@pytest.mark.anyio
+async def test_real_tree_through_the_mcp_client_ranks_named_functions() -> None:
+    path = ops_cpp()
+    async with Client(build_server()) as client:
+        res = await call(client, "find_passes", paths=[str(path)],
+                         functions=["ggml_compute_forward_rms_norm_f32", "ggml_compute_forward_norm_f32"])
+    assert res["functions_scanned"] == 2
+    assert {f["function"] for f in res["findings"]} == {
+        "ggml_compute_forward_rms_norm_f32", "ggml_compute_forward_norm_f32"}
+    assert [f["fusable"] for f in res["findings"]] == sorted((f["fusable"] for f in res["findings"]), reverse=True)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_tool_answers_and_refuses_through_both_protocol_modes(tmp_path: Path, mode: str) -> None:
+    path = source(tmp_path, "k.c", """
+        void k(const float *x, float *y, int n) {
+            for (int i = 0; i < n; i++) y[i] = x[i];
+            for (int i = 0; i < n; i++) y[i] *= 2.0f;
+        }
+    """)
+    async with Client(build_server(), mode=mode) as client:  # type: ignore[arg-type]
+        res = await call(client, "find_passes", paths=[str(path)])
+        assert [(f["buffer"], f["kind"]) for f in res["findings"]] == [("y", "write_then_update")]
+        assert "paths" in await error(client, "find_passes")
+        assert "start_session" in await error(client, "find_passes", profile_id="0123456789")
+        assert await error(client, "find_passes", paths=[str(path)], limit=0)
