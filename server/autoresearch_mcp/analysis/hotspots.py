@@ -153,12 +153,29 @@ def _hot_function(fn: _Function, total: int, tree: Path, root: Path) -> HotFunct
     ranked = sorted(fn.lines.items(), key=lambda kv: -kv[1])[:20]
     hot_lines = []
     for (file, line), samples in ranked:
-        path = Path(file)
-        shown = str(path.relative_to(tree)) if path.is_relative_to(tree) else file
-        hot_lines.append(HotLine(file=shown, line=line, samples=samples, share_pct=_pct(samples, total),
-                                 code=_source_line(path, line)))
+        rel = _in_tree(Path(file), tree)
+        hot_lines.append(HotLine(file=str(rel) if rel is not None else file, line=line, samples=samples,
+                                 share_pct=_pct(samples, total),
+                                 code=_source_line(tree / rel if rel is not None else Path(file), line)))
     return HotFunction(name=fn.name, dso=fn.dso, samples=fn.samples, share_pct=_pct(fn.samples, total),
                        lines=hot_lines)
+
+
+def _in_tree(path: Path, tree: Path) -> Path | None:
+    """The path of a source file relative to the build tree, or None for a file outside it.
+
+    Debug info can name another directory than the tree: with a shared compiler cache an object
+    compiled in another worktree keeps that worktree's path. The longest tail of the path that
+    exists in the tree is then the file.
+    """
+    if path.is_relative_to(tree):
+        return path.relative_to(tree)
+    parts = path.parts
+    for i in range(1, len(parts)):
+        tail = Path(*parts[i:])
+        if (tree / tail).is_file():
+            return tail
+    return None
 
 
 def _pct(samples: int, total: int) -> float:

@@ -651,14 +651,34 @@ def _functions(tree: tree_sitter.Tree) -> Iterator[tree_sitter.Node]:
             yield n
 
 
-def find_passes(files: list[Path], functions: set[str] | None = None, hotness: dict[str, float] | None = None,
+@dataclass
+class Hotness:
+    """A profile's view of the code: share of samples per function name and per source line.
+
+    Lines matter because perf charges an inlined static function's samples to its caller's symbol,
+    while the line still points into the inlined function's body.
+    """
+
+    by_name: dict[str, float] = field(default_factory=dict)
+    by_line: dict[Path, dict[int, float]] = field(default_factory=dict)
+
+    def of(self, name: str, path: Path, fn: tree_sitter.Node) -> float | None:
+        lines = self.by_line.get(path.resolve(), {})
+        first, last = fn.start_point.row + 1, fn.end_point.row + 1
+        in_body = sum(share for line, share in lines.items() if first <= line <= last)
+        share = max(self.by_name.get(name, 0.0), in_body)
+        return round(share, 2) if share > 0 else None
+
+
+def find_passes(files: list[Path], functions: set[str] | None = None, hotness: Hotness | None = None,
                 limit: int = 20, base: Path | None = None) -> FindPassesResult:
-    """Scan `files` (only the named `functions` when given); rank by `hotness` (share of samples)."""
+    """Scan `files`: every function, or only those named in `functions` or hot in `hotness`; hot first."""
     t0 = time.perf_counter()
     findings: list[PassFinding] = []
     found_names: set[str] = set()
     scanned = 0
     notes: list[str] = []
+    selective = functions is not None or hotness is not None
     for path in files:
         try:
             data = path.read_bytes()
@@ -667,17 +687,21 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: d
         if len(data) > MAX_FILE_BYTES:
             notes.append(f"skipped {path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
             continue
-        if functions is not None and not any(name.encode() in data for name in functions):
+        hot_file = hotness is not None and path.resolve() in hotness.by_line
+        if functions is not None and not hot_file and not any(name.encode() in data for name in functions):
             continue
         tree = _parser(path.suffix not in C_SUFFIXES).parse(data)
         shown = str(path.relative_to(base)) if base is not None and path.is_relative_to(base) else str(path)
         for fn in _functions(tree):
             name = function_name(fn)
-            if name is None or (functions is not None and name not in functions):
+            if name is None:
+                continue
+            share = hotness.of(name, path, fn) if hotness is not None else None
+            if selective and share is None and name not in (functions or ()):
                 continue
             found_names.add(name)
             scanned += 1
-            findings.extend(_scan(fn, name, shown, hotness))
+            findings.extend(_scan(fn, name, shown, share))
     if functions is not None:
         missing = sorted(functions - found_names)
         if missing:
@@ -688,7 +712,7 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: d
         functions_scanned=scanned, elapsed_s=round(time.perf_counter() - t0, 3), notes=notes)
 
 
-def _scan(fn: tree_sitter.Node, name: str, file: str, hotness: dict[str, float] | None) -> list[PassFinding]:
+def _scan(fn: tree_sitter.Node, name: str, file: str, share: float | None) -> list[PassFinding]:
     scan = FunctionScan(fn)
     seen: set[tuple[int, int, str]] = set()
     out: list[PassFinding] = []
@@ -704,8 +728,7 @@ def _scan(fn: tree_sitter.Node, name: str, file: str, hotness: dict[str, float] 
                 function=name, file=file, line=fn.start_point.row + 1, buffer=label,
                 kind=f"{first.access(buf)}_then_{second.access(buf)}",
                 passes=[_site(first, buf), _site(second, buf)], fusable=not depends, depends_on=depends,
-                suggestion=suggestion(buf, shown, first, second, depends),
-                hot_share_pct=(hotness or {}).get(name)))
+                suggestion=suggestion(buf, shown, first, second, depends), hot_share_pct=share))
     return out
 
 
@@ -722,22 +745,29 @@ def search(root: Path | None, paths: list[str] | None, functions: list[str] | No
                          "(the hot functions of a profile_hotspots run)")
     base = root or Path.cwd()
     names = {short_name(f) for f in functions} if functions else None
-    hotness: dict[str, float] = {}
+    hotness = None
     files: list[Path] = []
+    unplaced: set[str] = set()  # hot functions without source lines: found by name
     if profile is not None:
-        hot = [f for f in profile.functions if not f.dso.startswith("[")][:top_functions]
-        for f in hot:
-            hotness[short_name(f.name)] = max(hotness.get(short_name(f.name), 0.0), f.share_pct)
-        names = (names or set()) | set(hotness)
-        files.extend(base / line.file for f in hot for line in f.lines if (base / line.file).is_file())
+        hotness = Hotness()
+        for f in [f for f in profile.functions if not f.dso.startswith("[")][:top_functions]:
+            hotness.by_name[short_name(f.name)] = max(hotness.by_name.get(short_name(f.name), 0.0), f.share_pct)
+            if not f.lines:
+                unplaced.add(short_name(f.name))
+            for line in f.lines:
+                path = (base / line.file).resolve()
+                if path.is_file():
+                    hotness.by_line.setdefault(path, {})[line.line] = line.share_pct
+        files.extend(hotness.by_line)
     if paths:
-        files.extend(source_files([Path(p) if Path(p).is_absolute() else base / p for p in paths]))
-    elif names:
-        files.extend(_files_mentioning(base, names))
+        files = source_files([Path(p) if Path(p).is_absolute() else base / p for p in paths])
+    else:
+        wanted = (names or set()) | unplaced
+        files.extend(_files_mentioning(base, wanted) if wanted else [])
     unique = sorted({f.resolve(): f for f in files if f.suffix in SOURCE_SUFFIXES}.values())
     if not unique:
         raise InputError(f"no C/C++ source found under {base} for {sorted(names or [])[:10] or paths}: give paths")
-    return find_passes(unique, names, hotness or None, limit, base=base.resolve())
+    return find_passes(unique, names, hotness, limit, base=base.resolve())
 
 
 def _files_mentioning(root: Path, names: set[str]) -> list[Path]:
