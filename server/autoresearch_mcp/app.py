@@ -58,9 +58,9 @@ INSTRUCTIONS = """\
 autoresearch: research-driven performance optimization with statistically honest experiments.
 Follow the brief: the /autoresearch skill in Claude Code, or this server's prompt `autoresearch`
 (prompts/get) in other clients. In short: agree goal, metric, constraints, local or cloud and budget
-with the user; start_session; research before editing (profile, analyze_bounds, diff_backends,
-survey_forks, papers); launch_experiment and follow it with fetch_sky_logs; commit only through
-commit_winner; record findings with add_note; at the end report and finalize_session.
+with the user; start_session; research before editing (profile_hotspots, find_passes, analyze_bounds,
+diff_backends, survey_forks, papers); launch_experiment and follow it with fetch_sky_logs; commit only
+through commit_winner; record findings with add_note; at the end report and finalize_session.
 """
 
 
