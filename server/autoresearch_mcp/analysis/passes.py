@@ -126,8 +126,8 @@ def _declarator_name(decl: tree_sitter.Node | None) -> tuple[str | None, str]:
     """The declared name and its shape: 'pointer', 'array', 'fixed_array' (constant size) or 'scalar'."""
     shape = "scalar"
     while decl is not None and decl.type not in ("identifier", "field_identifier", "qualified_identifier"):
-        if decl.type in ("pointer_declarator", "reference_declarator") and shape == "scalar":
-            shape = "pointer" if decl.type == "pointer_declarator" else shape
+        if decl.type == "pointer_declarator" and shape == "scalar":
+            shape = "pointer"
         elif decl.type == "array_declarator" and shape == "scalar":
             size = decl.child_by_field_name("size")
             constant = size is not None and all(
@@ -135,8 +135,6 @@ def _declarator_name(decl: tree_sitter.Node | None) -> tuple[str | None, str]:
                 or (n.type == "identifier" and CONSTANT_NAME.match(_text(n))) or not n.is_named
                 for n in _walk(size))
             shape = "fixed_array" if constant else "array"
-        elif decl.type == "init_declarator":
-            pass
         nxt = decl.child_by_field_name("declarator")
         if nxt is None:
             nxt = next((c for c in decl.named_children if c.type != "parameter_list"), None)
@@ -165,7 +163,8 @@ def short_name(name: str) -> str:
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    return "".join(out).split("::")[-1].split()[-1] if "".join(out).strip() else name
+    plain = "".join(out).strip()
+    return plain.split("::")[-1].split()[-1] if plain else name
 
 
 class FunctionScan:
