@@ -130,10 +130,12 @@ static void toy_vk_build(struct toy_graph * g, int i) {
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """A git work tree holding `files` (diff_backends reads only repositories)."""
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root
 
 

@@ -10,12 +10,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
+import git
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import Tool, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field, create_model, model_validator
 
-from autoresearch_mcp import __version__, finalize, resources
+from autoresearch_mcp import __version__, finalize, limits, resources
 from autoresearch_mcp.analysis import bounds, hotspots, passes
 from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.errors import AutoresearchError
@@ -87,17 +88,42 @@ _DESTRUCTIVE = _annotations(destructive=True, idempotent=True)
 
 
 def _guard(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn the package's expected failures into ToolErrors with their actionable message."""
+    """Turn the package's expected failures into ToolErrors with their actionable message, and keep
+    every answer and error within the size caps."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except AutoresearchError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(limits.clip(str(exc), limits.ERROR_CAP)) from exc
+        except git.GitCommandError as exc:
+            # an expected git failure the code did not name: git's own words, so the user can act on them
+            detail = limits.clip(str(exc.stderr or exc).strip(), 2000)
+            raise ToolError(f"git {' '.join(map(str, exc.command[1:3]))} failed: {detail}") from exc
+        return limits.bound(result) if isinstance(result, BaseModel) else result
 
-    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")  # the docstring is the tool's description
+    # the docstring is the tool's description
+    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "") + " " + limits.CAP_NOTE
     return wrapper
+
+
+def _refuse_unknown_arguments(server: MCPServer[AppState]) -> None:
+    """Make every tool refuse arguments it does not have, naming the valid ones (MCPServer's argument
+    models ignore extras, so a misspelt or unsupported argument would look accepted)."""
+    for tool in server._tool_manager.list_tools():
+        base = tool.fn_metadata.arg_model
+        valid = sorted(f.alias or n for n, f in base.model_fields.items())
+
+        def known_only(data: Any, _valid: list[str] = valid) -> Any:
+            unknown = sorted(set(data) - set(_valid)) if isinstance(data, dict) else []
+            if unknown:
+                raise ValueError(f"unknown argument(s) {', '.join(repr(limits.clip(str(u), 60)) for u in unknown[:10])}"
+                                 f"; valid arguments: {', '.join(_valid)}")
+            return data
+
+        check: Any = model_validator(mode="before")(known_only)
+        tool.fn_metadata.arg_model = create_model(base.__name__, __base__=base, __validators__={"known_only": check})
 
 
 def _state(ctx: Context[Any]) -> AppState:
@@ -397,5 +423,5 @@ def build_server() -> MCPServer[AppState]:
         autoresearch/<tag>-review/NN-<title>, verified to reproduce the head together."""
         return finalize.finalize(repo)
 
+    _refuse_unknown_arguments(server)
     return server
-

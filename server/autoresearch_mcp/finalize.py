@@ -22,10 +22,10 @@ import git
 
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.experiments import snapshot
+from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.models import FinalizeResult, ReviewBranch
-from autoresearch_mcp.session import SessionConfig, load_config
+from autoresearch_mcp.session import SessionConfig, load_config, state_dir
 
-EXPERIMENT_TRAILER = re.compile(r"^Autoresearch-Experiment:\s*(\S+)\s*$", re.MULTILINE)
 RECORDS = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
 
 
@@ -45,9 +45,11 @@ class _Commit:
         return [path for _, _, path in self.changes]
 
 
-def experiment_ids(message: str) -> list[str]:
-    """The experiments a commit message names in `Autoresearch-Experiment:` trailers (commit_winner's)."""
-    return EXPERIMENT_TRAILER.findall(message)
+def committed_experiments(root: Path, session_id: str) -> dict[str, str]:
+    """Commit -> the experiment commit_winner committed there, from the ledger (never from message text)."""
+    view = Ledger(state_dir(root) / "ledger.jsonl").view()
+    return {str(e.commit.get("commit")): e.experiment_id for e in view.experiments.values()
+            if e.commit and e.launch.get("session_id") == session_id}
 
 
 def finalize(repo_path: str) -> FinalizeResult:
@@ -71,6 +73,7 @@ def _finalize(repo: git.Repo, config: SessionConfig) -> FinalizeResult:
                          f"{start[:12]} (was it rebased?); finalize needs the history since the start")
     shas = repo.git.rev_list("--reverse", "--first-parent", f"{start}..{head}").split()
     commits = [_read(repo, sha) for sha in shas]
+    committed = committed_experiments(Path(repo.working_dir), config.session_id)
     groups, grouped = _group(commits)
     prefix = f"refs/heads/autoresearch/{config.tag}-review/"
     checked_out = [line.split(" ", 1)[1] for line in repo.git.worktree("list", "--porcelain").splitlines()
@@ -87,7 +90,7 @@ def _finalize(repo: git.Repo, config: SessionConfig) -> FinalizeResult:
         branches.append(ReviewBranch(
             name=f"{prefix}{i:02d}-{_slug(group[0].title)}".removeprefix("refs/heads/"), tip=tip,
             commits=replayed, titles=[c.title for c in group],
-            experiments=[m for c in group for m in experiment_ids(c.message)],
+            experiments=[committed[c.sha] for c in group if c.sha in committed],
             files=sorted({f for c in group for f in c.files})))
     planned = {f"refs/heads/{b.name}": b.tip for b in branches}
     removed = _write_branches(repo, prefix, planned, zero="0" * len(start))

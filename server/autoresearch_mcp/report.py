@@ -4,8 +4,8 @@ Everything is recomputed from `.autoresearch/ledger.jsonl`, the session config a
 can be written at any time, with or without a running server, and written again after more work.
 
 The total gain is what is on the session branch now: its commits since the start are walked in
-order, and each one whose `Autoresearch-Experiment:` trailer names an experiment of the ledger adds
-that experiment's measured log-ratio (each was measured against its own base commit, the session
+order, and each one the ledger records commit_winner making (never a trailer parsed from a message)
+adds that experiment's measured log-ratio (each was measured against its own base commit, the session
 head when it was launched). A commit naming no experiment (made by hand) adds nothing and is listed
 as a warning; an experiment whose commit left the branch (a reset) is not counted as kept.
 The total's interval combines the kept experiments' standard errors (each recovered from its own
@@ -36,10 +36,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from autoresearch_mcp import notes as session_notes
+from autoresearch_mcp import safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.experiments import snapshot, stats
 from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView
-from autoresearch_mcp.finalize import experiment_ids
 from autoresearch_mcp.models import FINAL_STATUSES, ReportResult
 from autoresearch_mcp.session import SessionConfig, load_config, state_dir
 
@@ -166,12 +166,12 @@ def write_report(repo_path: str, secondary: list[str] | None = None) -> ReportRe
         raise InputError(f"secondary metric(s) {unknown} were not measured in this session; "
                          f"measured besides {data.config.metric}: {available or 'none'}")
     out = state_dir(data.root) / "report"
-    out.mkdir(parents=True, exist_ok=True)
     png = render_chart(data, secondary or [])
     chart_path, html_path, tsv_path = out / "progress.png", out / "index.html", out / "results.tsv"
-    chart_path.write_bytes(png)
-    html_path.write_text(render_html(data, png), encoding="utf-8")
-    write_tsv(data, tsv_path)
+    # never through a link: a planted .autoresearch/report -> elsewhere is refused, not followed
+    safefs.write_bytes(data.root, chart_path, png)
+    safefs.write_text(data.root, html_path, render_html(data, png))
+    safefs.write_text(data.root, tsv_path, tsv_text(data))
     low, high = data.total_interval
     return ReportResult(
         summary=summarize(data), html_path=str(html_path), chart_path=str(chart_path), tsv_path=str(tsv_path),
@@ -267,25 +267,19 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
 
 def _chain(config: SessionConfig, mine: list[ExperimentState], commits: list[KeptCommit],
            warnings: list[str]) -> list[_Link]:
-    """The branch's commits with the experiments their trailers name; a warning for each commit whose
-    effect cannot be counted (no trailer, an unknown experiment, or one already counted)."""
-    by_id = {e.experiment_id: e for e in mine}
-    counted: set[str] = set()
+    """The branch's commits with the experiments the ledger records commit_winner making them as; a
+    warning for each commit whose effect cannot be counted (made by hand, or rewritten since). Commit
+    messages are never parsed for this: their text is not evidence."""
+    by_commit = {str(e.commit.get("commit")): e for e in mine if e.commit}
     chain = []
     for commit in commits:
-        named = experiment_ids(commit.message)
-        found = [by_id[i] for i in dict.fromkeys(named) if i in by_id and i not in counted]
-        counted.update(e.experiment_id for e in found)
-        commit.experiment_id = found[0].experiment_id if found else None
-        title = commit.message.splitlines()[0] if commit.message else ""
-        if not named:
-            warnings.append(f"commit {commit.sha[:12]} ({title!r}) on {config.branch} names no experiment (no "
-                            "Autoresearch-Experiment trailer): its effect is not in the total")
-        elif not found:
-            warnings.append(f"commit {commit.sha[:12]} ({title!r}) on {config.branch} names experiment(s) "
-                            f"{', '.join(named)}, which this session's ledger does not hold or already counted: "
-                            "its effect is not in the total")
-        chain.append(_Link(commit.sha, commit.ts, found))
+        exp = by_commit.get(commit.sha)
+        commit.experiment_id = exp.experiment_id if exp else None
+        if exp is None:
+            title = commit.message.splitlines()[0] if commit.message else ""
+            warnings.append(f"commit {commit.sha[:12]} ({title!r}) on {config.branch} is not one the ledger records "
+                            "commit_winner making (made by hand, or rewritten since): its effect is not in the total")
+        chain.append(_Link(commit.sha, commit.ts, [exp] if exp else []))
     return chain
 
 
@@ -635,22 +629,23 @@ TSV_COLUMNS = [
 ]
 
 
-def write_tsv(data: SessionData, path: Path) -> None:
+def tsv_text(data: SessionData) -> str:
     """One row per experiment; tabs and newlines inside text become spaces so every row is one line."""
     metric = data.config.metric
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        out = csv.writer(fh, delimiter="\t", lineterminator="\n")
-        out.writerow(TSV_COLUMNS)
-        for r in data.rows:
-            cmp = r.primary(metric)
-            launched = dt.datetime.fromtimestamp(float(r.launch.get("ts", 0)), dt.UTC).isoformat(timespec="seconds")
-            values: list[object] = [
-                r.index, r.exp.experiment_id, launched, r.exp.title, r.exp.status, r.verdict, r.outcome,
-                (r.exp.commit or {}).get("commit"), metric, data.config.direction,
-                (cmp.get("baseline") or {}).get("mean"), (cmp.get("candidate") or {}).get("mean"),
-                cmp.get("delta_pct"), cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), cmp.get("p_value"),
-                cmp.get("n_pairs"), stats.pct(r.level), r.checks(), r.exp.cost_usd,
-                r.exp.worker, "; ".join(map(str, r.launch.get("sources") or [])),
-                " ".join(map(str, r.launch.get("changed_files") or [])), r.launch.get("hypothesis"),
-            ]
-            out.writerow(["" if v is None else re.sub(r"[\t\r\n]+", " ", str(v)) for v in values])
+    fh = io.StringIO()
+    out = csv.writer(fh, delimiter="\t", lineterminator="\n")
+    out.writerow(TSV_COLUMNS)
+    for r in data.rows:
+        cmp = r.primary(metric)
+        launched = dt.datetime.fromtimestamp(float(r.launch.get("ts", 0)), dt.UTC).isoformat(timespec="seconds")
+        values: list[object] = [
+            r.index, r.exp.experiment_id, launched, r.exp.title, r.exp.status, r.verdict, r.outcome,
+            (r.exp.commit or {}).get("commit"), metric, data.config.direction,
+            (cmp.get("baseline") or {}).get("mean"), (cmp.get("candidate") or {}).get("mean"),
+            cmp.get("delta_pct"), cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), cmp.get("p_value"),
+            cmp.get("n_pairs"), stats.pct(r.level), r.checks(), r.exp.cost_usd,
+            r.exp.worker, "; ".join(map(str, r.launch.get("sources") or [])),
+            " ".join(map(str, r.launch.get("changed_files") or [])), r.launch.get("hypothesis"),
+        ]
+        out.writerow(["" if v is None else re.sub(r"[\t\r\n]+", " ", str(v)) for v in values])
+    return fh.getvalue()

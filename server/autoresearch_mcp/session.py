@@ -3,6 +3,7 @@ branch, and validate the benchmark before any experiment is trusted."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -10,13 +11,14 @@ import re
 import shutil
 import stat
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import git
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from autoresearch_mcp import resources
+from autoresearch_mcp import limits, resources, safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.experiments import runner, snapshot, stats
 from autoresearch_mcp.experiments.ledger import Ledger
@@ -83,6 +85,12 @@ class SessionConfig(BaseModel):
     budget_usd: float | None = None
     sky: SkyConfig = Field(default_factory=SkyConfig)
 
+    @field_validator("protected")
+    @classmethod
+    def _plain_paths(cls, entries: list[str]) -> list[str]:
+        """Entries as git names paths ('./x' is 'x'); the session folder is protected whatever they say."""
+        return list(dict.fromkeys(snapshot.normalize_protected(e) for e in entries))
+
 
 def state_dir(repo_root: Path) -> Path:
     return repo_root / STATE_DIR
@@ -103,50 +111,82 @@ def load_config(repo_root: Path) -> SessionConfig | None:
 
 
 def save_config(repo_root: Path, config: SessionConfig) -> None:
-    path = config_path(repo_root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(config.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, path)
+    safefs.write_text(repo_root, config_path(repo_root), config.model_dump_json(indent=2) + "\n")
 
 
-def _copy_templates(root: Path) -> list[str]:
-    created = []
-    for name in (BENCH_SCRIPT, CHECKS_SCRIPT):
+def _copy_templates(root: Path, names: list[str]) -> list[str]:
+    for name in names:
         target = root / name
-        if not target.exists():
-            shutil.copyfile(resources.template(name + ".template"), target)
-            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-            created.append(name)
-    return created
+        if os.path.lexists(target):  # a dangling link counts: a copy would be written through it
+            raise StateError(f"{target} exists in the work tree but not in the session head; commit or remove it")
+        data = resources.template(name + ".template").read_bytes()
+        with safefs.open_write(root, target, "wb") as fh:
+            fh.write(data)
+        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return names
 
 
-def _validate_args(metric: str, tag: str | None) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/:]*", metric or ""):
-        raise InputError(f"metric {metric!r} is not a METRIC name (letters, digits, _ . - / :)")
+def _validate_args(repo: git.Repo, metric: str, tag: str | None) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/:]*", metric or "") or len(metric) > 200:
+        raise InputError(f"metric {limits.shown(metric)} is not a METRIC name (letters, digits, _ . - / :)")
     tag = tag or dt.date.today().strftime("%Y%m%d")
     if not TAG_RE.fullmatch(tag):
-        raise InputError(f"tag {tag!r} must be 1-64 letters, digits, '.', '_' or '-'")
+        raise InputError(f"tag {limits.shown(tag)} must be 1-64 letters, digits, '.', '_' or '-'")
+    try:
+        repo.git.check_ref_format(f"refs/heads/autoresearch/{tag}")
+    except git.GitCommandError:
+        raise InputError(f"tag {tag!r} is not a valid git branch name (git check-ref-format refuses "
+                         f"autoresearch/{tag}: no '..', no trailing '.' or '.lock'); pick another tag") from None
     return tag
 
 
-def open_session(
-    repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
-) -> tuple[git.Repo, SessionConfig, bool, list[str]]:
-    """Bind the repository and create or resume the session branch; no benchmark runs yet.
+def _tracks(repo: git.Repo, commit: str, path: str) -> list[str]:
+    out = repo.git.ls_tree("-r", "--name-only", "-z", commit, "--", path)
+    return [p for p in out.split("\0") if p]
 
-    Returns the repo, the config, whether the session was resumed, and the templates created. A
-    resumed session keeps its executor unless one is given; a new one runs locally by default.
-    """
-    tag = _validate_args(metric, tag)
+
+def _checked_out_elsewhere(repo: git.Repo, branch: str) -> str | None:
+    """The path of another worktree that has `branch` checked out, if any."""
+    here = Path(repo.working_dir).resolve()
+    path = None
+    for line in repo.git.worktree("list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            path = Path(line.split(" ", 1)[1])
+        elif line == f"branch refs/heads/{branch}" and path is not None and path.resolve() != here:
+            return str(path)
+    return None
+
+
+@dataclass
+class Plan:
+    """What start_session will do, decided before anything is changed."""
+
+    repo: git.Repo
+    config: SessionConfig
+    resumed: bool
+    head: str  # the commit the session branch points at (or will)
+    missing: list[str]  # benchmark/checks scripts the head lacks (created from templates)
+
+
+def plan_session(
+    repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
+) -> Plan:
+    """Check everything start_session needs and decide what it will do, changing nothing (except adding
+    the session folder to .git/info/exclude). A resumed session keeps its executor unless one is given."""
     repo = snapshot.open_repo(repo_path)
+    tag = _validate_args(repo, metric, tag)
     root = Path(repo.working_dir)
     snapshot.ensure_excluded(repo)
+    head = snapshot.head_commit(repo)
+    if _tracks(repo, head, STATE_DIR) or (os.path.lexists(root / STATE_DIR) and not (root / STATE_DIR).is_dir()):
+        raise StateError(
+            f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
+            f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
+            "then start the session again")
     snapshot.refuse_if_dirty(repo, "starting a session")
     branch = f"autoresearch/{tag}"
     previous = load_config(root)
     exists = branch in [h.name for h in repo.heads]
-    resumed = False
     if exists:
         if previous is None or previous.tag != tag:
             raise StateError(
@@ -156,37 +196,71 @@ def open_session(
         if previous.metric != metric or previous.direction != direction:
             raise StateError(
                 f"session {tag} measures {previous.metric} ({previous.direction} is better); "
-                f"resume it with those, or start a new tag for {metric} ({direction})"
+                f"resume it with those, or start a new tag for {limits.shown(metric)} ({direction})"
             )
-        repo.git.checkout(branch)
+        elsewhere = _checked_out_elsewhere(repo, branch)
+        if elsewhere:
+            raise StateError(f"branch {branch} is checked out in another worktree ({elsewhere}); switch that "
+                             f"worktree to another branch (git -C {elsewhere} checkout --detach) and start again")
+        head = snapshot.head_commit(repo, branch)
+        if _tracks(repo, head, STATE_DIR):
+            raise StateError(f"branch {branch} tracks {STATE_DIR}/, the session's private folder; remove it from "
+                             "the branch (git rm -r --cached) before resuming")
         config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root)})
-        resumed = True
     else:
-        start = snapshot.head_commit(repo)
-        repo.git.checkout("-b", branch)
         kept = previous.model_dump(include={"protected", "min_effect", "noise_limit", "alpha", "max_pairs",
                                             "timeouts", "sky", "budget_usd", "build_parallelism", "threads",
                                             "drift_limit", "warmup", "default_repeats", "incremental",
                                             "keep_builds"}) if previous else {}
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
-            direction=direction, executor=executor or "local", start_commit=start,
+            direction=direction, executor=executor or "local", start_commit=head,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **kept,
         )
-    save_config(root, config)
-    created = _copy_templates(root)
-    return repo, config, resumed, created
+    missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not _tracks(repo, head, n)]
+    return Plan(repo, config, exists, head, missing)
+
+
+def apply_plan(plan: Plan) -> list[str]:
+    """Check out the session branch (creating it), save the config, create missing scripts; on any
+    failure, undo all of it, so a failed start leaves no branch, no config and no files behind."""
+    repo, config, root = plan.repo, plan.config, Path(plan.repo.working_dir)
+    before = None if repo.head.is_detached else repo.active_branch.name
+    before_sha = snapshot.head_commit(repo)
+    path = config_path(root)
+    old_config = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+    created: list[str] = []
+    try:
+        if plan.resumed:
+            repo.git.checkout(config.branch)
+        else:
+            repo.git.checkout("-b", config.branch, plan.head)
+        save_config(root, config)
+        created = _copy_templates(root, plan.missing)
+        return created
+    except BaseException:
+        for name in created:
+            (root / name).unlink(missing_ok=True)
+        with contextlib.suppress(git.GitCommandError):
+            repo.git.checkout(before or before_sha)
+            if not plan.resumed:
+                repo.git.branch("-D", config.branch)
+        with contextlib.suppress(OSError, StateError):
+            if old_config is None:
+                path.unlink(missing_ok=True)
+            else:
+                safefs.write_bytes(root, path, old_config)
+        raise
 
 
 def validate_benchmark(
-    repo: git.Repo, config: SessionConfig, settings: Settings, worktrees: Worktrees
+    repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees
 ) -> tuple[list[BenchRun], float, list[str]]:
-    """Build the session head once and bench it twice, in the baseline worktree experiments reuse.
+    """Build `head` once and bench it twice, in the baseline worktree experiments reuse.
 
     Raises with the raw output when the benchmark cannot be trusted at all (build or bench failure,
     a primary metric that is missing or not a number); returns warnings for softer problems.
     """
-    head = snapshot.head_commit(repo, config.branch)
     tree = worktrees.acquire(head)
     try:
         return _validate_in(tree, snapshot.tree_of(repo, head), config, worktrees)
@@ -197,10 +271,9 @@ def validate_benchmark(
 def _validate_in(
     tree: Path, content: str, config: SessionConfig, worktrees: Worktrees
 ) -> tuple[list[BenchRun], float, list[str]]:
-    logs = state_dir(Path(config.repo)) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    root = Path(config.repo)
     warnings: list[str] = []
-    with open(logs / "session-validation.log", "w") as logf:
+    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()))
         build_s = built.duration_s
@@ -265,15 +338,16 @@ def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
     settings: Settings,
 ) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
-    repo, config, resumed, created = open_session(repo_path, metric, direction, executor, tag)
+    plan = plan_session(repo_path, metric, direction, executor, tag)
+    repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
-    head = snapshot.head_commit(repo, config.branch)
     common: dict[str, Any] = dict(
         session_id=config.session_id, branch=config.branch, repo=str(root), metric=config.metric,
         direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
-        templates_created=created, compiler_cache=compiler_cache(),
+        templates_created=plan.missing, compiler_cache=compiler_cache(),
     )
-    if created:
+    if plan.missing:
+        created = apply_plan(plan)
         return StartSessionResult(
             **common, baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0,
             warnings=[f"{', '.join(created)} did not exist and were created from templates; "
@@ -286,8 +360,10 @@ def start_session(
                 f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
             ],
         ), repo, config
+    # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
-    runs, build_s, warnings = validate_benchmark(repo, config, settings, worktrees)
+    runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees)
+    apply_plan(plan)
     summary = baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]
     spread = spread_pct(primary)

@@ -60,6 +60,7 @@ class AppState:
     settings: Settings
     session: Session | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _starting: str = ""
 
     @classmethod
     def create(cls, cwd: Path | None = None) -> AppState:
@@ -89,22 +90,39 @@ class AppState:
     def start_session(
         self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
     ) -> StartSessionResult:
-        with self._lock:
-            old = self.session
-            if old is not None:
-                running = old.manager.list(None).running
-                if running:
-                    raise StateError(
-                        f"{running} experiment(s) of session {old.config.tag} are still running; "
-                        "wait for them or cancel_experiment them before starting or resuming a session")
-            # the bound session stays usable if the new one cannot be opened or validated
-            result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
-                                                              self.settings)
-            if old is not None:
-                old.manager.executor.close()
-                self.session = None
-            self._bind(git_repo, config)
-            return result
+        # One start at a time: two concurrent starts would both answer success, and only one stay bound.
+        if not self._lock.acquire(blocking=False):
+            raise StateError(f"another start_session ({self._starting}) is still running; wait for its answer, "
+                             "then call start_session again if you still need to")
+        try:
+            self._starting = f"repo {repo}"
+            return self._start(repo, metric, direction, executor, tag)
+        finally:
+            self._starting = ""
+            self._lock.release()
+
+    def _start(
+        self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
+    ) -> StartSessionResult:
+        old = self.session
+        if old is not None:
+            running = old.manager.list(None).running
+            if running:
+                raise StateError(
+                    f"{running} experiment(s) of session {old.config.tag} are still running; "
+                    "wait for them or cancel_experiment them before starting or resuming a session")
+        # the bound session stays usable if the new one cannot be opened or validated
+        result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
+                                                          self.settings)
+        if old is not None:
+            old.manager.executor.close()
+            self.session = None
+            if Path(old.repo.working_dir) != Path(git_repo.working_dir):
+                result.warnings.append(
+                    f"the session {old.config.tag} of {old.repo.working_dir} is no longer bound: experiment "
+                    f"tools now act on {git_repo.working_dir} (start_session there again to switch back)")
+        self._bind(git_repo, config)
+        return result
 
     def list_experiments(self, status: str | None) -> ListExperimentsResult:
         session = self.require_session()

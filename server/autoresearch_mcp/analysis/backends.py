@@ -30,6 +30,8 @@ SOURCE_SUFFIXES = frozenset({
     ".m", ".mm", ".metal", ".cl", ".comp", ".glsl", ".wgsl", ".hlsl", ".rs", ".go", ".zig", ".tmpl",
 })
 MAX_FILE_BYTES = 2_000_000
+MAX_SCAN_BYTES = 400_000_000  # sources read per backend root
+MAX_DIRS = 200_000  # folders walked looking for backends
 _HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx"})
 _PRUNE = frozenset({"node_modules", "__pycache__", "venv", "build", "dist", "out", "target"})
 _KNOWN_RE = re.compile(r"^(?:(?P<pre>.+?[-_]))?(?P<name>" + "|".join(KNOWN_BACKENDS) + r")(?:[-_].+)?$")
@@ -71,7 +73,11 @@ def discover(repo: Path) -> tuple[list[tuple[str, Path]], list[str]]:
     a name that appears in several places.
     """
     by_parent: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
+    visited = 0
     for dirpath, dirnames, _ in os.walk(repo):
+        visited += 1
+        if visited > MAX_DIRS:
+            break
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _PRUNE)
         parent = Path(dirpath)
         in_backend_dir = parent.name.lower() in BACKEND_PARENTS
@@ -94,7 +100,8 @@ def discover(repo: Path) -> tuple[list[tuple[str, Path]], list[str]]:
         dirnames[:] = [d for d in dirnames if d not in taken]
     families = sorted(by_parent.items(), key=lambda kv: (-len(kv[1]), len(kv[0].parts), str(kv[0])))
     found: dict[str, Path] = {}
-    notes: list[str] = []
+    notes = [f"stopped looking for backends after {MAX_DIRS} folders; name them with backends=[...]"
+             ] if visited > MAX_DIRS else []
     for _parent, members in families:
         for name, path in members:
             if name in found:
@@ -162,10 +169,23 @@ def _root_from_spec(spec: str, repo: Path, auto: dict[str, Path]) -> BackendRoot
             other = Path(left).expanduser().resolve()
             if not other.is_dir():
                 raise InputError(f"{spec!r}: {other} is not a directory; expected name=/other/repo:path")
+            require_work_tree(other, repr(spec))
             path = _inside(other, other / sub, spec)
             return _worktree_root(name, path, other, shown=f"{other}:{_rel(path, other)}")
         return _ref_root(name, left, sub, repo, spec)
     return _worktree_root(name, _inside(repo, repo / value, spec), repo)
+
+
+def require_work_tree(path: Path, what: str) -> None:
+    """Only git work trees are read: a path such as / or a home folder is not scanned."""
+    try:
+        proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"], capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{what}: could not run git ({exc})") from exc
+    if proc.stdout.strip() != "true":
+        raise InputError(f"{what}: {path} is not inside a git work tree; diff_backends reads only repositories "
+                         "(the one to optimize, or a clone of a fork). Pass a repository's path")
 
 
 def _inside(base: Path, path: Path, spec: str) -> Path:
@@ -179,7 +199,12 @@ def _inside(base: Path, path: Path, spec: str) -> Path:
 
 def _worktree_root(name: str, path: Path, base: Path, shown: str | None = None) -> BackendRoot:
     root = BackendRoot(name=name, root=shown or _rel(path, base), path=path)
+    budget = MAX_SCAN_BYTES
     for dirpath, dirnames, filenames in os.walk(path):
+        if budget <= 0:
+            root.skipped.append(f"the rest of {root.root} (the scan stops after {MAX_SCAN_BYTES // 1_000_000} MB "
+                                "of sources per backend)")
+            break
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for fname in sorted(filenames):
             file = Path(dirpath) / fname
@@ -192,6 +217,7 @@ def _worktree_root(name: str, path: Path, base: Path, shown: str | None = None) 
             except OSError as exc:
                 root.skipped.append(f"{shown_path} (unreadable: {exc.strerror})")
                 continue
+            budget -= len(data)
             _add_file(root, shown_path, data, size)
     return root
 

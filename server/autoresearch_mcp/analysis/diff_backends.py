@@ -21,6 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Literal
 
+from autoresearch_mcp import limits
 from autoresearch_mcp.analysis.backends import BackendRoot, resolve, shared_headers
 from autoresearch_mcp.analysis.inventory import (
     Evidence,
@@ -53,8 +54,11 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
     t0 = time.perf_counter()
     repo_path = Path(repo).expanduser()
     if not repo_path.is_dir():
-        raise InputError(f"repo {repo!r} is not a directory; give the path of a local repository")
+        raise InputError(f"repo {limits.shown(repo)} is not a directory; give the path of a local repository")
     repo_path = repo_path.resolve()
+    if repo_path == Path(repo_path.anchor) or repo_path == Path.home() or repo_path in Path.home().parents:
+        raise InputError(f"repo {repo_path} is a whole file system or home folder, not a code base; pass the "
+                         "path of the repository to optimize")
     roots, notes = resolve(repo_path, backends)
     names = [root.name for root in roots]
     chosen = target or ("cpu" if "cpu" in names else None)

@@ -23,6 +23,7 @@ from typing import Any
 import git
 import psutil
 
+from autoresearch_mcp import safefs
 from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
 from autoresearch_mcp.experiments import runner
 from autoresearch_mcp.experiments.worktrees import Worktrees
@@ -53,8 +54,9 @@ def kill_session(pid: int, started: float | None = None) -> bool:
 
 
 class _Running:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], experiment_id: str) -> None:
         self.proc = proc
+        self.experiment_id = experiment_id
         self.cancelled = False
 
 
@@ -94,7 +96,7 @@ class LocalExecutor(Executor):
             if running is None:
                 return False
             running.cancelled = True
-        self._stop(running.proc)
+        self._stop(running.proc, experiment_id)
         return True
 
     def recover(self, interrupted: list[Interrupted]) -> None:
@@ -102,6 +104,8 @@ class LocalExecutor(Executor):
             pid = item.runtime.get("pid")
             if isinstance(pid, int) and kill_session(pid, item.runtime.get("pid_started")):
                 log.warning("killed the leftover processes of experiment %s", item.experiment_id)
+            if runner.kill_marked(item.experiment_id):
+                log.warning("killed processes experiment %s left outside its session", item.experiment_id)
         self.worktrees.sweep_unbuilt()
         with contextlib.suppress(git.GitCommandError):
             self.repo.git.worktree("prune")
@@ -113,19 +117,21 @@ class LocalExecutor(Executor):
             running = list(self._running.values())
         for r in running:
             r.cancelled = True
-            self._stop(r.proc)
+            self._stop(r.proc, r.experiment_id)
         for _ in self._threads:
             self._queue.put(None)
 
     # --- work --------------------------------------------------------------------------------------
 
-    def _stop(self, proc: subprocess.Popen[str]) -> None:
-        # The runner's SIGTERM handler kills the group it is waiting on; then we sweep the session.
+    def _stop(self, proc: subprocess.Popen[str], experiment_id: str) -> None:
+        # The runner's SIGTERM handler kills the group it is waiting on; then we sweep the session, then
+        # whatever carries the experiment's marker (what left the session: `setsid cmd &`).
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         kill_session(proc.pid)
+        runner.kill_marked(experiment_id)
 
     def _work(self, slot: int) -> None:
         while True:
@@ -157,14 +163,18 @@ class LocalExecutor(Executor):
                 "machine_lock": str(self.worktrees.machine_lock())}
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
         job_file.write_text(json.dumps(spec))
-        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        root = Path(self.repo.working_dir)
+        if job.log_path.is_relative_to(root):
+            safefs.ensure_dir(root, job.log_path.parent)  # never through a link planted in .autoresearch/
+        else:
+            job.log_path.parent.mkdir(parents=True, exist_ok=True)
         prep_s = time.monotonic() - t0
         try:
             proc = subprocess.Popen(
                 [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
             )
-            running = _Running(proc)
+            running = _Running(proc, job.experiment_id)
             with self._lock:
                 self._running[job.experiment_id] = running
             started = psutil.Process(proc.pid).create_time()
@@ -185,6 +195,8 @@ class LocalExecutor(Executor):
                 outcome.setdefault("durations", {})["prepare"] = round(prep_s, 3)
                 sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
         finally:
+            # nothing the experiment started outlives it, even if the runner itself was killed
+            runner.kill_marked(job.experiment_id)
             job_file.unlink(missing_ok=True)
             self.worktrees.release(base)
             if not incremental:

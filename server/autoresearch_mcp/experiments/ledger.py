@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp import safefs
+
 log = logging.getLogger(__name__)
 
 
@@ -97,12 +99,11 @@ class Ledger:
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         record = {"ts": round(time.time(), 3), **record}
         line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
+        # the repository is the anchor: no link below it (.autoresearch, the ledger) is followed
+        with self._lock, safefs.open_write(self.path.parent.parent, self.path, "a") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
         return record
 
     def records(self) -> tuple[list[dict[str, Any]], list[str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoresearch_mcp.experiments import stats
+from autoresearch_mcp.experiments import runner, stats
 
 
 def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
@@ -19,6 +19,24 @@ def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[floa
     return [p["baseline"] for p in complete], [p["candidate"] for p in complete]
 
 
+def screen(outcome: dict[str, Any]) -> list[str]:
+    """Drop every sample value the runner's value rule refuses, and say which (the same rule as the
+    runner's, applied again here before any arithmetic: what reaches the server is not trusted)."""
+    problems: list[str] = []
+    for s in [*outcome.get("warmup", []), *outcome.get("samples", [])]:
+        values = s.get("metrics") if isinstance(s, dict) else None
+        if not isinstance(values, dict):
+            continue
+        for name, value in list(values.items()):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            why = runner.check_value(float(value)) if number else "is not a number"
+            if why:
+                del values[name]
+                shown = repr(value)[:40]
+                problems.append(f"{s.get('role')} run {s.get('pair')}: {name}={shown} {why}")
+    return problems
+
+
 def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.Design) -> dict[str, Any]:
     """Comparisons of every metric, the verdict of the primary one, and the worker's noise.
 
@@ -26,6 +44,10 @@ def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.
     (or with an unparsable one) makes the whole experiment `invalid`, never a 0.
     """
     status = outcome.get("status")
+    refused = screen(outcome)
+    if any(f": {metric}=" in p for p in refused) and status in ("done", "checks_failed"):
+        outcome["stop_reason"] = "invalid"
+        outcome["error"] = "; ".join(refused[:5])
     names = sorted({n for s in outcome.get("samples", []) for n in s.get("metrics", {})})
     comparisons: dict[str, Any] = {}
     for name in names:
@@ -49,5 +71,5 @@ def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.
         verdict = "noisy"
     else:
         verdict = primary["verdict"]
-    return {"metrics": comparisons, "verdict": verdict, "noise_cv": noise,
+    return {"metrics": comparisons, "verdict": verdict, "noise_cv": noise, "problems": refused[:20],
             "pairs_needed": primary.get("pairs_needed") if primary else None}

@@ -36,6 +36,16 @@ RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
 BUILT_MARKER = ".autoresearch-built"
 TAIL_CHARS = 4000
+# Every process a job starts carries this variable (value: the job's id), so whatever escapes its
+# process group (`setsid cmd &`, a daemon) can still be found and killed.
+JOB_ENV = "AUTORESEARCH_JOB"
+# The one rule for a metric value, applied before any arithmetic, here and in the server: finite and
+# of a magnitude arithmetic on a few hundred samples cannot overflow or underflow (or exactly 0).
+VALUE_MAX = 1e30
+VALUE_MIN = 1e-30
+MAX_LISTED = 20  # problems or METRIC lines listed per run; the rest are counted
+MAX_METRICS = 50  # distinct metric names read from one run
+MAX_LINE_CHARS = 300
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -48,39 +58,93 @@ class ParsedMetrics:
     problems: list[str]
 
 
+def check_value(value: float) -> str | None:
+    """Why `value` cannot be used as a metric value, or None when it can."""
+    if not math.isfinite(value):
+        return "is not finite"
+    if value != 0 and not VALUE_MIN <= abs(value) <= VALUE_MAX:
+        return f"is out of range (a magnitude between {VALUE_MIN:g} and {VALUE_MAX:g}, or 0)"
+    return None
+
+
+def _short(line: str) -> str:
+    line = line.strip()
+    return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + f"... ({len(line)} chars)"
+
+
+class _Counted:
+    """A list of messages that keeps the first MAX_LISTED and counts the rest, and counts repeats
+    of one kind instead of listing each (200,000 malformed lines make one entry, not 200,000)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.kinds: dict[str, int] = {}
+        self.more = 0
+
+    def add(self, kind: str, message: str) -> None:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if self.kinds[kind] == 1 and len(self.items) < MAX_LISTED:
+            self.items.append(message)
+        else:
+            self.more += 1
+
+    def done(self) -> list[str]:
+        out = list(self.items)
+        repeated = {k: n - 1 for k, n in self.kinds.items() if n > 1}
+        for kind, n in repeated.items():
+            out.append(f"... and {n} more {kind}")
+        unlisted = self.more - sum(repeated.values())
+        if unlisted > 0:
+            out.append(f"... and {unlisted} more problems")
+        return out
+
+
 def parse_metrics(text: str) -> ParsedMetrics:
     """Read `METRIC name=value` lines; anything else is ignored.
 
-    A value that is not a finite number, or a name printed twice with different values, is a
-    problem, never a silent 0 or a silent pick: that is how a parser reports 52 t/s for 14.
+    A value that is not a finite number in range, or a name printed twice with different values, is
+    a problem, never a silent 0 or a silent pick: that is how a parser reports 52 t/s for 14.
+    Problems and lines are listed up to MAX_LISTED and counted beyond, so the answer stays small.
     """
     values: dict[str, float] = {}
     ambiguous: set[str] = set()
     lines: list[str] = []
-    problems: list[str] = []
+    extra_lines = 0
+    problems = _Counted()
     for line in text.splitlines():
         m = METRIC_RE.match(line)
         if not m:
             if line.lstrip().startswith("METRIC"):
-                problems.append(f"malformed METRIC line (expected `METRIC name=number`): {line.strip()!r}")
+                problems.add("malformed METRIC lines",
+                             f"malformed METRIC line (expected `METRIC name=number`): {_short(line)!r}")
             continue
-        lines.append(line.rstrip())
+        if len(lines) < MAX_LISTED * 5:
+            lines.append(_short(line.rstrip()))
+        else:
+            extra_lines += 1
         name, raw = m.group(1), m.group(2)
         try:
             value = float(raw)
         except ValueError:
-            problems.append(f"{name}: {raw!r} is not a number")
+            problems.add(f"values of {name} that are not numbers", f"{name}: {_short(raw)!r} is not a number")
             continue
-        if not math.isfinite(value):
-            problems.append(f"{name}: {raw!r} is not finite")
+        why = check_value(value)
+        if why:
+            problems.add(f"unusable values of {name}", f"{name}: {_short(raw)!r} {why}")
+            continue
+        if name not in values and len(values) >= MAX_METRICS:
+            problems.add("metrics beyond the limit", f"{name}: more than {MAX_METRICS} metrics; the rest are ignored")
             continue
         if name in values and values[name] != value:
-            problems.append(f"{name}: printed more than once with different values ({values[name]} and {value})")
+            problems.add(f"repeated values of {name}",
+                         f"{name}: printed more than once with different values ({values[name]} and {value})")
             ambiguous.add(name)
             continue
         values[name] = value
+    if extra_lines:
+        lines.append(f"... and {extra_lines} more METRIC lines")
     # an ambiguous metric is no metric: the harness must not pick one of the values
-    return ParsedMetrics({k: v for k, v in values.items() if k not in ambiguous}, lines, problems)
+    return ParsedMetrics({k: v for k, v in values.items() if k not in ambiguous}, lines, problems.done())
 
 
 # --- one command ---------------------------------------------------------------------------------
@@ -117,7 +181,52 @@ def kill_group(pgid: int, grace_s: float = 2.0) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _ancestors() -> set[int]:
+    """This process and its ancestors (which may carry a job's marker too, and must live)."""
+    pids, pid = {os.getpid()}, os.getppid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def kill_marked(job: str, rounds: int = 5) -> int:
+    """SIGKILL every process whose environment holds JOB_ENV=`job` (Linux /proc; elsewhere nothing).
+
+    This finds what left the process group (`setsid cmd &`, a double fork); it cannot find a process
+    that cleared its environment. Repeated a few rounds, as a process may fork while we sweep.
+    """
+    needle = f"{JOB_ENV}={job}".encode()
+    if not job or not os.path.isdir("/proc"):
+        return 0
+    spare, killed = _ancestors(), 0
+    for _ in range(rounds):
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) in spare:
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                    environ = fh.read()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+        time.sleep(0.02)
+    return killed
+
+
 _current_pgid: int | None = None
+_command_count = 0
 # Python 3.11 starts the child in its own group race-free; cloud images often ship 3.8-3.10.
 _NEW_GROUP: dict[str, Any] = (
     {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
@@ -139,9 +248,13 @@ def run_command(
     Output (stdout and stderr merged) goes to a temporary file, then to `log` if given, so a
     chatty benchmark can neither fill a pipe nor our memory while it runs.
     """
-    global _current_pgid
+    global _current_pgid, _command_count
     import tempfile
 
+    # Every command carries a marker: the job's (inherited) or one of its own, swept when it ends.
+    env = dict(os.environ if env is None else env)
+    _command_count += 1
+    marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
     with tempfile.TemporaryFile() as out:
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -165,6 +278,7 @@ def run_command(
             kill_group(proc.pid, grace_s=0.5)
             proc.wait()
             _current_pgid = None
+            kill_marked(marker)
         duration = time.monotonic() - start
         out.seek(0)
         text = out.read().decode("utf-8", errors="replace")
@@ -498,10 +612,17 @@ def parse_result_line(text: str) -> dict[str, Any] | None:
     return None
 
 
+def open_log(path: str) -> Any:
+    """Append to the experiment's log, refusing a symbolic link in its place (O_NOFOLLOW)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+
+
 def _on_term(signum: int, _frame: Any) -> None:
     # Cancel: take the running build/bench group down with us, then leave.
     if _current_pgid is not None:
         kill_group(_current_pgid, grace_s=1.0)
+    kill_marked(os.environ.get(JOB_ENV, ""))
     raise SystemExit(128 + signum)
 
 
@@ -510,10 +631,11 @@ def main(argv: list[str]) -> int:
         print("usage: runner.py JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[1]).read_text())
+    os.environ.setdefault(JOB_ENV, str(job.get("experiment_id") or f"job-{os.getpid()}"))
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     log_path = job.get("log_path")
-    with open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr) as log:
+    with open_log(log_path) if log_path else contextlib.nullcontext(sys.stderr) as log:
         try:
             outcome = run_experiment(job, log)
         except Exception as exc:  # the result line must be printed whatever happened

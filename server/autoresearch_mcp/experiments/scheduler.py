@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import re
 import threading
+import unicodedata
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 
 import git
 
+from autoresearch_mcp import limits
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.executors.base import Executor, Interrupted, Job
 from autoresearch_mcp.experiments import metrics, snapshot, stats
@@ -78,7 +82,7 @@ class ExperimentManager:
         exp = self.view.experiments.get(experiment_id)
         if exp is None or exp.launch.get("session_id") != self.config.session_id:
             known = ", ".join(e.experiment_id for e in self._mine()[-10:]) or "none yet"
-            raise InputError(f"no experiment {experiment_id!r} in this session (recent: {known})")
+            raise InputError(f"no experiment {limits.shown(experiment_id)} in this session (recent: {known})")
         return exp
 
     def session_head(self) -> str:
@@ -100,8 +104,10 @@ class ExperimentManager:
         self, title: str, hypothesis: str, sources: list[str], source: str, commit: str | None,
         patch: str | None, repeats: int | str | None, restore_worktree: bool, clean_build: bool = False,
     ) -> LaunchResult:
-        if not title.strip():
-            raise InputError("title is empty; give the experiment a short name")
+        title = one_line(title, "title")
+        if restore_worktree and source != "worktree":
+            raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
+                             f"involved with source={source!r}); drop it")
         repeats = self._repeats(repeats)
         exp_id = uuid.uuid4().hex[:10]
         with self._lock:
@@ -115,12 +121,13 @@ class ExperimentManager:
             candidate = snapshot.commit_tree(self.repo, tree, head, f"autoresearch candidate {exp_id}: {title}"
                                              f"\n\n{parent_note}")
             changed = snapshot.changed_paths(self.repo, head, candidate)
-            hit = snapshot.protected_changes(changed, self.config.protected)
-            if hit:
+            self._refuse_protected(changed)
+            nested = snapshot.new_gitlinks(self.repo, head, tree) if source == "worktree" else []
+            if nested:
                 raise RefusedError(
-                    f"the candidate changes protected files {hit}: the benchmark and checks are taken from the "
-                    "baseline so a candidate cannot change how it is measured. Revert those files "
-                    "(git checkout -- <file>) and launch again")
+                    f"{', '.join(nested[:5])} is a nested git repository (it has its own .git): a snapshot would "
+                    "record only a pointer to its commit, not its files. Commit its files to this repository, "
+                    "ignore it (.gitignore), or move it out of the work tree, then launch again")
             incremental = self.config.incremental and not clean_build
             for other in self._mine():
                 if self._measured(other, head, tree, incremental):
@@ -128,11 +135,9 @@ class ExperimentManager:
                         f"this candidate is identical to experiment {other.experiment_id} "
                         f"({other.title!r}, {other.status}) on the same head; read it with fetch_sky_logs instead")
             snapshot.set_ref(self.repo, snapshot.EXP_REF + exp_id, candidate)
-            restored = False
-            if source == "worktree" and restore_worktree:
-                self.repo.git.reset("--hard", head)
-                self.repo.git.clean("-fd")
-                restored = True
+            saved = snapshot.reset_saving(self.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
+                if restore_worktree else None
+            restored = saved is not None
             design = self._design(repeats)
             self._append({
                 "type": "launch", "experiment_id": exp_id, "session_id": self.config.session_id,
@@ -153,7 +158,10 @@ class ExperimentManager:
             experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
             changed_files=changed, repeats=repeats, worktree_restored=restored,
             message=(f"queued on the {self.executor.name} executor; poll fetch_sky_logs('{exp_id}') and prepare "
-                     "the next idea meanwhile" + (" (working tree reset to the session head)" if restored else "")),
+                     "the next idea meanwhile" + (f" (work tree reset to the session head; what it held, index and "
+                                                  f"untracked files included, is saved as stash {saved[:12]}: "
+                                                  f"`git stash apply --index {saved[:12]}` brings it back)"
+                                                  if saved else "")),
         )
 
     @staticmethod
@@ -167,6 +175,16 @@ class ExperimentManager:
             return False
         # a clean build may confirm a result that was measured on an incremental one
         return not other.launch.get("incremental") or incremental
+
+    def _refuse_protected(self, changed: list[str]) -> None:
+        hit = snapshot.protected_changes(changed, self.config.protected)
+        if hit:
+            shown = hit[:10] + ([f"... {len(hit) - 10} more"] if len(hit) > 10 else [])
+            raise RefusedError(
+                f"the candidate changes protected files {shown}: the benchmark, the checks, the session folder "
+                f"{snapshot.SESSION_DIR}/ and .gitattributes/.gitmodules are taken from the baseline so a candidate "
+                "cannot change how it is measured or recorded. Revert those files (git checkout -- <file>) and "
+                "launch again")
 
     def _repeats(self, repeats: int | str | None) -> int | str:
         value = self.config.default_repeats if repeats is None else repeats
@@ -186,6 +204,10 @@ class ExperimentManager:
                                  max_pairs=c.max_pairs, warmup=c.warmup)
 
     def _candidate_tree(self, source: str, commit: str | None, patch: str | None, head: str) -> tuple[str, str]:
+        if source != "patch" and patch:
+            raise InputError(f"patch is only read with source='patch', not source={source!r}: pass one of them")
+        if source != "commit" and commit:
+            raise InputError(f"commit is only read with source='commit', not source={source!r}: pass one of them")
         if source == "worktree":
             if commit or patch:
                 raise InputError("source='worktree' takes neither commit nor patch; drop them or change source")
@@ -230,19 +252,35 @@ class ExperimentManager:
             log.exception("could not record event %s of %s", kind, exp_id)
 
     def _record_result(self, exp_id: str, event: dict[str, Any]) -> None:
-        outcome = dict(event["outcome"])
         exp = self.view.experiments[exp_id]
-        design = stats.Design.from_dict(exp.launch["design"])
-        analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
-        self._append({"type": "result", "experiment_id": exp_id, "status": outcome.get("status", "failed"),
-                      "worker": event.get("worker"), "cost_usd": event.get("cost_usd"),
-                      "outcome": outcome, "analysis": analysis})
+        try:
+            outcome = dict(event["outcome"])
+            design = stats.Design.from_dict(exp.launch["design"])
+            analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
+            self._append({"type": "result", "experiment_id": exp_id, "status": outcome.get("status", "failed"),
+                          "worker": event.get("worker"), "cost_usd": event.get("cost_usd"),
+                          "outcome": outcome, "analysis": analysis})
+        except Exception as exc:  # a result that cannot be recorded ends the experiment, never leaves it hanging
+            log.exception("could not record the result of %s", exp_id)
+            self._fail(exp_id, f"the result could not be recorded ({type(exc).__name__}: {str(exc)[:300]}); "
+                               "the raw output is in the log")
         head = self.session_head()
         with self._lock:
             still_used = any(e.launch.get("base_commit") == exp.launch["base_commit"]
                              and e.status not in FINAL_STATUSES for e in self._mine())
         if exp.launch["base_commit"] != head and not still_used:
             self.executor.retire_base(exp.launch["base_commit"])
+
+    def _fail(self, exp_id: str, error: str) -> None:
+        """End an experiment as `failed` with `error`; in memory at least, if even that cannot be written."""
+        record = {"type": "result", "experiment_id": exp_id, "status": "failed", "outcome": {
+            "experiment_id": exp_id, "status": "failed", "phase": "server", "error": error}, "analysis": {}}
+        try:
+            self._append(record)
+        except Exception:
+            log.exception("could not write the failure of %s to the ledger", exp_id)
+            with self._lock:
+                apply(self.view, record)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -371,7 +409,8 @@ class ExperimentManager:
             self._wait(experiment_id, lambda e: e.status in FINAL_STATUSES, timeout=15.0)
         exp = self._get(experiment_id)
         return CancelResult(experiment_id=experiment_id, status=exp.status,
-                            message="cancelled; its processes were killed and its worktree removed"
+                            message="cancelled: every process it started was killed; finished builds stay cached "
+                                    "for reuse, unfinished ones are discarded"
                             if exp.status == "cancelled" else f"finished as {exp.status} before the cancel")
 
     def commit_winner(self, experiment_id: str, title: str | None) -> CommitResult:
@@ -401,18 +440,29 @@ class ExperimentManager:
                     f"experiment {experiment_id} was measured against {exp.launch['base_commit'][:12]}, but the "
                     f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
                     "again on the new head (launch it with source='patch' or after rebasing) and commit that")
-            message = self._message(exp, title or exp.title)
+            title = one_line(title, "title") if title is not None else exp.title
             tree = exp.launch["candidate_tree"]
+            # again at commit time: the rules may have changed since the launch (they never loosen here)
+            self._refuse_protected(snapshot.changed_paths(self.repo, head, exp.launch["candidate_commit"]))
+            message = self._message(exp, title)
             new = snapshot.commit_tree(self.repo, tree, head, message)
             updated = self._advance(head, new)
             self._append({"type": "commit", "experiment_id": experiment_id, "commit": new, "parent": head,
-                          "branch": self.config.branch, "title": title or exp.title})
+                          "branch": self.config.branch, "title": title})
             return CommitResult(commit=new, branch=self.config.branch, message=message, worktree_updated=updated)
 
     def _advance(self, old: str, new: str) -> bool:
         """Move the session branch from old to new; update the work tree if it is on that branch."""
         on_branch = not self.repo.head.is_detached and self.repo.active_branch.name == self.config.branch
         if on_branch:
+            # git replaces ignored files without asking; the user's files are never ours to replace
+            in_the_way = snapshot.untracked_in_the_way(self.repo, old, new)
+            if in_the_way:
+                shown = ", ".join(in_the_way[:10]) + (f" and {len(in_the_way) - 10} more" if len(in_the_way) > 10
+                                                      else "")
+                raise RefusedError(
+                    f"the winner adds {shown}, which exist in the work tree untracked or ignored: committing would "
+                    "overwrite them. Move them away (or rename them), then call commit_winner again")
             try:
                 self.repo.git.merge("--ff-only", "--quiet", new)
             except git.GitCommandError as exc:
@@ -432,9 +482,9 @@ class ExperimentManager:
         outcome = exp.outcome
         lines = [title.strip(), ""]
         if launch.get("hypothesis"):
-            lines += ["Hypothesis: " + launch["hypothesis"], ""]
+            lines += [_quoted("Hypothesis: " + launch["hypothesis"]), ""]
         if launch.get("sources"):
-            lines += ["Sources:"] + [f"- {s}" for s in launch["sources"]] + [""]
+            lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch["sources"]] + [""]
         m = exp.metric(c.metric)
         lines.append(
             f"Result: {c.metric} {m['baseline']['mean']:.6g} -> {m['candidate']['mean']:.6g} "
@@ -463,17 +513,49 @@ class ExperimentManager:
         return "\n".join(lines) + "\n"
 
 
+_TRAILER_LIKE = re.compile(r"^(\s*)(autoresearch-[\w-]*\s*:)", re.IGNORECASE | re.MULTILINE)
+MAX_TITLE = 200
+
+
+def one_line(text: str, what: str) -> str:
+    """A title: one line of printable text (a newline could forge a commit's trailers)."""
+    text = text.strip()
+    if not text:
+        raise InputError(f"{what} is empty; give a short name")
+    if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text):
+        raise InputError(f"{what} must be one line without control characters (newlines, tabs, escapes); "
+                         "put details in the hypothesis")
+    if len(text) > MAX_TITLE:
+        raise InputError(f"{what} is {len(text)} characters; keep it to {MAX_TITLE} (details go in the hypothesis)")
+    return text
+
+
+def _quoted(text: str) -> str:
+    """Free text for a commit message: a line that looks like one of the server's trailers is quoted, so
+    only the server writes Autoresearch-* trailers."""
+    return _TRAILER_LIKE.sub(r"\1> \2", text)
+
+
 def _better(a: ExperimentSummary, b: ExperimentSummary, direction: str) -> bool:
     da, db = a.delta_pct or 0.0, b.delta_pct or 0.0
     return da > db if direction == "higher" else da < db
 
 
+TAIL_BYTES = 32 * 1024
+
+
 def _tail(path: Path, lines: int) -> str:
-    if lines == 0 or not path.exists():
+    """The last `lines` lines of a log, at most TAIL_BYTES of them (one 10 MB line is not a tail)."""
+    if lines == 0:
         return ""
-    with open(path, "rb") as fh:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a planted link is not read through
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as fh:
         fh.seek(0, 2)
         size = fh.tell()
-        fh.seek(max(0, size - 256 * 1024))
+        fh.seek(max(0, size - TAIL_BYTES))
         text = fh.read().decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
+    cut = "[... earlier output cut]\n" if size > TAIL_BYTES else ""
+    return cut + "\n".join(text.splitlines()[-lines:])

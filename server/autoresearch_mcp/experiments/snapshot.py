@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import posixpath
 import shutil
 import tempfile
 from pathlib import Path
 
 import git
 
+from autoresearch_mcp import limits
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 
 EXP_REF = "refs/autoresearch/exp/"
@@ -40,9 +42,18 @@ def open_repo(path: str | os.PathLike[str]) -> git.Repo:
 
 
 def dirty_files(repo: git.Repo) -> list[str]:
-    """Modified, staged and untracked (not ignored) paths of the work tree."""
-    out = repo.git.status("--porcelain", "--untracked-files=all")
-    return [line[3:] for line in out.splitlines() if line.strip()]
+    """Modified, staged and untracked (not ignored) paths of the work tree, as plain names."""
+    out = repo.git.status("--porcelain", "-z", "--untracked-files=all")
+    entries = out.split("\0")
+    files, i = [], 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) > 3:
+            files.append(entry[3:])
+            if entry[0] in "RC":
+                i += 1  # a rename's source follows as its own entry
+    return files
 
 
 def head_commit(repo: git.Repo, ref: str = "HEAD") -> str:
@@ -58,7 +69,7 @@ def resolve_commit(repo: git.Repo, commitish: str) -> str:
     try:
         return str(repo.git.rev_parse("--verify", "--quiet", f"{commitish}^{{commit}}"))
     except git.GitCommandError:
-        raise InputError(f"{commitish!r} does not name a commit in {repo.working_dir}") from None
+        raise InputError(f"{limits.shown(commitish)} does not name a commit in {repo.working_dir}") from None
 
 
 def tree_of(repo: git.Repo, commit: str) -> str:
@@ -143,20 +154,87 @@ def set_ref(repo: git.Repo, ref: str, commit: str) -> None:
 
 
 def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
-    out = repo.git.diff("--name-only", "--no-renames", a, b)
-    return [p for p in out.splitlines() if p]
+    """Paths that differ between two commits, as plain names (never git's quoted form)."""
+    out = repo.git.diff("--name-only", "-z", "--no-renames", a, b)
+    return [p for p in out.split("\0") if p]
+
+
+# Always protected, whatever the config says: the session folder (config, ledger, logs: the evidence),
+# and the files that change how other files are checked out (attributes: filters, line endings;
+# submodules). Compared case-insensitively, as a case-insensitive file system would.
+SESSION_DIR = ".autoresearch"
+ALWAYS_PROTECTED_NAMES = (".gitattributes", ".gitmodules")
+
+
+def normalize_protected(entry: str) -> str:
+    """A protected-path entry as git names paths: no './', no trailing '/', no '..' or absolute paths."""
+    path = entry.replace("\\", "/") if os.sep == "\\" else entry
+    while path.startswith("./"):
+        path = path[2:]
+    norm = posixpath.normpath(path) if path else ""
+    if not norm or norm == "." or norm.startswith("/") or norm == ".." or norm.startswith("../"):
+        raise ValueError(f"protected entry {entry!r} must be a path inside the repository (e.g. bench/run.sh "
+                         "or 'data/*.csv'), not empty, absolute or leading outside with '..'")
+    return norm
+
+
+def _always_protected(path: str) -> bool:
+    folded = path.casefold()
+    top = folded.split("/", 1)[0]
+    return top == SESSION_DIR or folded.rsplit("/", 1)[-1] in ALWAYS_PROTECTED_NAMES
+
+
+def _is_protected(path: str, pattern: str) -> bool:
+    if path == pattern or path.startswith(pattern + "/") or fnmatch.fnmatchcase(path, pattern):
+        return True
+    # a file or link where a protected path has a folder changes how the protected path is checked out
+    parts, pat_parts = path.split("/"), pattern.split("/")
+    return len(parts) < len(pat_parts) and all(fnmatch.fnmatchcase(p, g) for p, g in zip(parts, pat_parts,
+                                                                                         strict=False))
 
 
 def protected_changes(changed: list[str], protected: list[str]) -> list[str]:
-    """Changed paths that match a protected path, directory or glob pattern."""
-    hits = []
-    for path in changed:
-        for pat in protected:
-            pat = pat.rstrip("/")
-            if path == pat or path.startswith(pat + "/") or fnmatch.fnmatchcase(path, pat):
-                hits.append(path)
+    """Changed paths that match a protected path, directory or glob pattern, or are always protected."""
+    patterns = [normalize_protected(p) for p in protected]
+    return [path for path in changed
+            if _always_protected(path) or any(_is_protected(path, pat) for pat in patterns)]
+
+
+def new_gitlinks(repo: git.Repo, base: str, tree: str) -> list[str]:
+    """Paths that are nested repositories (gitlinks, mode 160000) in `tree` but not in `base`."""
+    def links(t: str) -> dict[str, str]:
+        out = repo.git.ls_tree("-r", "-z", t)
+        found = {}
+        for entry in out.split("\0"):
+            if entry.startswith("160000 "):
+                meta, path = entry.split("\t", 1)
+                found[path] = meta.split()[2]
+        return found
+
+    before = links(base)
+    return sorted(p for p, sha in links(tree).items() if before.get(p) != sha)
+
+
+def untracked_in_the_way(repo: git.Repo, head: str, new: str) -> list[str]:
+    """Paths of the work tree that moving from `head` to `new` would overwrite although git does not
+    track them at `head`: ignored or untracked files (git replaces ignored files without asking)."""
+    root = Path(repo.working_dir)
+    out = repo.git.diff("--name-only", "-z", "--no-renames", "--diff-filter=A", head, new)
+    tracked = set(repo.git.ls_tree("-r", "--name-only", "-z", head).split("\0"))
+    in_the_way = []
+    for path in (p for p in out.split("\0") if p):
+        parts = path.split("/")
+        for k in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:k])
+            target = root / prefix
+            last = k == len(parts)
+            if not os.path.lexists(target):
                 break
-    return hits
+            if last or not target.is_dir() or target.is_symlink():
+                if prefix not in tracked:
+                    in_the_way.append(prefix)
+                break
+    return sorted(set(in_the_way))
 
 
 def ensure_excluded(repo: git.Repo, entry: str = ".autoresearch/") -> None:
@@ -194,3 +272,49 @@ def refuse_if_dirty(repo: git.Repo, action: str) -> None:
             f"the work tree of {repo.working_dir} has uncommitted changes ({shown}); "
             f"commit or stash them before {action}"
         )
+
+
+def untracked_files(repo: git.Repo) -> list[str]:
+    out = repo.git.ls_files("--others", "--exclude-standard", "-z")
+    return [p for p in out.split("\0") if p]
+
+
+def reset_saving(repo: git.Repo, head: str, message: str) -> str:
+    """Reset the work tree and index to `head`, first saving exactly what they held as a stash entry
+    (index with partly staged files, tracked changes, untracked files), which `git stash apply --index`
+    restores. Only what the stash holds is removed: ignored files and empty folders stay."""
+    with tempfile.TemporaryDirectory(prefix="autoresearch-index-") as tmp:
+        index_tree = str(repo.git.write_tree())  # the real index, as it is
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        real = Path(repo.git_dir) / "index"
+        if real.exists():
+            shutil.copyfile(real, Path(tmp) / "index")
+        repo.git.execute(["git", "add", "-u", "--", "."], env=env)  # tracked files as in the work tree
+        work_tree = str(repo.git.write_tree(env=env))
+        untracked = untracked_files(repo)
+        parents = ["-p", head, "-p", commit_tree(repo, index_tree, head, f"index on {message}")]
+        if untracked:
+            (Path(tmp) / "index").unlink()
+            paths = Path(tmp) / "paths"
+            paths.write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in untracked))
+            with open(paths, "rb") as fh:
+                repo.git.execute(["git", "update-index", "--add", "-z", "--stdin"], env=env, istream=fh)
+            parents += ["-p", _root_commit(repo, str(repo.git.write_tree(env=env)), f"untracked files on {message}")]
+        stash = str(repo.git.commit_tree(work_tree, *parents, "-m", message,
+                                         env={} if _has_identity(repo) else _BOT))
+    repo.git.stash("store", "-m", message, stash)
+    repo.git.reset("--hard", head)
+    root = Path(repo.working_dir)
+    for rel in untracked:
+        path = root / rel
+        path.unlink(missing_ok=True)
+        # folders this emptied go too; a folder that was empty before held no untracked file, so it stays
+        for parent in path.parents:
+            if parent == root or any(parent.iterdir()):
+                break
+            parent.rmdir()
+    return stash
+
+
+def _root_commit(repo: git.Repo, tree: str, message: str) -> str:
+    return str(repo.git.commit_tree(tree, "-m", message, env={} if _has_identity(repo) else _BOT))
