@@ -4,13 +4,15 @@ evidence. Each test plays a hostile or careless agent through a real MCP client 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import psutil
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp.app import build_server
 from conftest import git, init_repo, script_repo
@@ -437,3 +439,40 @@ def init_repo_with_file(path: Path) -> Path:
     (path / "lib.c").write_text("int z;\n")
     return init_repo(path)
 
+
+
+async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "bench.pid"
+    repo = script_repo(tmp_path, f"if [ -e hang ]; then echo $$ > {pidfile}; exec sleep 300; fi; {NOISY_VALUE}")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await call(c, "launch_experiment", title="hang", source="patch", repeats=3, patch=add_file("hang"))
+        with anyio.fail_after(60):
+            while escaped_pid(pidfile) is None:
+                await anyio.sleep(0.1)
+        ledger = (repo / ".autoresearch" / "ledger.jsonl").read_text().splitlines()
+        runner = next(json.loads(line)["runtime"]["pid"] for line in ledger if '"pid"' in line)
+        psutil.Process(runner).kill()  # the runner dies without a word; its bench must not outlive it
+        res = await wait_final(c, launched["experiment_id"], timeout=60)
+    assert res["status"] == "failed"
+    bench = escaped_pid(pidfile)
+    assert bench is not None and not alive(bench)
+
+
+async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: Path) -> None:
+    pidfile = tmp_path / "escaped.pid"
+    repo = script_repo(tmp_path, f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
+                                 f"</dev/null >/dev/null 2>&1 & sleep 60; fi; {NOISY_VALUE}")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=str(repo),
+                                   env=dict(os.environ))
+    async with Client(params) as c:
+        await session(c, repo)
+        await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
+        with anyio.fail_after(60):
+            while escaped_pid(pidfile) is None:
+                await anyio.sleep(0.1)
+    pid = escaped_pid(pidfile)
+    assert pid is not None
+    with anyio.fail_after(30):
+        while alive(pid):
+            await anyio.sleep(0.2)

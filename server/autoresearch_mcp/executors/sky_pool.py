@@ -18,7 +18,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp import safefs
 from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
 from autoresearch_mcp.executors.sky_port import (
@@ -501,11 +501,11 @@ class SkyPool(Executor):
         where = ", ".join(str(v) for v in (info.cloud, info.region, info.instance_type) if v) if info else "?"
         header = f"[autoresearch] worker {a.worker.name} ({where}), job {a.job_id}\n"
         path = a.item.job.log_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
         a.log = header + text
-        tmp.write_text("".join(a.item.earlier_logs) + a.log)
-        os.replace(tmp, path)
+        # never through a link planted in the session folder
+        anchor = self.repo_dir if path.is_relative_to(self.repo_dir) else path.parent
+        anchor.mkdir(parents=True, exist_ok=True)
+        safefs.write_text(anchor, path, "".join(a.item.earlier_logs) + a.log)
 
     def _lost(self, a: _Attempt, why: str) -> bool:
         item, exp_id = a.item, a.item.job.experiment_id
