@@ -26,12 +26,44 @@ out="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" 
 echo "$out"
 grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
 
-echo "check_plugin: claude --plugin-dir . -p (the session's init: skills, the /autoresearch entry, agents)" >&2
-init="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" --plugin-dir "$root" -p hi \
-        --output-format stream-json --verbose 2>&1 | grep '"subtype":"init"' || true)"
+echo "check_plugin: claude --plugin-dir . -p in a repository with a session (hooks, skills, agents)" >&2
+# A session made through the MCP server, then a Claude Code start in it: no login is needed to load
+# the plugin and run its SessionStart hook, and stream-json shows both.
+python - "$work/session" <<'PY'
+import subprocess, sys
+from pathlib import Path
+
+import anyio
+from mcp import Client
+
+from autoresearch_mcp.app import build_server
+
+repo = Path(sys.argv[1])
+repo.mkdir()
+(repo / "autoresearch.sh").write_text('#!/usr/bin/env bash\ncase "$1" in bench) echo METRIC score=7 ;; esac\n')
+(repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=ci", "-c", "user.email=ci@example.com",
+                                                           "commit", "-q", "-m", "bench"]):
+    subprocess.run(["git", *args], cwd=repo, check=True)
+
+
+async def main() -> None:
+    async with Client(build_server()) as c:
+        result = await c.call_tool("start_session", {"repo": str(repo), "metric": "score", "direction": "higher",
+                                                     "tag": "ci"})
+        assert not result.is_error, result
+
+anyio.run(main)
+PY
+stream="$(cd "$work/session" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" --plugin-dir "$root" -p hi \
+          --output-format stream-json --verbose 2>&1 || true)"
+init="$(grep '"subtype":"init"' <<<"$stream" || true)"
 for want in '"autoresearch:autoresearch"' '"autoresearch:researcher"' '"autoresearch:change-reviewer"'; do
   grep -q "$want" <<<"$init" || { echo "check_plugin: claude does not load $want" >&2; exit 1; }
 done
+started="$(grep '"subtype":"hook_response".*"hook_event":"SessionStart"' <<<"$stream" || true)"
+grep -q '"exit_code":0' <<<"$started" && grep -q 'Session ci (autoresearch/ci)' <<<"$started" || {
+  echo "check_plugin: the SessionStart hook did not show the session: $started" >&2; exit 1; }
 
 echo "check_plugin: MCP Inspector tools/list" >&2
 listing="$(cd "$work" && timeout 120 "$tools/node_modules/.bin/mcp-inspector" --cli autoresearch-mcp serve --method tools/list)"

@@ -490,6 +490,7 @@ async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: MakePool) -> None:
     from mcp import Client
 
+    from autoresearch_mcp import hooks
     from autoresearch_mcp.app import build_server
     from autoresearch_mcp.executors import skypilot
 
@@ -519,5 +520,10 @@ async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers
         assert r.structured_content["worker"].startswith("ar-") and r.structured_content["cost_usd"] > 0
         r = await c.call_tool("list_experiments", {})
         assert r.structured_content["cost_usd"] > 0
+        reminder = hooks.stop({"hook_event_name": "Stop", "cwd": str(repo), "stop_hook_active": False})
+        assert reminder and "cloud workers may still be up" in reminder["reason"]
         r = await c.call_tool("stop_workers", {"mode": "down"})
         assert len(r.structured_content["released"]) == 1 and fake.vms == {}
+    # the Stop hook reminded of the worker until stop_workers released it
+    assert r.structured_content["released"][0] in reminder["reason"]
+    assert hooks.stop({"hook_event_name": "Stop", "cwd": str(repo), "stop_hook_active": False}) is None

@@ -267,7 +267,7 @@ def build_server() -> MCPServer[AppState]:
         """Release the session's cloud machines (sky executor) when the session ends or pauses; logs are
         saved first."""
         session = _state(ctx).require_session()
-        released = session.manager.executor.release(mode)
+        released = session.manager.release_workers(mode)
         return StopWorkersResult(released=released, mode=mode,
                                  message=f"{len(released)} worker(s) {'stopped' if mode == 'stop' else 'downed'}")
 

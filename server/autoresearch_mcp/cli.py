@@ -1,4 +1,4 @@
-"""The command line: `autoresearch-mcp [serve]`, `demo`, `report`, `--version`."""
+"""The command line: `autoresearch-mcp [serve]`, `demo`, `report`, `hook`, `--version`."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="also chart this metric (repeatable)")
     report.add_argument("--finalize", action="store_true",
                         help="also turn the session's commits into independent review branches")
+    hook = sub.add_parser("hook", help="run one of the plugin's Claude Code hooks (the event's JSON on stdin)")
+    hook.add_argument("name", choices=["session-start", "stop", "guard"])
     return parser
 
 
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         from autoresearch_mcp import demo
 
         return demo.main(keep=args.keep)
+    if args.command == "hook":
+        from autoresearch_mcp import hooks
+
+        return hooks.main([args.name])
     return _report(args.repo, args.secondary, args.finalize)
 
 

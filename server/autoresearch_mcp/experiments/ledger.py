@@ -1,8 +1,9 @@
 """The append-only ledger: `.autoresearch/ledger.jsonl`, one JSON object a line, the source of truth.
 
-Each record has a `type` (`session`, `launch`, `status`, `result`, `commit`) and, except for
-`session`, an `experiment_id`. Records are never rewritten; the current state of an experiment is
-the fold of its records, so the ledger survives restarts and every summary can be recomputed.
+Each record has a `type` (`session`, `launch`, `status`, `result`, `commit`, `workers`) and, except
+for `session` and `workers` (stop_workers released the session's machines), an `experiment_id`.
+Records are never rewritten; the current state of an experiment is the fold of its records, so the
+ledger survives restarts and every summary can be recomputed.
 """
 
 from __future__ import annotations

@@ -98,6 +98,12 @@ class ExperimentManager:
             self._append({"type": "status", "experiment_id": e.experiment_id, "status": "lost",
                           "detail": "the server stopped while this experiment ran; launch it again"})
 
+    def release_workers(self, mode: str) -> list[str]:
+        """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""
+        released = self.executor.release(mode)
+        self._append({"type": "workers", "session_id": self.config.session_id, "mode": mode, "released": released})
+        return released
+
     # --- launch --------------------------------------------------------------------------------
 
     def launch(

@@ -1,0 +1,182 @@
+"""The plugin's hooks, run as Claude Code runs them: `hooks/run <hook>` with the event's JSON on stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.hooks import cloud_workers
+from conftest import git, init_repo, script_repo
+from helpers import call, wait_final
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "hooks" / "run"
+
+
+def run_hook(hook: str, event: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),  # no plugin venv: the installed package
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **env}
+    environ.pop("AUTORESEARCH_PLUGIN_DATA", None)
+    environ.pop("CLAUDE_PLUGIN_DATA", None)
+    return subprocess.run(["bash", str(RUN), hook], input=json.dumps(event), capture_output=True, text=True,
+                          env=environ, cwd=event["cwd"], timeout=120)
+
+
+def bash_event(cwd: Path, command: str) -> dict[str, Any]:
+    """A PreToolUse event as Claude Code sends it for the Bash tool."""
+    return {"session_id": "5e1f4c2a", "transcript_path": str(cwd / "t.jsonl"), "cwd": str(cwd),
+            "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {"command": command, "description": "run a command"}, "tool_use_id": "toolu_01"}
+
+
+def stop_event(cwd: Path, active: bool = False) -> dict[str, Any]:
+    return {"session_id": "5e1f4c2a", "transcript_path": str(cwd / "t.jsonl"), "cwd": str(cwd),
+            "permission_mode": "default", "hook_event_name": "Stop", "stop_hook_active": active,
+            "last_assistant_message": "Done for now."}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "r"
+    path.mkdir()
+    (path / "a.txt").write_text("a\n")
+    init_repo(path)
+    git(path, "branch", "autoresearch/x")
+    git(path, "branch", "feature")
+    return path
+
+
+def test_a_commit_on_a_session_branch_is_denied_and_on_main_allowed(repo: Path, tmp_path: Path) -> None:
+    allowed = run_hook("guard", bash_event(repo, "git commit -am 'tweak'"), tmp_path)
+    assert allowed.returncode == 0 and allowed.stderr == ""
+    git(repo, "checkout", "-q", "autoresearch/x")
+    denied = run_hook("guard", bash_event(repo, "git commit -am 'tweak'"), tmp_path)
+    assert denied.returncode == 2  # exit 2 blocks the call; stderr is the reason Claude reads
+    assert "autoresearch/x" in denied.stderr and "commit_winner" in denied.stderr
+
+
+@pytest.mark.parametrize(("command", "on_session_branch", "denied"), [
+    ("git reset --hard HEAD~1", True, True),
+    ("git reset --hard HEAD~1", False, False),
+    ("git status && git log --oneline -3", True, False),
+    ("cd sub; git -c core.pager=cat commit -m x", True, True),
+    ("bash -c 'git commit -m \"from a script\"'", True, True),
+    ("git checkout autoresearch/x && git commit -m x", False, True),
+    ("git checkout feature && git commit -m x", True, False),
+    ("git push --force origin autoresearch/x", False, True),
+    ("git push -f", True, True),
+    ("git push --force-with-lease origin feature", True, False),
+    ("git push origin +autoresearch/x", False, True),
+    ("git push origin --delete autoresearch/x", False, True),
+    ("git push origin :autoresearch/x", False, True),
+    ("git push origin autoresearch/x", True, False),
+    ("git branch -D autoresearch/x-review/01-fuse", False, True),
+    ("git branch --delete --force autoresearch/x", False, True),
+    ("git branch -d feature", True, False),
+    ("git branch autoresearch/y", False, False),
+    ("echo 'no git here' | wc -l", True, False),
+])
+def test_the_guard_protects_only_autoresearch_branches(
+        repo: Path, tmp_path: Path, command: str, on_session_branch: bool, denied: bool) -> None:
+    (repo / "sub").mkdir()
+    if on_session_branch:
+        git(repo, "checkout", "-q", "autoresearch/x")
+    result = run_hook("guard", bash_event(repo, command), tmp_path)
+    assert result.returncode == (2 if denied else 0), result.stderr
+    assert ("commit_winner" in result.stderr) == denied
+
+
+def test_a_failing_guard_denies_instead_of_failing_open(repo: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-bin"
+    broken.mkdir()
+    (broken / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (broken / "python3").chmod(0o755)
+    result = run_hook("guard", bash_event(repo, "git commit -m x"), tmp_path,
+                      PATH=f"{broken}{os.pathsep}{os.environ['PATH']}")
+    assert result.returncode == 2 and "refused to be safe" in result.stderr
+    other = run_hook("guard", bash_event(repo, "ls -la"), tmp_path, PATH=f"{broken}{os.pathsep}{os.environ['PATH']}")
+    assert other.returncode == 0  # commands without git never reach python
+
+
+def test_session_start_prints_the_sessions_state_and_nothing_elsewhere(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    init_repo(plain)
+    event = {"session_id": "5e1f4c2a", "transcript_path": "t.jsonl", "hook_event_name": "SessionStart",
+             "source": "startup"}
+    quiet = run_hook("session-start", {**event, "cwd": str(plain)}, tmp_path)
+    assert quiet.returncode == 0 and quiet.stdout == ""
+
+    repo = script_repo(tmp_path, "echo METRIC score=$((100 + RANDOM % 3))")
+
+    async def prepare() -> None:
+        async with Client(build_server()) as c:
+            await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="s")
+            await call(c, "add_note", text="diff_backends: RMS_NORM+MUL fused in CUDA, not on CPU")
+
+    anyio.run(prepare)
+    shown = run_hook("session-start", {**event, "source": "compact", "cwd": str(repo)}, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "Session s (autoresearch/s)" in shown.stdout and "score, higher is better" in shown.stdout
+    assert "RMS_NORM+MUL fused in CUDA" in shown.stdout and "list_experiments" in shown.stdout
+
+
+def test_stop_reminds_once_while_an_experiment_runs(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, 'if [ -e slow ]; then sleep 2; fi; echo METRIC score=$((100 + RANDOM % 3))')
+    seen: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    async def scenario() -> str:
+        async with Client(build_server()) as c:
+            await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="s")
+            seen["idle"] = run_hook("stop", stop_event(repo), tmp_path)
+            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+                                  patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
+            seen["busy"] = run_hook("stop", stop_event(repo), tmp_path)
+            seen["again"] = run_hook("stop", stop_event(repo, active=True), tmp_path)
+            await wait_final(c, launched["experiment_id"])
+            seen["done"] = run_hook("stop", stop_event(repo), tmp_path)
+            return str(launched["experiment_id"])
+
+    experiment_id = anyio.run(scenario)
+    assert seen["idle"].returncode == 0 and seen["idle"].stdout == ""
+    decision = json.loads(seen["busy"].stdout)
+    assert decision["decision"] == "block" and experiment_id in decision["reason"]
+    assert "fetch_sky_logs" in decision["reason"]
+    assert seen["again"].stdout == ""  # never twice in a row: Claude may end its turn
+    assert seen["done"].stdout == ""  # quiet once everything finished
+
+
+def test_without_the_environment_the_stop_hook_installs_nothing(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    init_repo(plain)
+    bare_path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                if not (Path(p) / "autoresearch-mcp").exists())
+    result = run_hook("stop", stop_event(plain), tmp_path, PATH=bare_path)
+    assert result.returncode == 0 and result.stdout == ""
+    assert not (tmp_path / "data" / "autoresearch-mcp").exists()
+
+
+def test_cloud_workers_are_those_used_since_the_last_stop_workers() -> None:
+    records = [
+        {"type": "launch", "experiment_id": "a", "session_id": "s1"},
+        {"type": "status", "experiment_id": "a", "status": "running", "runtime": {"cluster": "ar-s1-0"}},
+        {"type": "launch", "experiment_id": "b", "session_id": "other"},
+        {"type": "status", "experiment_id": "b", "status": "running", "runtime": {"cluster": "ar-other-0"}},
+    ]
+    assert cloud_workers(records, "s1") == ["ar-s1-0"]
+    released = [*records, {"type": "workers", "session_id": "s1", "mode": "down", "released": ["ar-s1-0"]}]
+    assert cloud_workers(released, "s1") == []
+    again = [*released, {"type": "status", "experiment_id": "a", "status": "done", "runtime": {"cluster": "ar-s1-1"}}]
+    assert cloud_workers(again, "s1") == ["ar-s1-1"]
