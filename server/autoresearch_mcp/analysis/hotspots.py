@@ -109,7 +109,8 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
             # The benchmark lock: a profile must not overlap a measurement, nor be disturbed by one.
             with runner.file_lock(str(worktrees.machine_lock())):
                 rec = runner.run_command(
-                    [perf, "record", "-F", str(FREQUENCY_HZ), "-o", str(data), "--", "bash", f"./{BENCH_SCRIPT}",
+                    [perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--", "bash",
+                     f"./{BENCH_SCRIPT}",
                      "bench"], tree, config.timeouts.bench, env=runner.bench_env(role, 0, config.threads),
                     log=log, stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S)
         if not data.exists() or data.stat().st_size == 0:
