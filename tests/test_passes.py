@@ -162,6 +162,46 @@ def test_alternative_branches_and_barriers_separate_passes(tmp_path: Path) -> No
     assert not [f for f in result.findings if f.function == "threaded"]
 
 
+def test_cases_of_a_switch_are_alternatives_even_with_nested_ifs(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void fill(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 0.0f; }
+        void set(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 1.0f; }
+        void dispatch(float *y, int n, int type, int sub) {
+            switch (type) {
+                case 0: { if (sub) { fill(y, n); } else { set(y, n); } } break;
+                case 1: { if (sub) { set(y, n); } } break;
+                default: fill(y, n);
+            }
+        }
+    """)
+    assert not [f for f in result.findings if f.function == "dispatch"]
+
+
+def test_calls_of_helpers_that_walk_their_parameters_are_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        static void rms_norm(const float *x, float *out, int n) {
+            float ss = 0.0f;
+            for (int i = 0; i < n; i++) ss += x[i] * x[i];
+            for (int i = 0; i < n; i++) out[i] = x[i] / ss;
+        }
+        static void mul(const float *a, const float *b, float *out, int n) {
+            for (int i = 0; i < n; i++) out[i] = a[i] * b[i];
+        }
+        static float first(const float *a) { return a[0]; }
+        void forward(const float *x, const float *w, float *y, float *tmp, int n) {
+            rms_norm(x, tmp, n);
+            mul(tmp, w, y, n);
+            float f = first(y);
+            mul(tmp, &f, y, 1);
+        }
+    """)
+    tmp = [f for f in result.findings if f.function == "forward" and f.buffer == "tmp"]
+    assert [(f.kind, f.passes[0].code, f.passes[1].code) for f in tmp] == [
+        ("write_then_read", "rms_norm(x, tmp, n);", "mul(tmp, w, y, n);"),
+        ("read_then_read", "mul(tmp, w, y, n);", "mul(tmp, &f, y, 1);")]
+    assert "consume it in the same loop" in tmp[0].suggestion  # the RMS_NORM + MUL fusion
+
+
 def test_single_element_copies_and_register_arrays_are_not_passes(tmp_path: Path) -> None:
     result = scan(tmp_path, """
         #include <string.h>

@@ -167,11 +167,68 @@ def short_name(name: str) -> str:
     return plain.split("::")[-1].split()[-1] if plain else name
 
 
+class Helpers:
+    """What the functions defined in the scanned files do to their pointer parameters.
+
+    A call to a function that walks a parameter (a loop over it, a memcpy into it) is a pass over
+    the argument, so `op(x, tmp); op2(tmp, y)` is two passes over tmp, whatever the helpers are called.
+    Computed on first use, once per function; a recursive call is not followed.
+    """
+
+    def __init__(self, definitions: dict[str, tree_sitter.Node]) -> None:
+        self.definitions = definitions
+        self._modes: dict[str, dict[int, str]] = {}
+        self._busy: set[str] = set()
+
+    def modes(self, name: str) -> dict[int, str]:
+        """Parameter index -> read / write / update, for the parameters the function walks."""
+        known = self._modes.get(name)
+        if known is not None:
+            return known
+        fn = self.definitions.get(name)
+        if fn is None or name in self._busy:
+            return {}
+        self._busy.add(name)
+        try:
+            scan = FunctionScan(fn, self)
+            body = fn.child_by_field_name("body")
+            items = scan.items(body) if body is not None else []
+        finally:
+            self._busy.discard(name)
+        modes: dict[int, str] = {}
+        for index, param in enumerate(_parameters(fn)):
+            if param is None or scan.shapes.get(param) not in ("pointer", "array"):
+                continue
+            reads = any(_of(key, param) for item in items for key in item.reads)
+            writes = any(_of(key, param) for item in items for key in item.writes)
+            if reads or writes:
+                modes[index] = "update" if reads and writes else "write" if writes else "read"
+        self._modes[name] = modes
+        return modes
+
+
+def _of(key: str, param: str) -> bool:
+    """Whether a buffer identity is the parameter or an offset into it (`x`, `x+r*cols`)."""
+    return key == param or key.startswith(param + "+") or key.startswith(param + "-")
+
+
+def _parameters(fn: tree_sitter.Node) -> list[str | None]:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    plist = decl.child_by_field_name("parameters") if decl is not None else None
+    if plist is None:
+        return []
+    return [_declarator_name(p.child_by_field_name("declarator"))[0] if p.type == "parameter_declaration" else None
+            for p in plist.named_children if p.type != "comment"]
+
+
 class FunctionScan:
     """The passes of one function definition, and the pairs of them that share a buffer."""
 
-    def __init__(self, fn: tree_sitter.Node) -> None:
+    def __init__(self, fn: tree_sitter.Node, helpers: Helpers | None = None) -> None:
         self.fn = fn
+        self.helpers = helpers
         self.shapes: dict[str, str] = {}
         self.aliases: dict[str, tree_sitter.Node] = {}
         self._cond = 0
@@ -245,10 +302,11 @@ class FunctionScan:
 
     def _branches(self, branches: list[tree_sitter.Node | None], alts: tuple[tuple[int, int], ...]) -> list[Item]:
         self._cond += 1
+        cond = self._cond  # nested conditionals take the next ids
         out: list[Item] = []
         for i, branch in enumerate(branches):
             if branch is not None:
-                out.extend(self._statement(branch, (*alts, (self._cond, i))))
+                out.extend(self._statement(branch, (*alts, (cond, i))))
         return out
 
     def _statement(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
@@ -365,7 +423,7 @@ class FunctionScan:
                 _record(item, src, "read")
             return item
         if not VECTOR_HELPER.match(name) or len(args) < 2:
-            return None
+            return self._helper_pass(item, name, args, drop)
         buffers: list[tuple[int, tuple[str, str, str]]] = []
         for i, arg in enumerate(args[1:], start=1):
             a = _unwrap(arg)
@@ -387,6 +445,15 @@ class FunctionScan:
         for _, found in rest:
             _record(item, found, "read")
         return item
+
+    def _helper_pass(self, item: Item, name: str, args: list[tree_sitter.Node], drop: frozenset[str]) -> Item | None:
+        """A call of a function defined in the scanned files that walks some of its pointer parameters."""
+        modes = self.helpers.modes(name) if self.helpers is not None else {}
+        for index, mode in modes.items():
+            found = self.pointer(args[index], drop) if index < len(args) else None
+            if found is not None:
+                _record(item, found, mode)
+        return item if item.is_pass else None
 
     def _loop(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
         """A loop nest as one item: a pass when a non-constant loop in it indexes a buffer."""
@@ -678,6 +745,8 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
     scanned = 0
     notes: list[str] = []
     selective = functions is not None or hotness is not None
+    parsed: list[tuple[Path, list[tuple[str, tree_sitter.Node]]]] = []
+    definitions: dict[str, tree_sitter.Node] = {}
     for path in files:
         try:
             data = path.read_bytes()
@@ -690,17 +759,20 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         if functions is not None and not hot_file and not any(name.encode() in data for name in functions):
             continue
         tree = _parser(path.suffix not in C_SUFFIXES).parse(data)
+        named = [(name, fn) for fn in _functions(tree) for name in [function_name(fn)] if name is not None]
+        for name, fn in named:
+            definitions.setdefault(name, fn)
+        parsed.append((path, named))
+    helpers = Helpers(definitions)
+    for path, named in parsed:
         shown = str(path.relative_to(base)) if base is not None and path.is_relative_to(base) else str(path)
-        for fn in _functions(tree):
-            name = function_name(fn)
-            if name is None:
-                continue
+        for name, fn in named:
             share = hotness.of(name, path, fn) if hotness is not None else None
             if selective and share is None and name not in (functions or ()):
                 continue
             found_names.add(name)
             scanned += 1
-            findings.extend(_scan(fn, name, shown, share))
+            findings.extend(_scan(fn, name, shown, share, helpers))
     if functions is not None:
         missing = sorted(functions - found_names)
         if missing:
@@ -711,8 +783,8 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         functions_scanned=scanned, elapsed_s=round(time.perf_counter() - t0, 3), notes=notes)
 
 
-def _scan(fn: tree_sitter.Node, name: str, file: str, share: float | None) -> list[PassFinding]:
-    scan = FunctionScan(fn)
+def _scan(fn: tree_sitter.Node, name: str, file: str, share: float | None, helpers: Helpers) -> list[PassFinding]:
+    scan = FunctionScan(fn, helpers)
     seen: set[tuple[int, int, str]] = set()
     out: list[PassFinding] = []
     for sequence in scan.blocks():
