@@ -148,3 +148,17 @@ def test_a_line_compiled_in_another_worktree_is_shown_relative_to_this_one(tmp_p
     assert hotspots._in_tree(tmp_path / "tree-a" / "backend" / "ops.c", tree) == Path("backend/ops.c")
     assert hotspots._in_tree(tree / "backend" / "ops.c", tree) == Path("backend/ops.c")
     assert hotspots._in_tree(Path("/usr/include/stdio.h"), tree) is None
+
+
+@needs_perf
+@pytest.mark.anyio
+async def test_without_debug_info_functions_are_named_and_found_by_name(example_repo: Path) -> None:
+    async with Client(build_server(), mode="legacy") as client:  # the example's own flags: no -g
+        await call(client, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher",
+                   tag="nog")
+        prof = await call(client, "profile_hotspots", top=3)
+        assert prof["functions"][0]["dso"] == "normsoft" and not prof["functions"][0]["lines"]
+        assert any("-g" in note and "RelWithDebInfo" in note for note in prof["notes"])
+        found = await call(client, "find_passes", profile_id=prof["profile_id"])
+        # the hot symbols are looked up by name in the repository (git grep), then scanned
+        assert {f["function"] for f in found["findings"]} & {"ns_cpu_forward", "cpu_soft_max"}
