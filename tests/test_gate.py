@@ -58,7 +58,7 @@ def answer_bytes(result: Any) -> int:
 
 
 @pytest.mark.parametrize("path", [".autoresearch/config.json", ".autoresearch/ledger.jsonl", ".AutoResearch/x",
-                                  ".gitattributes", "src/.gitattributes", ".gitmodules"])
+                                  ".gitattributes", "src/.gitattributes", ".gitmodules", "AUTORESEARCH.SH"])
 async def test_a_candidate_never_writes_into_the_session_folder_or_checkout_rules(repo: Path, path: str) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -476,3 +476,28 @@ async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: 
     with anyio.fail_after(30):
         while alive(pid):
             await anyio.sleep(0.2)
+
+
+async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(tmp_path: Path) -> None:
+    pidfile = tmp_path / "escaped.pid"
+    repo = script_repo(tmp_path, f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
+                                 f"</dev/null >/dev/null 2>&1 & sleep 60; fi; {NOISY_VALUE}")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=str(repo),
+                                   env=dict(os.environ))
+    with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
+        async with Client(params) as c:
+            await session(c, repo)
+            await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
+            with anyio.fail_after(60):
+                while escaped_pid(pidfile) is None:
+                    await anyio.sleep(0.1)
+            server = next(p for p in psutil.Process().children() if "autoresearch_mcp" in " ".join(p.cmdline()))
+            server.kill()  # kill -9: no chance to clean up
+            server.wait(10)
+            await call(c, "list_experiments")
+    pid = escaped_pid(pidfile)
+    assert pid is not None and alive(pid)
+    async with Client(params) as c:  # the new server resumes the session and recovers the lost experiment
+        listing = await call(c, "list_experiments")
+    assert [e["status"] for e in listing["experiments"]] == ["lost"]
+    assert not alive(pid)

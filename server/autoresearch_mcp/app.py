@@ -253,8 +253,8 @@ def build_server() -> MCPServer[AppState]:
         ctx: Context[AppState],
         experiment_id: Annotated[str, Field(description="the experiment to stop")],
     ) -> CancelResult:
-        """Stop a queued or running experiment you no longer need: kills its processes, removes its
-        worktree."""
+        """Stop a queued or running experiment you no longer need: kills every process it started;
+        finished builds stay cached for reuse."""
         return _state(ctx).require_session().manager.cancel(experiment_id)
 
     @server.tool(annotations=_annotations(destructive=True, idempotent=True, open_world=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from autoresearch_mcp import safefs
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.session import state_dir
 
@@ -36,8 +37,7 @@ def add(root: Path, text: str, now: dt.datetime | None = None) -> tuple[Path, in
     lines = body.splitlines()
     entry = f"- {stamp}: {lines[0]}\n" + "".join(f"  {line}\n" for line in lines[1:])
     path = notes_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
+    with safefs.open_write(root, path, "a") as fh:  # never through a link planted in .autoresearch/
         if fh.tell() == 0:
             fh.write(_HEADER)
         fh.write(entry)

@@ -29,8 +29,7 @@ from autoresearch_mcp.settings import Settings
 log = logging.getLogger(__name__)
 
 STATE_DIR = ".autoresearch"
-BENCH_SCRIPT = "autoresearch.sh"
-CHECKS_SCRIPT = "autoresearch.checks.sh"
+BENCH_SCRIPT, CHECKS_SCRIPT = snapshot.SCRIPTS
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SPREAD_WARN_PCT = 5.0
 VALIDATION_RUNS = 2

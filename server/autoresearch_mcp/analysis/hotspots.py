@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoresearch_mcp import safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.experiments import runner, snapshot
@@ -95,13 +96,12 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     root = Path(repo.working_dir)
     profile_id = uuid.uuid4().hex[:10]
     out_dir = profiles_dir(root)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    safefs.ensure_dir(root, out_dir)  # the server's files are never written through a link
     data = out_dir / f"{profile_id}.perf.data"
     worktrees = executor.worktrees
     tree = worktrees.acquire(commit)
     try:
-        (state_dir(root) / "logs").mkdir(parents=True, exist_ok=True)
-        with open(state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
+        with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
             built = runner.build_tree(str(tree), config.timeouts.build, log, snapshot.tree_of(repo, commit),
                                       machine_lock=str(worktrees.machine_lock()))
             if built.command is not None and not built.command.ok:
@@ -126,14 +126,14 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
         ranked = sorted(functions.values(), key=lambda f: -f.samples)[:SAVED_FUNCTIONS]
         hot = [_hot_function(f, total, tree, root) for f in ranked]
         report_path = out_dir / f"{profile_id}.txt"
-        report_path.write_text(report.output)
+        safefs.write_text(root, report_path, report.output)
     finally:
         worktrees.release(tree)
     notes = _notes(hot, event, rec)
     saved = ProfileResult(profile_id=profile_id, build=build, commit=commit, event=event, total_samples=total,
                           functions=hot, report_path=str(report_path), perf_data_path=str(data),
                           bench_exit_code=rec.exit_code, notes=notes)
-    (out_dir / f"{profile_id}.json").write_text(saved.model_dump_json())
+    safefs.write_text(root, out_dir / f"{profile_id}.json", saved.model_dump_json())
     shown = [f.model_copy(update={"lines": f.lines[:lines]}) for f in hot[:top]]
     return saved.model_copy(update={"functions": shown})
 

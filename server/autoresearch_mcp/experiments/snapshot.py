@@ -161,9 +161,10 @@ def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
 
 # Always protected, whatever the config says: the session folder (config, ledger, logs: the evidence),
 # and the files that change how other files are checked out (attributes: filters, line endings;
-# submodules). Compared case-insensitively, as a case-insensitive file system would.
+# submodules).
 SESSION_DIR = ".autoresearch"
 ALWAYS_PROTECTED_NAMES = (".gitattributes", ".gitmodules")
+SCRIPTS = ("autoresearch.sh", "autoresearch.checks.sh")  # the benchmark and the checks: how a candidate is judged
 
 
 def normalize_protected(entry: str) -> str:
@@ -181,7 +182,7 @@ def normalize_protected(entry: str) -> str:
 def _always_protected(path: str) -> bool:
     folded = path.casefold()
     top = folded.split("/", 1)[0]
-    return top == SESSION_DIR or folded.rsplit("/", 1)[-1] in ALWAYS_PROTECTED_NAMES
+    return top == SESSION_DIR or folded in SCRIPTS or folded.rsplit("/", 1)[-1] in ALWAYS_PROTECTED_NAMES
 
 
 def _is_protected(path: str, pattern: str) -> bool:
@@ -194,10 +195,13 @@ def _is_protected(path: str, pattern: str) -> bool:
 
 
 def protected_changes(changed: list[str], protected: list[str]) -> list[str]:
-    """Changed paths that match a protected path, directory or glob pattern, or are always protected."""
-    patterns = [normalize_protected(p) for p in protected]
+    """Changed paths that match a protected path, directory or glob pattern, or are always protected.
+
+    Compared case-insensitively: on a case-insensitive file system (macOS, Windows) AUTORESEARCH.SH is
+    checked out over autoresearch.sh."""
+    patterns = [normalize_protected(p).casefold() for p in protected]
     return [path for path in changed
-            if _always_protected(path) or any(_is_protected(path, pat) for pat in patterns)]
+            if _always_protected(path) or any(_is_protected(path.casefold(), pat) for pat in patterns)]
 
 
 def new_gitlinks(repo: git.Repo, base: str, tree: str) -> list[str]:
