@@ -188,16 +188,17 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
         return None
     from autoresearch_mcp.experiments.ledger import Ledger, fold
     from autoresearch_mcp.models import FINAL_STATUSES
-    from autoresearch_mcp.session import load_config, state_dir
 
-    config = load_config(root)
-    if config is None:
-        return None
-    records, _ = Ledger(state_dir(root) / "ledger.jsonl").records()
-    view = fold(records)
-    running = [e for e in view.experiments.values()
-               if e.launch.get("session_id") == config.session_id and e.status not in FINAL_STATUSES]
-    workers = cloud_workers(records, config.session_id)
+    # Stop runs at the end of every turn: the config is read as JSON, since the package's config model
+    # would import the statistics stack (scipy) for its defaults.
+    state = root / ".autoresearch"
+    config = json.loads((state / "config.json").read_text())
+    session_id = str(config.get("session_id"))
+    records, _ = Ledger(state / "ledger.jsonl").records()
+    running = [e for e in fold(records).experiments.values()
+               if e.launch.get("session_id") == session_id and e.status not in FINAL_STATUSES]
+    workers = cloud_workers(records, session_id)
+    idle_minutes = (config.get("sky") or {}).get("idle_minutes_to_autostop", "some")
     if not running and not workers:
         return None
     parts = []
@@ -208,7 +209,7 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
                      "or tell the person they are still running")
     if workers:
         parts.append(f"cloud workers may still be up and costing money: {', '.join(workers)} (autostop downs them "
-                     f"after {config.sky.idle_minutes_to_autostop} idle minutes). If the session is over or paused, "
+                     f"after {idle_minutes} idle minutes). If the session is over or paused, "
                      "call stop_workers")
     return {"decision": "block", "reason": "autoresearch: " + "; ".join(parts) + "."}
 
