@@ -169,7 +169,7 @@ def session_start(event: dict[str, Any]) -> str:
     lines = ["autoresearch: this repository has an optimization session (follow the /autoresearch brief).",
              report.summarize(data)]
     if running:
-        lines.append("Still running when the last server stopped (now lost unless a server is up): "
+        lines.append("Unfinished when the last server stopped (the new server marks them lost; launch them again): "
                      + ", ".join(f"{e.experiment_id} {e.title!r}" for e in running))
     text = notes.read(root, limit=1500)
     lines.append(f"Latest notes ({notes.notes_path(root)}):\n{text}" if text else
