@@ -162,6 +162,22 @@ def test_alternative_branches_and_barriers_separate_passes(tmp_path: Path) -> No
     assert not [f for f in result.findings if f.function == "threaded"]
 
 
+def test_debug_only_loops_are_not_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <assert.h>
+        #include <math.h>
+        void check(float);
+        void k(const float *x, float *y, int n) {
+            for (int i = 0; i < n; i++) y[i] = x[i] * 2.0f;
+        #ifndef NDEBUG
+            for (int i = 0; i < n; i++) check(y[i]);
+        #endif
+            for (int i = 0; i < n; i++) assert(!isnan(y[i]));
+        }
+    """, name="k.cpp")
+    assert result.findings == []
+
+
 def test_cases_of_a_switch_are_alternatives_even_with_nested_ifs(tmp_path: Path) -> None:
     result = scan(tmp_path, """
         void fill(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 0.0f; }

@@ -20,6 +20,7 @@ only with an online formulation (running max and sum, Welford), the others fuse 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import subprocess
@@ -41,7 +42,7 @@ SOURCE_SUFFIXES = C_SUFFIXES | CPP_SUFFIXES
 MAX_FILE_BYTES = 8 * 2**20
 SKIP_DIRS = {".git", ".autoresearch", "build", "node_modules", "third_party", "vendor"}
 
-LOOPS = {"for_statement", "while_statement", "do_statement", "for_range_loop"}
+LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
 COPIES = {"memcpy", "memmove", "std::memcpy", "std::memmove", "__builtin_memcpy", "__builtin_memmove"}
 FILLS = {"memset", "std::memset", "__builtin_memset"}
 VECTOR_HELPER = re.compile(r"^ggml_vec_\w+$")
@@ -75,9 +76,13 @@ class Item:
 
 
 @functools.cache
+def _language(cpp: bool) -> tree_sitter.Language:
+    return tree_sitter.Language(tree_sitter_cpp.language() if cpp else tree_sitter_c.language())
+
+
+@functools.cache
 def _parser(cpp: bool) -> tree_sitter.Parser:
-    lang = tree_sitter.Language(tree_sitter_cpp.language() if cpp else tree_sitter_c.language())
-    return tree_sitter.Parser(lang)
+    return tree_sitter.Parser(_language(cpp))
 
 
 def _text(node: tree_sitter.Node | None) -> str:
@@ -93,19 +98,68 @@ def _walk(node: tree_sitter.Node, skip: frozenset[str] = frozenset()) -> Iterato
             stack.extend(reversed(n.children))
 
 
-def _code_walk(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
-    """The nodes that run in a release build: no lambdas' bodies, no assert arguments."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        if n is not node and (n.type == "lambda_expression" or (n.type == "call_expression" and _callee(n) in ASSERTS)):
-            continue
-        stack.extend(reversed(n.children))
-
-
 def _identifiers(node: tree_sitter.Node) -> set[str]:
     return {_text(n) for n in _walk(node) if n.type == "identifier"}
+
+
+INDEXED = (*LOOPS, "identifier", "call_expression", "subscript_expression", "pointer_expression", "init_declarator",
+           "assignment_expression", "update_expression", "declaration", "parameter_declaration", "lambda_expression")
+
+
+@functools.cache
+def _index_query(cpp: bool) -> tree_sitter.Query:
+    lang = _language(cpp)
+    known = [t for t in INDEXED if lang.id_for_node_kind(t, True)]  # C has no lambdas nor range-for
+    return tree_sitter.Query(lang, "[" + " ".join(f"({t})" for t in known) + "] @node")
+
+
+class NodeIndex:
+    """The nodes of one file the scan asks about, by type and position.
+
+    One query (run by tree-sitter in C) replaces the many subtree walks a loop nest, a statement or
+    a function would otherwise each make; a lookup is a bisection. `code` lookups leave out what a
+    release build does not run or what belongs to another scope: assert arguments, lambda bodies.
+    """
+
+    def __init__(self, root: tree_sitter.Node, cpp: bool) -> None:
+        found = tree_sitter.QueryCursor(_index_query(cpp)).captures(root).get("node", [])
+        found.sort(key=lambda n: (n.start_byte, -n.end_byte))  # document order, parents first
+        self._by_type: dict[str, tuple[list[int], list[tree_sitter.Node]]] = {}
+        for n in found:
+            starts, nodes = self._by_type.setdefault(n.type, ([], []))
+            starts.append(n.start_byte)
+            nodes.append(n)
+        fences = [(n.start_byte, n.end_byte) for n in found
+                  if n.type == "lambda_expression" or (n.type == "call_expression" and _callee(n) in ASSERTS)]
+        self._fence_starts = [a for a, _ in fences]
+        self._fences = fences
+
+    def within(self, node: tree_sitter.Node, types: tuple[str, ...], code: bool = False) -> list[tree_sitter.Node]:
+        """Nodes of `types` inside `node` (itself included), in document order."""
+        out: list[tree_sitter.Node] = []
+        for t in types:
+            starts, nodes = self._by_type.get(t, ([], []))
+            lo, hi = bisect.bisect_left(starts, node.start_byte), bisect.bisect_left(starts, node.end_byte)
+            out.extend(n for n in nodes[lo:hi] if n.end_byte <= node.end_byte and not (code and self._fenced(n, node)))
+        if len(types) > 1:
+            out.sort(key=lambda n: (n.start_byte, -n.end_byte))
+        return out
+
+    def _fenced(self, n: tree_sitter.Node, scope: tree_sitter.Node) -> bool:
+        """Whether n lies inside an assert's arguments or a lambda that lies inside scope."""
+        i = bisect.bisect_right(self._fence_starts, n.start_byte)
+        while i > 0:
+            i -= 1
+            a, b = self._fences[i]
+            if a < scope.start_byte:
+                return False
+            inside_scope = b <= scope.end_byte and (a, b) != (scope.start_byte, scope.end_byte)
+            if inside_scope and a <= n.start_byte and n.end_byte <= b and (a, b) != (n.start_byte, n.end_byte):
+                return True
+        return False
+
+    def identifiers(self, node: tree_sitter.Node) -> set[str]:
+        return {_text(n) for n in self.within(node, ("identifier",))}
 
 
 def _unwrap(node: tree_sitter.Node) -> tree_sitter.Node:
@@ -175,7 +229,7 @@ class Helpers:
     Computed on first use, once per function; a recursive call is not followed.
     """
 
-    def __init__(self, definitions: dict[str, tree_sitter.Node]) -> None:
+    def __init__(self, definitions: dict[str, tuple[tree_sitter.Node, NodeIndex]]) -> None:
         self.definitions = definitions
         self._modes: dict[str, dict[int, str]] = {}
         self._busy: set[str] = set()
@@ -185,12 +239,13 @@ class Helpers:
         known = self._modes.get(name)
         if known is not None:
             return known
-        fn = self.definitions.get(name)
-        if fn is None or name in self._busy:
+        found = self.definitions.get(name)
+        if found is None or name in self._busy:
             return {}
+        fn, nodes = found
         self._busy.add(name)
         try:
-            scan = FunctionScan(fn, self)
+            scan = FunctionScan(fn, nodes, self)
             body = fn.child_by_field_name("body")
             items = scan.items(body) if body is not None else []
         finally:
@@ -226,8 +281,9 @@ def _parameters(fn: tree_sitter.Node) -> list[str | None]:
 class FunctionScan:
     """The passes of one function definition, and the pairs of them that share a buffer."""
 
-    def __init__(self, fn: tree_sitter.Node, helpers: Helpers | None = None) -> None:
+    def __init__(self, fn: tree_sitter.Node, index: NodeIndex, helpers: Helpers | None = None) -> None:
         self.fn = fn
+        self.index = index
         self.helpers = helpers
         self.shapes: dict[str, str] = {}
         self.aliases: dict[str, tree_sitter.Node] = {}
@@ -237,16 +293,15 @@ class FunctionScan:
     # --- symbols -----------------------------------------------------------------------------------
 
     def _declarations(self) -> None:
-        for n in _walk(self.fn):
-            if n.type in ("parameter_declaration", "declaration"):
-                for d in n.children_by_field_name("declarator"):
-                    name, shape = _declarator_name(d)
-                    if name is None:
-                        continue
-                    self.shapes.setdefault(name, shape)
-                    value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-                    if value is not None and shape == "pointer":
-                        self.aliases.setdefault(name, value)
+        for n in self.index.within(self.fn, ("parameter_declaration", "declaration")):
+            for d in n.children_by_field_name("declarator"):
+                name, shape = _declarator_name(d)
+                if name is None:
+                    continue
+                self.shapes.setdefault(name, shape)
+                value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+                if value is not None and shape == "pointer":
+                    self.aliases.setdefault(name, value)
 
     def pointer(self, node: tree_sitter.Node, drop: frozenset[str] = frozenset(),
                 depth: int = 0) -> tuple[str, str, str] | None:
@@ -272,7 +327,7 @@ class FunctionScan:
         if t == "subscript_expression":  # &x[k], or a row of an array of pointers
             base, index = node.child_by_field_name("argument"), _index(node)
             found = self.pointer(base, drop, depth) if base is not None else None
-            if found is None or index is None or _identifiers(index) & drop:
+            if found is None or index is None or self.index.identifiers(index) & drop:
                 return found
             return f"{found[0]}+{_squash(index).strip('[]')}", found[1], found[2]
         if t == "pointer_expression":
@@ -286,7 +341,7 @@ class FunctionScan:
                 found = self.pointer(term, drop, depth) if ptr is None else None
                 if found is not None:
                     ptr = found
-                elif not (_identifiers(term) & drop):
+                elif not (self.index.identifiers(term) & drop):
                     offsets.append(sign + _squash(term))
             return (ptr[0] + "".join(offsets), ptr[1], ptr[2]) if ptr is not None else None
         return None
@@ -366,16 +421,14 @@ class FunctionScan:
 
     def _plain(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
         item = Item(node, alts)
-        item.uses = _identifiers(node)
+        item.uses = self.index.identifiers(node)
         item.defines = self._assigned_scalars(node)
         return item
 
     def _simple(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
         """An expression statement, declaration or return: its helper calls are passes."""
         out: list[Item] = []
-        for call in _code_walk(node):
-            if call.type != "call_expression":
-                continue
+        for call in self.index.within(node, ("call_expression",), code=True):
             name = _callee(call)
             if "barrier" in name.lower() or name == "__syncthreads":
                 out.append(Item(node, alts, what=_code(node), barrier=True))
@@ -384,7 +437,7 @@ class FunctionScan:
             if item is not None:
                 item.node = node
                 item.what = _code(node)
-                item.uses = _identifiers(node)
+                item.uses = self.index.identifiers(node)
                 item.defines |= self._assigned_scalars(node)
                 out.append(item)
         if not out:
@@ -393,7 +446,7 @@ class FunctionScan:
 
     def _assigned_scalars(self, node: tree_sitter.Node) -> set[str]:
         names: set[str] = set()
-        for n in _code_walk(node):
+        for n in self.index.within(node, ("init_declarator", "assignment_expression", "update_expression"), code=True):
             target = None
             if n.type == "init_declarator":
                 target = n.child_by_field_name("declarator")
@@ -460,34 +513,33 @@ class FunctionScan:
         item = Item(node, alts, what=_code(node))
         names: set[str] = set()
         walking = False
-        for n in _code_walk(node):
-            if n.type in LOOPS:
-                own = _loop_vars(n)
-                names |= own
-                walking = walking or (bool(own) and not _constant_trip(n))
+        for n in self.index.within(node, LOOPS, code=True):
+            own = _loop_vars(n)
+            names |= own
+            walking = walking or (bool(own) and not _constant_trip(n))
         loop_vars = frozenset(names)
-        for n in _code_walk(node):
-            if n.type == "call_expression":
-                name = _callee(n)
-                if "barrier" in name.lower():
-                    item.barrier = True
-                call_item = self._call_pass(n, name, alts, loop_vars)
-                if call_item is not None:
-                    _merge(item, call_item)
-                elif walking:
-                    self._pointer_args(n, name, loop_vars, item)
-            elif walking and n.type == "subscript_expression":
+        for n in self.index.within(node, ("call_expression",), code=True):
+            name = _callee(n)
+            if "barrier" in name.lower():
+                item.barrier = True
+            call_item = self._call_pass(n, name, alts, loop_vars)
+            if call_item is not None:
+                _merge(item, call_item)
+            elif walking:
+                self._pointer_args(n, name, loop_vars, item)
+        if walking:
+            for n in self.index.within(node, ("subscript_expression",), code=True):
                 self._subscript(n, loop_vars, item)
-            elif walking and n.type == "pointer_expression" and _operator(n) == "*":
+            for n in self.index.within(node, ("pointer_expression",), code=True):
                 arg = n.child_by_field_name("argument")
-                if arg is not None and _identifiers(arg) & loop_vars:
+                if _operator(n) == "*" and arg is not None and self.index.identifiers(arg) & loop_vars:
                     found = self.pointer(arg, loop_vars)
                     if found is not None:
                         _record(item, found, _assignment_mode(n))
         declared_inside = {
-            name for n in _walk(node) if n.type in ("declaration", "parameter_declaration")
+            name for n in self.index.within(node, ("declaration", "parameter_declaration"))
             for d in n.children_by_field_name("declarator") for name in [_declarator_name(d)[0]] if name}
-        item.uses = _identifiers(node) - declared_inside
+        item.uses = self.index.identifiers(node) - declared_inside
         item.defines |= self._assigned_scalars(node) - declared_inside - loop_vars
         if item.barrier:  # threads meet inside: its passes cannot be merged with a neighbour's
             item.reads.clear()
@@ -497,7 +549,7 @@ class FunctionScan:
     def _subscript(self, n: tree_sitter.Node, loop_vars: frozenset[str], item: Item) -> None:
         """`x[i]` with a loop variable in the index: the loop walks x."""
         base, index = n.child_by_field_name("argument"), _index(n)
-        if base is None or index is None or not (_identifiers(index) & loop_vars):
+        if base is None or index is None or not (self.index.identifiers(index) & loop_vars):
             return
         b = _unwrap(base)
         name = _text(b) if b.type == "identifier" else None
@@ -517,7 +569,7 @@ class FunctionScan:
         store = "store" in name.lower()
         for i, arg in enumerate(args_node.named_children):
             a = _unwrap(arg)
-            if a.type != "binary_expression" or not (_identifiers(a) & loop_vars):
+            if a.type != "binary_expression" or not (self.index.identifiers(a) & loop_vars):
                 continue
             found = self.pointer(a, loop_vars)
             if found is not None:
@@ -531,8 +583,8 @@ class FunctionScan:
         if body is None:
             return
         yield self.items(body)
-        for n in _code_walk(body):
-            if n.type in LOOPS and n is not body:
+        for n in self.index.within(body, LOOPS, code=True):
+            if n != body:
                 inner = n.child_by_field_name("body")
                 if inner is not None:
                     yield self.items(inner) if inner.type == "compound_statement" else self._statement(inner, ())
@@ -745,8 +797,8 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
     scanned = 0
     notes: list[str] = []
     selective = functions is not None or hotness is not None
-    parsed: list[tuple[Path, list[tuple[str, tree_sitter.Node]]]] = []
-    definitions: dict[str, tree_sitter.Node] = {}
+    parsed: list[tuple[Path, NodeIndex, list[tuple[str, tree_sitter.Node]]]] = []
+    definitions: dict[str, tuple[tree_sitter.Node, NodeIndex]] = {}
     for path in files:
         try:
             data = path.read_bytes()
@@ -758,13 +810,15 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         hot_file = hotness is not None and path.resolve() in hotness.by_line
         if functions is not None and not hot_file and not any(name.encode() in data for name in functions):
             continue
-        tree = _parser(path.suffix not in C_SUFFIXES).parse(data)
+        cpp = path.suffix not in C_SUFFIXES
+        tree = _parser(cpp).parse(data)
+        index = NodeIndex(tree.root_node, cpp)
         named = [(name, fn) for fn in _functions(tree) for name in [function_name(fn)] if name is not None]
         for name, fn in named:
-            definitions.setdefault(name, fn)
-        parsed.append((path, named))
+            definitions.setdefault(name, (fn, index))
+        parsed.append((path, index, named))
     helpers = Helpers(definitions)
-    for path, named in parsed:
+    for path, index, named in parsed:
         shown = str(path.relative_to(base)) if base is not None and path.is_relative_to(base) else str(path)
         for name, fn in named:
             share = hotness.of(name, path, fn) if hotness is not None else None
@@ -772,7 +826,7 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
                 continue
             found_names.add(name)
             scanned += 1
-            findings.extend(_scan(fn, name, shown, share, helpers))
+            findings.extend(_scan(FunctionScan(fn, index, helpers), name, shown, share))
     if functions is not None:
         missing = sorted(functions - found_names)
         if missing:
@@ -783,8 +837,8 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         functions_scanned=scanned, elapsed_s=round(time.perf_counter() - t0, 3), notes=notes)
 
 
-def _scan(fn: tree_sitter.Node, name: str, file: str, share: float | None, helpers: Helpers) -> list[PassFinding]:
-    scan = FunctionScan(fn, helpers)
+def _scan(scan: FunctionScan, name: str, file: str, share: float | None) -> list[PassFinding]:
+    fn = scan.fn
     seen: set[tuple[int, int, str]] = set()
     out: list[PassFinding] = []
     for sequence in scan.blocks():
