@@ -375,7 +375,7 @@ class FunctionScan:
                 return self._statement(alternative, alts) if alternative is not None else []
             own = [c for c in node.named_children
                    if c != alternative and c != node.child_by_field_name("condition")
-                   and c.type not in ("identifier",)]
+                   and c.type != "identifier"]  # the name of an #ifdef
             return self._preproc(own, alternative, alts)
         if t == "preproc_else":
             return self.items(node, alts)
@@ -409,14 +409,14 @@ class FunctionScan:
         out: list[Item] = []
         for c in own:
             out.extend(self._statement(c, (*alts, (cond, 0))))
-        index = 1
-        while alternative is not None:
-            branch_alts = (*alts, (cond, index))
+        branch = 1
+        while alternative is not None:  # #elif ... #else: each one more branch of the same conditional
+            branch_alts = (*alts, (cond, branch))
             nxt = alternative.child_by_field_name("alternative")
             for c in alternative.named_children:
                 if c != nxt and c != alternative.child_by_field_name("condition"):
                     out.extend(self._statement(c, branch_alts))
-            alternative, index = nxt, index + 1
+            alternative, branch = nxt, branch + 1
         return out
 
     def _plain(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
@@ -460,7 +460,8 @@ class FunctionScan:
 
     def _call_pass(self, call: tree_sitter.Node, name: str, alts: tuple[tuple[int, int], ...],
                    drop: frozenset[str] = frozenset()) -> Item | None:
-        """memcpy/memmove/memset of more than one element, or a ggml_vec_* helper, as a pass."""
+        """memcpy/memmove/memset of more than one element, a ggml_vec_* helper, or a call of a function
+        of the scanned files that walks its pointer parameters, as a pass."""
         args_node = call.child_by_field_name("arguments")
         args = [a for a in args_node.named_children if a.type != "comment"] if args_node is not None else []
         item = Item(call, alts)
