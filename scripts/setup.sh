@@ -11,6 +11,12 @@ command -v cc >/dev/null || need+=(gcc)
 command -v rsync >/dev/null || need+=(rsync)
 command -v ccache >/dev/null || need+=(ccache)
 if [ "${AUTORESEARCH_BROWSER_TESTS:-1}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
+# The aarch64-qemu platform: cross compilers and user-mode qemu, so ARM paths build and run anywhere.
+if [ "$(uname -m)" != aarch64 ]; then
+  command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+  command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+  command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: apt-get install ${need[*]}" >&2

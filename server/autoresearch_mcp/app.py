@@ -164,10 +164,15 @@ def build_server() -> MCPServer[AppState]:
             ExecutorName | None, Field(description="default local; a resumed session keeps its own")
         ] = None,
         tag: Annotated[str | None, Field(description="branch autoresearch/<tag> (default: the date)")] = None,
+        platforms: Annotated[
+            list[str | dict[str, Any]] | None,
+            Field(max_length=8, description="measured host first, then where winners must also pass: presets "
+                  "(host, aarch64-qemu) or {name, executor, env, emulator, measure, sky}"),
+        ] = None,
     ) -> StartSessionResult:
         """Use first: bind the repo, create or resume branch autoresearch/<tag>, validate the benchmark
         (build once, bench twice). Check raw_metric_lines against the parsed baseline."""
-        return _state(ctx).start_session(repo, metric, direction, executor, tag)
+        return _state(ctx).start_session(repo, metric, direction, executor, tag, platforms)
 
     @server.tool(annotations=_READ_ONLY)
     @_guard

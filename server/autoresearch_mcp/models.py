@@ -66,6 +66,7 @@ class StartSessionResult(BaseModel):
     compiler_cache: str | None = None
     warnings: list[str] = Field(default_factory=list)
     next_steps: list[str] = Field(default_factory=list)
+    platforms: list[str] = Field(default_factory=list, description="each platform and how it was validated")
 
 
 # --- experiments ---------------------------------------------------------------------------------
@@ -108,6 +109,27 @@ class ChecksResult(BaseModel):
     note: str | None = None
 
 
+class PlatformResult(BaseModel):
+    """One platform's part in an experiment: its build, checks and (where measured) verdict."""
+
+    name: str
+    executor: ExecutorName
+    measured: bool
+    emulator: str | None = None
+    status: str = Field(description="a status, or not_run until the host has a winner")
+    worker: str | None = None
+    build: Literal["ok", "failed"] | None = None
+    checks: ChecksResult | None = None
+    verdict: Verdict | None = None
+    delta_pct: float | None = None
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    passed: bool | None = Field(None, description="whether this platform lets the winner through (None: not yet)")
+    summary: str | None = None
+    error: str | None = None
+    cost_usd: float | None = None
+
+
 class FetchResult(BaseModel):
     experiment_id: str
     title: str
@@ -131,6 +153,8 @@ class FetchResult(BaseModel):
     cost_usd: float | None = None
     warnings: list[str] = Field(default_factory=list)
     next_step: str | None = None
+    platforms: list[PlatformResult] = Field(
+        default_factory=list, description="the other platforms of the session (the host is this result itself)")
 
 
 class CommitResult(BaseModel):

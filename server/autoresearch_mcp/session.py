@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from autoresearch_mcp import limits, resources, safefs
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments import runner, snapshot, stats
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.worktrees import Worktrees
@@ -83,6 +84,17 @@ class SessionConfig(BaseModel):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     budget_usd: float | None = None
     sky: SkyConfig = Field(default_factory=SkyConfig)
+    platforms: list[platforms_.Platform] = Field(
+        default_factory=list, description="the host first, then every platform a winner must also work on")
+
+    @property
+    def all_platforms(self) -> list[platforms_.Platform]:
+        """The configured platforms, or the host alone on the session's executor."""
+        return platforms_.effective(self.platforms, self.executor)
+
+    def sky_for(self, platform: platforms_.Platform) -> SkyConfig:
+        """The worker settings of a sky platform: the session's `sky`, with the platform's overrides."""
+        return SkyConfig.model_validate({**self.sky.model_dump(), **platform.sky})
 
     @field_validator("protected")
     @classmethod
@@ -139,6 +151,24 @@ def _validate_args(repo: git.Repo, metric: str, tag: str | None) -> str:
     return tag
 
 
+def _platforms(given: list[Any] | None, executor: ExecutorName | None,
+               previous: SessionConfig | None) -> list[platforms_.Platform]:
+    """The platforms the session will use (given ones replace the config's), checked to run here."""
+    chosen = (platforms_.resolve(given, executor) if given is not None
+              else list(previous.platforms) if previous else [])
+    if given is None and chosen and executor is not None and chosen[0].executor != executor:
+        raise InputError(f"executor={executor!r} but the session's first platform ({chosen[0].name}) runs on "
+                         f"{chosen[0].executor!r}; pass platforms too, or leave executor out")
+    base = previous.sky if previous else SkyConfig()
+    for p in chosen:
+        try:
+            SkyConfig.model_validate({**base.model_dump(), **p.sky})
+        except ValueError as exc:
+            raise InputError(f"platform {p.name}: its `sky` settings are not valid ({exc})") from None
+    platforms_.check_all(chosen)
+    return chosen
+
+
 def _tracks(repo: git.Repo, commit: str, path: str) -> list[str]:
     out = repo.git.ls_tree("-r", "--name-only", "-z", commit, "--", path)
     return [p for p in out.split("\0") if p]
@@ -168,10 +198,12 @@ class Plan:
 
 
 def plan_session(
-    repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
+    repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
+    platforms: list[Any] | None = None,
 ) -> Plan:
     """Check everything start_session needs and decide what it will do, changing nothing (except adding
-    the session folder to .git/info/exclude). A resumed session keeps its executor unless one is given."""
+    the session folder to .git/info/exclude). A resumed session keeps its executor and platforms unless
+    given."""
     repo = snapshot.open_repo(repo_path)
     tag = _validate_args(repo, metric, tag)
     root = Path(repo.working_dir)
@@ -185,6 +217,9 @@ def plan_session(
     snapshot.refuse_if_dirty(repo, "starting a session")
     branch = f"autoresearch/{tag}"
     previous = load_config(root)
+    chosen = _platforms(platforms, executor, previous)
+    if platforms is not None and executor is None:
+        executor = chosen[0].executor
     exists = branch in [h.name for h in repo.heads]
     if exists:
         if previous is None or previous.tag != tag:
@@ -205,17 +240,21 @@ def plan_session(
         if _tracks(repo, head, STATE_DIR):
             raise StateError(f"branch {branch} tracks {STATE_DIR}/, the session's private folder; remove it from "
                              "the branch (git rm -r --cached) before resuming")
-        config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root)})
+        config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root),
+                                             "platforms": chosen})
     else:
         kept = previous.model_dump(include={"protected", "min_effect", "noise_limit", "alpha", "max_pairs",
                                             "timeouts", "sky", "budget_usd", "build_parallelism", "threads",
                                             "drift_limit", "warmup", "default_repeats", "incremental",
                                             "keep_builds"}) if previous else {}
+        kept["platforms"] = chosen
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
             direction=direction, executor=executor or "local", start_commit=head,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **kept,
         )
+    if config.platforms and config.platforms[0].sky:
+        config = config.model_copy(update={"sky": config.sky_for(config.platforms[0])})
     missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not _tracks(repo, head, n)]
     return Plan(repo, config, exists, head, missing)
 
@@ -272,9 +311,10 @@ def _validate_in(
 ) -> tuple[list[BenchRun], float, list[str]]:
     root = Path(config.repo)
     warnings: list[str] = []
+    env = platforms_.job_env(config.all_platforms[0])
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
-                                  machine_lock=str(worktrees.machine_lock()))
+                                  machine_lock=str(worktrees.machine_lock()), env=env)
         build_s = built.duration_s
         build = built.command
         if build is not None and not build.ok:
@@ -285,7 +325,7 @@ def _validate_in(
         for i in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
-                                         env=runner.bench_env("baseline", i, config.threads), log=logf)
+                                         env=runner.bench_env("baseline", i, config.threads, env), log=logf)
             parsed = runner.parse_metrics(res.output)
             run = BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
                            timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
@@ -333,11 +373,31 @@ def compiler_cache() -> str | None:
     return None
 
 
+def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees) -> list[str]:
+    """Build the session head on every extra local platform and run the checks there, so a platform
+    where the unchanged code already fails is an error now, not a refused winner later."""
+    content = snapshot.tree_of(repo, head)
+    lines = [config.all_platforms[0].label + ": validated above"]
+    for p in config.all_platforms[1:]:
+        if p.executor != "local":
+            lines.append(f"{p.label}: checked on its workers once the host has a winner")
+            continue
+        tree = worktrees.acquire(head, p.name)
+        try:
+            root = Path(config.repo)
+            lines.append(platforms_.validate_head(
+                p, str(tree), content, config.timeouts.build, config.timeouts.checks, worktrees.machine_lock(),
+                root, state_dir(root) / "logs" / f"session-validation-{p.name}.log"))
+        finally:
+            worktrees.release(tree)
+    return lines
+
+
 def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
-    settings: Settings,
+    settings: Settings, platforms: list[Any] | None = None,
 ) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
-    plan = plan_session(repo_path, metric, direction, executor, tag)
+    plan = plan_session(repo_path, metric, direction, executor, tag, platforms)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
     common: dict[str, Any] = dict(
@@ -362,6 +422,7 @@ def start_session(
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
     runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees)
+    platform_lines = validate_platforms(repo, config, head, worktrees) if config.platforms else []
     apply_plan(plan)
     summary = baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]
@@ -382,6 +443,7 @@ def start_session(
     result = StartSessionResult(
         **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
+        platforms=platform_lines,
         next_steps=[
             "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",
             "Research before editing: search_arxiv, survey_forks, diff_backends, analyze_bounds.",

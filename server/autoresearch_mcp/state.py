@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import git
 
@@ -14,6 +16,7 @@ from autoresearch_mcp import session as sessions
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.base import Executor
 from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.experiments.platforms import Fleet
 from autoresearch_mcp.experiments.scheduler import ExperimentManager
 from autoresearch_mcp.experiments.worktrees import Worktrees
 from autoresearch_mcp.models import (
@@ -55,6 +58,28 @@ def make_executor(name: str, repo: git.Repo, config: sessions.SessionConfig, set
     return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
 
 
+def make_fleet(repo: git.Repo, config: sessions.SessionConfig, settings: Settings) -> Executor:
+    """The host's executor, plus one per other platform when the session has any.
+
+    Local platforms share the host's worktrees (one LRU, builds in variant folders) and run one job
+    at a time; a sky platform gets a worker pool of its own, with its own cluster names.
+    """
+    from autoresearch_mcp.executors.local import LocalExecutor
+
+    host = make_executor(config.executor, repo, config, settings)
+    extra: dict[str, Executor] = {}
+    for p in config.all_platforms[1:]:
+        if p.executor == "sky":
+            pool_id = hashlib.sha1(f"{config.session_id}/{p.name}".encode()).hexdigest()[:12]
+            extra[p.name] = make_executor("sky", repo, config.model_copy(
+                update={"sky": config.sky_for(p), "session_id": pool_id}), settings)
+        else:
+            worktrees = (host.worktrees if isinstance(host, LocalExecutor)
+                         else Worktrees(repo, settings.cache_dir, config.keep_builds))
+            extra[p.name] = LocalExecutor(repo, worktrees, 1)
+    return Fleet(host, extra) if extra else host
+
+
 @dataclass
 class AppState:
     settings: Settings
@@ -78,7 +103,7 @@ class AppState:
 
     def _bind(self, repo: git.Repo, config: sessions.SessionConfig) -> None:
         ledger = Ledger(sessions.state_dir(Path(repo.working_dir)) / "ledger.jsonl")
-        manager = ExperimentManager(repo, config, ledger, make_executor(config.executor, repo, config, self.settings))
+        manager = ExperimentManager(repo, config, ledger, make_fleet(repo, config, self.settings))
         manager.recover()
         self.session = Session(repo, config, ledger, manager)
 
@@ -88,7 +113,8 @@ class AppState:
         return self.session
 
     def start_session(
-        self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
+        self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
+        platforms: list[Any] | None = None,
     ) -> StartSessionResult:
         # One start at a time: two concurrent starts would both answer success, and only one stay bound.
         if not self._lock.acquire(blocking=False):
@@ -96,13 +122,14 @@ class AppState:
                              "then call start_session again if you still need to")
         try:
             self._starting = f"repo {repo}"
-            return self._start(repo, metric, direction, executor, tag)
+            return self._start(repo, metric, direction, executor, tag, platforms)
         finally:
             self._starting = ""
             self._lock.release()
 
     def _start(
-        self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None
+        self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
+        platforms: list[Any] | None,
     ) -> StartSessionResult:
         old = self.session
         if old is not None:
@@ -113,7 +140,7 @@ class AppState:
                     "wait for them or cancel_experiment them before starting or resuming a session")
         # the bound session stays usable if the new one cannot be opened or validated
         result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
-                                                          self.settings)
+                                                          self.settings, platforms)
         if old is not None:
             old.manager.executor.close()
             self.session = None

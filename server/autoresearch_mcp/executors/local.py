@@ -154,10 +154,11 @@ class LocalExecutor(Executor):
 
     def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
-        base = self.worktrees.acquire(job.base_commit)
+        variant = job.spec.get("worktree_variant")
+        base = self.worktrees.acquire(job.base_commit, variant)
         incremental = bool(job.spec.get("incremental"))
         cand = (self.worktrees.slot(slot, job.candidate_commit) if incremental
-                else self.worktrees.acquire(job.candidate_commit))
+                else self.worktrees.acquire(job.candidate_commit, variant))
         spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": str(base),
                 "candidate_dir": str(cand), "log_path": str(job.log_path),
                 "machine_lock": str(self.worktrees.machine_lock())}

@@ -161,10 +161,12 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
 fi
 # Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
 "$py" - "$inbox" {base} {build_timeout!r} {content} <<'EOF' || true
-import sys
+import json, sys
 sys.path.insert(0, sys.argv[1])
 import runner
-runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, sys.argv[4] or None, machine_lock="machine.lock")
+env = json.load(open(sys.argv[1] + "/job.json")).get("env")  # the platform's, as for the runner's own builds
+runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, sys.argv[4] or None, machine_lock="machine.lock",
+                  env=env)
 EOF
 # A fresh copy of the sources (a build directory cannot move: CMake records absolute paths); the
 # compiler cache, keyed on paths relative to each tree, makes its build reuse the baseline's objects.

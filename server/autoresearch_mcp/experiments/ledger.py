@@ -1,9 +1,11 @@
 """The append-only ledger: `.autoresearch/ledger.jsonl`, one JSON object a line, the source of truth.
 
-Each record has a `type` (`session`, `launch`, `status`, `result`, `commit`, `workers`) and, except
-for `session` and `workers` (stop_workers released the session's machines), an `experiment_id`.
-Records are never rewritten; the current state of an experiment is the fold of its records, so the
-ledger survives restarts and every summary can be recomputed.
+Each record has a `type` (`session`, `launch`, `status`, `result`, `platform`, `commit`, `workers`)
+and, except for `session` and `workers` (stop_workers released the session's machines), an
+`experiment_id`; `platform` records (a status or a result of one of the other platforms a winner is
+checked on) also name their `platform`. Records are never rewritten; the current state of an
+experiment is the fold of its records, so the ledger survives restarts and every summary can be
+recomputed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class ExperimentState:
     updated_at: float = 0.0
     worker: str | None = None
     runtime: dict[str, Any] = field(default_factory=dict)
+    platforms: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its folded records
 
     @property
     def title(self) -> str:
@@ -74,13 +77,16 @@ class ExperimentState:
 
     @property
     def cost_usd(self) -> float | None:
-        cost = (self.result or {}).get("cost_usd")
-        return None if cost is None else float(cost)
+        costs = [c for c in [(self.result or {}).get("cost_usd"), *(p.get("cost_usd") for p in self.platforms.values())]
+                 if c is not None]
+        return float(sum(costs)) if costs else None
 
     @property
     def is_winner(self) -> bool:
-        """Eligible for commit_winner and for "best": it improved and its checks passed."""
-        return self.status == "done" and self.verdict == "improved"
+        """Eligible for commit_winner and for "best": it improved, its checks passed, and no other
+        platform failed it (commit_winner also waits for those still running)."""
+        return (self.status == "done" and self.verdict == "improved"
+                and not any(p.get("passed") is False for p in self.platforms.values()))
 
 
 @dataclass
@@ -168,5 +174,9 @@ def apply(view: LedgerView, rec: dict[str, Any]) -> None:
         exp.result = rec
         exp.status = str(rec["status"])
         exp.worker = rec.get("worker", exp.worker)
+    elif kind == "platform":
+        state = exp.platforms.setdefault(str(rec.get("platform")), {})
+        state.update({k: v for k, v in rec.items() if k not in ("type", "experiment_id", "platform", "runtime")})
+        state["runtime"] = {**state.get("runtime", {}), **(rec.get("runtime") or {})}
     elif kind == "commit":
         exp.commit = rec

@@ -290,8 +290,8 @@ def run_command(
     return CommandResult(list(argv), None if timed_out else proc.returncode, duration, timed_out, text)
 
 
-def bench_env(role: str, index: int, threads: int | None) -> dict[str, str]:
-    env = dict(os.environ)
+def bench_env(role: str, index: int, threads: int | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(extra or {})}
     env["AUTORESEARCH_ROLE"] = role
     env["AUTORESEARCH_RUN"] = str(index)
     env["AUTORESEARCH_THREADS"] = str(threads or os.cpu_count() or 1)
@@ -448,8 +448,11 @@ class BuildResult:
 
 def build_tree(
     tree: str, timeout_s: float, log: Any, content: str | None = None, machine_lock: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> BuildResult:
     """Build one tree unless it already holds a build of `content` (a git tree id).
+
+    `env` (a platform's: cross compiler, AUTORESEARCH_PLATFORM...) comes on top of the process's.
 
     The marker records which content was built, so a persistent build directory that moved to
     other content builds again (incrementally), while a tree with the same content is reused.
@@ -468,8 +471,8 @@ def build_tree(
         log.flush()
         stats = Path(tree).parent / (Path(tree).name + ".ccache-stats")
         stats.unlink(missing_ok=True)
-        env = {**os.environ, **compiler_cache_env(tree, str(stats))}
-        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, env=env, log=log)
+        full = {**os.environ, **compiler_cache_env(tree, str(stats)), **(env or {})}
+        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, env=full, log=log)
         cache = _cache_counts(stats)
         stats.unlink(missing_ok=True)
         if res.ok:
@@ -489,7 +492,7 @@ def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any],
     log.write(f"[autoresearch] bench {role} run {index}\n")
     log.flush()
     res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
-                      env=bench_env(role, index, job.get("threads")), log=log)
+                      env=bench_env(role, index, job.get("threads"), job.get("env")), log=log)
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
     if res.timed_out:
@@ -533,7 +536,8 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
 
     emit("status", status="building")
     for role, tree in (("baseline", base), ("candidate", cand)):
-        built = build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"))
+        built = build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"),
+                           job.get("env"))
         out.build[role] = built.record()
         res = built.command
         if res is not None and not res.ok:
@@ -547,15 +551,18 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     design = job["design"]
     rng = random.Random(job.get("seed"))
     looks = {n: k for k, n in enumerate(design["looks"])}
-    emit("status", status="running")
+    # An unmeasured platform (an emulator: its timings mean nothing) builds and runs the checks only.
+    measured = job.get("measure", True)
+    if measured:
+        emit("status", status="running")
     t1 = time.monotonic()
-    with file_lock(job.get("machine_lock")):
+    with file_lock(job.get("machine_lock") if measured else None):
         # Lock wait is not bench time: the clock starts once this worker is ours.
         t1 = time.monotonic()
-        for w in range(design.get("warmup", 0)):
+        for w in range(design.get("warmup", 0) if measured else 0):
             for role, tree in (("baseline", base), ("candidate", cand)):
                 out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
-        for i in range(design["looks"][-1]):
+        for i in range(design["looks"][-1] if measured else 0):
             # Randomized order within each pair: drift and a noisy neighbour hit both sides alike,
             # and neither side systematically runs first (warm caches, turbo budget).
             order = [("baseline", base), ("candidate", cand)]
@@ -587,7 +594,8 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             log.write("[autoresearch] checks\n")
             log.flush()
             with file_lock(job.get("machine_lock"), shared=True):
-                res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"], log=log)
+                res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"],
+                                  env={**os.environ, **(job.get("env") or {})}, log=log)
             out.checks = {"ran": True, "passed": res.ok, "exit_code": res.exit_code,
                           "timed_out": res.timed_out, "duration_s": round(res.duration_s, 3),
                           "tail": res.tail(1500)}

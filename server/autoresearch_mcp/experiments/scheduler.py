@@ -6,6 +6,7 @@ guard rails: protected paths, duplicates, the statistics behind a verdict, and w
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from autoresearch_mcp import limits
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.executors.base import Executor, Interrupted, Job
 from autoresearch_mcp.experiments import metrics, snapshot, stats
+from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView, apply
 from autoresearch_mcp.models import (
     FINAL_STATUSES,
@@ -61,6 +63,7 @@ class ExperimentManager:
         self._commit_lock = threading.Lock()
         self._pairs_done: dict[str, int] = {}
         self.view: LedgerView = ledger.view()
+        self.platforms = config.all_platforms  # the host first; the others check its winners
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
@@ -91,12 +94,19 @@ class ExperimentManager:
     def recover(self) -> None:
         """After a restart: experiments the ledger shows unfinished are `lost`; clean up after them."""
         interrupted = [e for e in self._mine() if e.status not in FINAL_STATUSES]
-        if not interrupted:
+        rounds = [(e, name, p) for e in self._mine() for name, p in e.platforms.items()
+                  if p.get("status") not in FINAL_STATUSES]
+        if not interrupted and not rounds:
             return
-        self.executor.recover([Interrupted(e.experiment_id, e.worker, dict(e.runtime)) for e in interrupted])
+        self.executor.recover([Interrupted(e.experiment_id, e.worker, dict(e.runtime)) for e in interrupted]
+                              + [Interrupted(platforms_.job_id(e.experiment_id, name), p.get("worker"),
+                                             dict(p.get("runtime") or {})) for e, name, p in rounds])
         for e in interrupted:
             self._append({"type": "status", "experiment_id": e.experiment_id, "status": "lost",
                           "detail": "the server stopped while this experiment ran; launch it again"})
+        for e, name, _ in rounds:
+            self._append({"type": "platform", "experiment_id": e.experiment_id, "platform": name,
+                          "status": "lost", "detail": "the server stopped while this platform ran"})
 
     def release_workers(self, mode: str) -> list[str]:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""
@@ -153,12 +163,8 @@ class ExperimentManager:
                 "metric": self.config.metric, "direction": self.config.direction,
                 "executor": self.executor.name, "incremental": incremental,
             })
-        job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log", spec={
-            "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
-            "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
-            "seed": random.SystemRandom().randrange(2**32), "run_checks": True, "incremental": incremental,
-            "baseline_tree": base_tree, "candidate_tree": tree,
-        })
+        job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log",
+                  spec=self._spec(design, base_tree, tree, incremental, self.platforms[0]))
         self.executor.submit(job, self._on_event)
         return LaunchResult(
             experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
@@ -170,6 +176,18 @@ class ExperimentManager:
                                                   if saved else "")),
         )
 
+    def _spec(self, design: stats.Design, base_tree: str, tree: str, incremental: bool,
+              platform: platforms_.Platform) -> dict[str, Any]:
+        """The runner job of one experiment on one platform (the host's first)."""
+        return {
+            "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
+            "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
+            "seed": random.SystemRandom().randrange(2**32), "run_checks": True, "incremental": incremental,
+            "baseline_tree": base_tree, "candidate_tree": tree,
+            "env": platforms_.job_env(platform), "platform": platform.name, "measure": platform.measure,
+            "worktree_variant": None if platform is self.platforms[0] else platform.name,
+        }
+
     @staticmethod
     def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:
         """Whether `other` already measures this candidate on this head, so a new launch adds nothing."""
@@ -179,6 +197,8 @@ class ExperimentManager:
             return False
         if other.result is not None and other.verdict in _REMEASURE:
             return False
+        if any(p.get("status") in _RETRYABLE for p in other.platforms.values()):
+            return False  # another platform's run ended without a result: a new launch checks it again
         # a clean build may confirm a result that was measured on an incremental one
         return not other.launch.get("incremental") or incremental
 
@@ -259,17 +279,29 @@ class ExperimentManager:
 
     def _record_result(self, exp_id: str, event: dict[str, Any]) -> None:
         exp = self.view.experiments[exp_id]
+        started = False
         try:
             outcome = dict(event["outcome"])
             design = stats.Design.from_dict(exp.launch["design"])
             analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
+            # A host winner goes to the other platforms; they are queued before the result is visible, so
+            # nobody ever sees a winner that is not (yet) being checked there.
+            elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
+                         and analysis.get("verdict") == "improved" and not exp.launch.get("incremental"))
+            if elsewhere:
+                for platform in self.platforms[1:]:
+                    self._append({"type": "platform", "experiment_id": exp_id, "platform": platform.name,
+                                  "status": "queued"})
             self._append({"type": "result", "experiment_id": exp_id, "status": outcome.get("status", "failed"),
                           "worker": event.get("worker"), "cost_usd": event.get("cost_usd"),
                           "outcome": outcome, "analysis": analysis})
+            started = elsewhere
         except Exception as exc:  # a result that cannot be recorded ends the experiment, never leaves it hanging
             log.exception("could not record the result of %s", exp_id)
             self._fail(exp_id, f"the result could not be recorded ({type(exc).__name__}: {str(exc)[:300]}); "
                                "the raw output is in the log")
+        if started:
+            self._start_platforms(exp)
         head = self.session_head()
         with self._lock:
             still_used = any(e.launch.get("base_commit") == exp.launch["base_commit"]
@@ -287,6 +319,54 @@ class ExperimentManager:
             log.exception("could not write the failure of %s to the ledger", exp_id)
             with self._lock:
                 apply(self.view, record)
+
+    # --- the other platforms ---------------------------------------------------------------------
+
+    def _start_platforms(self, exp: ExperimentState) -> None:
+        """Send a host winner to every other platform: build and checks there, and a confirmation
+        A/B against the same base where the platform is measured. Only winners: it is what
+        commit_winner needs, and emulated builds are slow. (Incremental winners are confirmed on a
+        clean build first, and that confirmation goes to the platforms.)"""
+        launch = exp.launch
+        design = stats.Design.from_dict(launch["design"])
+        base_tree = snapshot.tree_of(self.repo, launch["base_commit"])
+        for platform in self.platforms[1:]:
+            job_id = platforms_.job_id(exp.experiment_id, platform.name)
+            job = Job(job_id, launch["base_commit"], launch["candidate_commit"], self.logs / f"{job_id}.log",
+                      spec=self._spec(design, base_tree, launch["candidate_tree"], False, platform))
+            sink = functools.partial(self._on_platform_event, exp.experiment_id, platform)
+            self.executor.submit(job, sink)
+
+    def _on_platform_event(self, exp_id: str, platform: platforms_.Platform, _job_id: str,
+                           event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        record: dict[str, Any] = {"type": "platform", "experiment_id": exp_id, "platform": platform.name}
+        try:
+            if kind == "status":
+                self._append({**record, "status": event["status"], "worker": event.get("worker"),
+                              "runtime": event.get("runtime")})
+            elif kind in ("cancelled", "lost"):
+                self._append({**record, "status": kind, "detail": event.get("detail")})
+            elif kind == "result":
+                outcome = dict(event["outcome"])
+                exp = self.view.experiments[exp_id]
+                analysis: dict[str, Any] = {}
+                if platform.measure:
+                    design = stats.Design.from_dict(exp.launch["design"])
+                    analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
+                    analysis["primary"] = analysis["metrics"].get(exp.launch["metric"])
+                primary = analysis.get("primary") or {}
+                passed, summary = platforms_.judge(platform, outcome, analysis.get("verdict"),
+                                                   primary.get("delta_pct"))
+                self._append({**record, "status": outcome.get("status", "failed"), "worker": event.get("worker"),
+                              "cost_usd": event.get("cost_usd"), "outcome": outcome, "analysis": analysis,
+                              "passed": passed, "summary": summary})
+        except Exception:  # an event must never kill the executor's thread
+            log.exception("could not record event %s of %s on %s", kind, exp_id, platform.name)
+
+    def _platform_note(self, exp: ExperimentState) -> str | None:
+        """Why a host winner cannot be committed yet because of another platform, or None."""
+        return platforms_.refusal(exp.experiment_id, self.platforms[1:], exp.platforms)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -318,6 +398,7 @@ class ExperimentManager:
             build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=exp.analysis.get("noise_cv"),
             error=outcome.get("error") or exp.status_detail, cost_usd=exp.cost_usd,
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
+            platforms=[platforms_.result_of(p, exp.platforms.get(p.name)) for p in self.platforms[1:]],
         )
 
     def _drift_warnings(self, exp: ExperimentState) -> list[str]:
@@ -347,6 +428,10 @@ class ExperimentManager:
             return f"committed as {exp.commit['commit'][:12]}"
         if exp.status == "checks_failed":
             return "the checks failed: the change is not correct; read the log tail, fix, launch again"
+        if verdict == "improved" and exp.status == "done" and not exp.launch.get("incremental"):
+            note = self._platform_note(exp)
+            if note:
+                return note
         if verdict == "improved":
             return f"call commit_winner('{exp.experiment_id}', title) to keep it"
         if verdict == "inconclusive":
@@ -406,9 +491,15 @@ class ExperimentManager:
 
     def cancel(self, experiment_id: str) -> CancelResult:
         exp = self._get(experiment_id)
+        checking = [name for name, p in exp.platforms.items() if p.get("status") not in FINAL_STATUSES]
+        for name in checking:
+            if not self.executor.cancel(platforms_.job_id(experiment_id, name)):
+                self._append({"type": "platform", "experiment_id": experiment_id, "platform": name,
+                              "status": "cancelled"})
         if exp.status in FINAL_STATUSES:
-            return CancelResult(experiment_id=experiment_id, status=exp.status,
-                                message=f"already {exp.status}; nothing to cancel")
+            return CancelResult(experiment_id=experiment_id, status=exp.status, message=(
+                f"already {exp.status}; its runs on {', '.join(checking)} were cancelled" if checking
+                else f"already {exp.status}; nothing to cancel"))
         if not self.executor.cancel(experiment_id):
             self._append({"type": "status", "experiment_id": experiment_id, "status": "cancelled"})
         else:
@@ -440,6 +531,9 @@ class ExperimentManager:
                     f"experiment {experiment_id} was measured on an incremental build, where a stale object could "
                     "fake a gain; confirm it on a clean, cache-backed build first: launch_experiment(source='commit', "
                     f"commit='{exp.launch['candidate_commit']}', clean_build=true), then commit that experiment")
+            blocked = self._platform_note(exp)
+            if blocked:
+                raise RefusedError(blocked)
             head = self.session_head()
             if exp.launch["base_commit"] != head:
                 raise RefusedError(
@@ -508,12 +602,24 @@ class ExperimentManager:
         if host:
             lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
                          f"{host.get('cpus')} CPUs)")
+        platform_results = {}
+        if len(self.platforms) > 1:
+            first = self.platforms[0]
+            platform_results[first.name] = (f"{exp.verdict} {m['delta_pct']:+.2f}%, checks "
+                                            + ("passed" if checks.get("ran") else "none"))
+            for p in self.platforms[1:]:
+                platform_results[p.name] = str(exp.platforms.get(p.name, {}).get("summary"))
+            labels = {p.name: p.label for p in self.platforms}
+            lines += ["Platforms:"] + [f"- {labels[n]}: {text.splitlines()[0] if text else ''}"
+                                       for n, text in platform_results.items()]
         lines.append(f"Files: {', '.join(launch.get('changed_files', []))}")
         result = {"metric": c.metric, "direction": c.direction, "delta_pct": m["delta_pct"],
                   "ci_low_pct": m["ci_low_pct"], "ci_high_pct": m["ci_high_pct"], "confidence": 1 - design.alpha,
                   "p_value": m["p_value"], "n_pairs": m["n_pairs"], "baseline_mean": m["baseline"]["mean"],
                   "candidate_mean": m["candidate"]["mean"], "verdict": exp.verdict,
                   "base_commit": launch["base_commit"]}
+        if platform_results:
+            result["platforms"] = platform_results
         lines += ["", f"Autoresearch-Experiment: {exp.experiment_id}",
                   "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
         return "\n".join(lines) + "\n"

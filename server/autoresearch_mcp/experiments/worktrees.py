@@ -41,10 +41,13 @@ class Worktrees:
 
     # --- content-named worktrees ---------------------------------------------------------------------
 
-    def acquire(self, commit: str) -> Path:
-        """A worktree holding `commit`'s content, kept from earlier use when it has been built."""
+    def acquire(self, commit: str, variant: str | None = None) -> Path:
+        """A worktree holding `commit`'s content, kept from earlier use when it has been built.
+
+        A `variant` (a platform that builds with another compiler) gets worktrees of its own.
+        """
         tree = snapshot.tree_of(self.repo, commit)
-        path = self.root / f"tree-{tree[:16]}"
+        path = self.root / (f"tree-{tree[:16]}" + (f"-{variant}" if variant else ""))
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock, FileLock(str(path) + ".lock"):
             unused = self._users.get(path, 0) == 0

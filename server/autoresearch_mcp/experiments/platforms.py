@@ -1,0 +1,367 @@
+"""Platforms: every machine a winner must work on (the measured host, an emulated aarch64, cloud VMs).
+
+The first platform is the host where experiments are measured (today's single machine when none is
+configured). The others take part once the host has a winner: each builds the candidate and runs
+the checks with its own environment (a cross compiler, an emulator); a measured one (a real ARM or
+x86 VM) also runs a confirmation A/B against the same base. `commit_winner` refuses a candidate
+that failed to build or failed its checks on any platform, or regressed on a measured one.
+
+Every build, bench and checks run sees `AUTORESEARCH_PLATFORM` (the platform's name),
+`AUTORESEARCH_EMULATOR` (the command to prefix binaries with, empty when none) and the platform's
+`env`, so one script serves all platforms: `$AUTORESEARCH_EMULATOR ./prog`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from autoresearch_mcp import safefs
+from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
+from autoresearch_mcp.experiments import runner
+from autoresearch_mcp.models import ChecksResult, ExecutorName, PlatformResult
+
+log = logging.getLogger(__name__)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"
+HOST = "host"
+# Environment variables naming a compiler a platform builds with; each must resolve at start_session.
+COMPILER_VARS = ("CC", "CXX")
+PROBE_TIMEOUT_S = 60.0
+TAIL_CHARS = 1500
+
+
+class Platform(BaseModel):
+    """One entry of `platforms` in `.autoresearch/config.json`."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    executor: ExecutorName = "local"
+    env: dict[str, str] = Field(default_factory=dict)
+    emulator: str = Field("", description="command that runs the platform's binaries, e.g. qemu-aarch64 -L ...")
+    measure: bool = Field(True, description="benchmark here (the host always is; emulated platforms never are)")
+    sky: dict[str, Any] = Field(default_factory=dict,
+                                description="overrides of the session's `sky` settings for this platform's workers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _emulated_is_not_measured(cls, data: Any) -> Any:
+        # An emulated platform's timings mean nothing, so it is unmeasured unless someone insists
+        # (which `resolve` then refuses with the reason).
+        if isinstance(data, dict) and data.get("emulator") and "measure" not in data:
+            return {**data, "measure": False}
+        return data
+
+    @property
+    def label(self) -> str:
+        kind = "emulated" if self.emulator else ("sky" if self.executor == "sky" else "local")
+        return f"{self.name} ({kind}, {'measured' if self.measure else 'build and checks'})"
+
+
+PRESETS: dict[str, Platform] = {
+    HOST: Platform(name=HOST),
+    "aarch64-qemu": Platform(
+        name="aarch64-qemu",
+        env={"CC": "aarch64-linux-gnu-gcc", "CXX": "aarch64-linux-gnu-g++"},
+        emulator="qemu-aarch64 -L /usr/aarch64-linux-gnu",
+        measure=False,
+    ),
+}
+
+
+def resolve(raw: list[Any], executor: str | None) -> list[Platform]:
+    """Platforms from `start_session(platforms=...)` or the config: preset names or objects.
+
+    An object named like a preset starts from the preset (its `env` merged over the preset's), so
+    `{"name": "aarch64-qemu", "env": {"CFLAGS": "-O3"}}` keeps the cross compilers and the emulator.
+    """
+    if not raw:
+        raise InputError("platforms is empty: leave it out for the host alone, or list the host first, "
+                         "e.g. ['host', 'aarch64-qemu']")
+    out: list[Platform] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, Platform):
+            out.append(item)
+            continue
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict):
+            raise InputError(f"platforms[{i}] must be a preset name ({', '.join(PRESETS)}) or an object "
+                             "{name, executor, env, emulator, measure, sky}")
+        preset = PRESETS.get(str(item.get("name")))
+        if preset is not None:
+            item = {**preset.model_dump(), **item, "env": {**preset.env, **(item.get("env") or {})}}
+        elif len(item) == 1:
+            raise InputError(f"platforms[{i}]: {item.get('name')!r} is not a preset ({', '.join(PRESETS)}); "
+                             "describe it as {name, executor, env, emulator, measure, sky}")
+        try:
+            out.append(Platform.model_validate(item))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+            raise InputError(f"platforms[{i}] is not a valid platform ({problems}); expected "
+                             "{name, executor: local|sky, env: {VAR: value}, emulator, measure, sky}") from None
+    names = [p.name for p in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"platform names must be unique; {dupes} appear more than once")
+    for p in out:
+        if p.emulator and p.measure:
+            raise InputError(f"platform {p.name} runs under an emulator ({p.emulator}), where timings mean "
+                             "nothing: set measure to false (it then builds and runs the checks)")
+    host = out[0]
+    if not host.measure:
+        raise InputError(f"the first platform is the host where experiments are measured, but {host.name} is "
+                         f"not measured; put a measured platform first, e.g. ['host', {', '.join(names)!s}]")
+    if executor is not None and host.executor != executor:
+        raise InputError(f"executor={executor!r} but the first platform ({host.name}) runs on "
+                         f"{host.executor!r}: they are the same machine; make them agree")
+    return out
+
+
+def effective(configured: list[Platform], executor: str) -> list[Platform]:
+    """The session's platforms; without any configured, the host alone on the session's executor."""
+    return list(configured) if configured else [Platform.model_validate({"name": HOST, "executor": executor})]
+
+
+def job_env(platform: Platform) -> dict[str, str]:
+    """The environment every build, bench and checks run of `platform` gets, beside the process's."""
+    return {**platform.env, "AUTORESEARCH_PLATFORM": platform.name, "AUTORESEARCH_EMULATOR": platform.emulator}
+
+
+def job_id(experiment_id: str, platform: str) -> str:
+    return f"{experiment_id}-{platform}"
+
+
+# --- can it run at all? (start_session) -----------------------------------------------------------
+
+
+def _debian_package(tool: str) -> str | None:
+    name = Path(tool).name
+    if name.startswith("qemu-"):
+        return "qemu-user"
+    for compiler in ("gcc", "g++"):
+        if name.endswith("-" + compiler):
+            return f"{compiler}-{name[: -len(compiler) - 1]}"
+    return None
+
+
+def _missing(tool: str, what: str, platform: Platform) -> str:
+    package = _debian_package(tool)
+    how = (f"install it (apt-get install {package}, or run scripts/setup.sh as root)" if package
+           else "install it or fix the platform's settings")
+    return f"platform {platform.name}: {what} `{tool}` is not installed or not on PATH; {how}"
+
+
+def preflight(platform: Platform) -> list[str]:
+    """What keeps a local platform from running at all: a missing emulator, sysroot or compiler,
+    or a compiler whose output the emulator cannot run (checked with a one-line C program)."""
+    if platform.executor != "local":
+        return []
+    problems: list[str] = []
+    emulator = shlex.split(platform.emulator)
+    if emulator and shutil.which(emulator[0]) is None:
+        problems.append(_missing(emulator[0], "the emulator", platform))
+    if "-L" in emulator[:-1]:
+        sysroot = emulator[emulator.index("-L") + 1]
+        if not Path(sysroot).is_dir():
+            problems.append(f"platform {platform.name}: the emulator's sysroot {sysroot} does not exist; install "
+                            "the target's C library (e.g. apt-get install libc6-dev-arm64-cross)")
+    compilers = {var: shlex.split(platform.env[var]) for var in COMPILER_VARS if platform.env.get(var, "").strip()}
+    for var, argv in compilers.items():
+        if shutil.which(argv[0]) is None:
+            problems.append(_missing(argv[0], f"the compiler ({var})", platform))
+    if problems or "CC" not in compilers:
+        return problems
+    problem = _probe(platform, compilers["CC"], emulator)
+    return [problem] if problem else []
+
+
+def _probe(platform: Platform, cc: list[str], emulator: list[str]) -> str | None:
+    """Compile a trivial program with the platform's CC and run it the way its scripts will."""
+    with tempfile.TemporaryDirectory(prefix="autoresearch-probe-") as tmp:
+        src, exe = Path(tmp) / "probe.c", Path(tmp) / "probe"
+        src.write_text('#include <stdio.h>\nint main(void) { puts("ok"); return 0; }\n')
+        for argv, step in (([*cc, "-o", str(exe), str(src)], "compile"), ([*emulator, str(exe)], "run")):
+            try:
+                res = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                                     stdin=subprocess.DEVNULL)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return f"platform {platform.name}: could not {step} a test program ({' '.join(argv)}): {exc}"
+            if res.returncode != 0 or (step == "run" and res.stdout.strip() != "ok"):
+                return (f"platform {platform.name}: a test program failed to {step} ({' '.join(argv)} exited "
+                        f"with {res.returncode}): {(res.stderr or res.stdout).strip()[-600:]}")
+    return None
+
+
+def check_all(platforms: list[Platform]) -> None:
+    problems = [p for platform in platforms for p in preflight(platform)]
+    if problems:
+        raise StateError("a platform cannot run, so its builds and checks could never pass:\n- "
+                         + "\n- ".join(problems))
+
+
+def validate_head(platform: Platform, tree: str, content: str, build_timeout_s: float, checks_timeout_s: float,
+                  machine_lock: Path, repo_root: Path, log_path: Path) -> str:
+    """Build the unchanged session head on `platform` (in its own worktree) and run the checks there.
+
+    The build is kept: it is the baseline the platform's first experiment reuses.
+    """
+    env = job_env(platform)
+    fix = (f"Fix it for that platform (the scripts see AUTORESEARCH_PLATFORM={platform.name}"
+           + "".join(f", {k}={v}" for k, v in platform.env.items())
+           + f", AUTORESEARCH_EMULATOR={platform.emulator!r}) or drop the platform. Log: {log_path}")
+    with safefs.open_write(repo_root, log_path, "w") as logf:
+        built = runner.build_tree(tree, build_timeout_s, logf, content, machine_lock=str(machine_lock), env=env)
+        if not built.ok:
+            res = built.command
+            assert res is not None
+            raise StateError(f"platform {platform.name}: the session head (before any change) fails to build "
+                             f"there. {fix}. Output tail:\n{res.tail(2000)}")
+        checks = Path(tree) / "autoresearch.checks.sh"
+        if not checks.exists():
+            return f"{platform.label}: the session head builds ({built.duration_s:.1f} s); no checks script"
+        with runner.file_lock(str(machine_lock), shared=True):
+            res = runner.run_command(["bash", "./autoresearch.checks.sh"], tree, checks_timeout_s,
+                                     env={**os.environ, **env}, log=logf)
+    if not res.ok:
+        how = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
+        raise StateError(f"platform {platform.name}: the checks of the session head (before any change) {how} "
+                         f"there. {fix}. Output tail:\n{res.tail(2000)}")
+    return (f"{platform.label}: the session head builds ({built.duration_s:.1f} s) and passes the checks "
+            f"({res.duration_s:.1f} s)")
+
+
+# --- one platform's result -------------------------------------------------------------------------
+
+
+def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
+          delta_pct: float | None) -> tuple[bool, str]:
+    """Whether a platform's run lets the winner through, and one line saying what happened."""
+    status = outcome.get("status")
+    error = (outcome.get("error") or "").strip()
+    if status == "failed":
+        phase = outcome.get("phase") or "run"
+        what = "failed to build" if phase == "build" else f"failed ({phase})"
+        return False, f"{what}: {error[-TAIL_CHARS:]}" if error else what
+    checks = outcome.get("checks") or {}
+    if status == "checks_failed" or (checks.get("ran") and not checks.get("passed")):
+        how = "timed out" if checks.get("timed_out") else f"exit {checks.get('exit_code')}"
+        return False, f"failed its checks ({how}): {(checks.get('tail') or '').strip()[-TAIL_CHARS:]}"
+    if status != "done":
+        return False, f"did not finish ({status})"
+    checked = "checks passed" if checks.get("ran") else "no checks script"
+    if not platform.measure:
+        return True, f"built, {checked}"
+    delta = f" {delta_pct:+.2f}%" if delta_pct is not None else ""
+    if verdict == "regressed":
+        return False, f"regressed{delta} in the confirmation A/B, {checked}"
+    if verdict in (None, "invalid"):
+        return False, f"the confirmation A/B has no valid measurement ({verdict}): {error[-TAIL_CHARS:]}"
+    return True, f"{verdict}{delta} in the confirmation A/B, {checked}"
+
+
+def result_of(platform: Platform, record: dict[str, Any] | None) -> PlatformResult:
+    """One extra platform's row for fetch_sky_logs, from its folded ledger records."""
+    base = dict(name=platform.name, executor=platform.executor, measured=platform.measure,
+                emulator=platform.emulator or None)
+    if record is None:
+        return PlatformResult(**base, status="not_run", summary=(
+            "runs once the host's verdict is improved with passing checks"))
+    outcome = record.get("outcome") or {}
+    analysis = record.get("analysis") or {}
+    build = outcome.get("build") or {}
+    built: str | None = None
+    if outcome:
+        built = "failed" if outcome.get("status") == "failed" and outcome.get("phase") == "build" else (
+            "ok" if build else None)
+    checks = outcome.get("checks")
+    primary = analysis.get("primary") or {}
+    return PlatformResult(
+        **base, status=str(record.get("status", "queued")), worker=record.get("worker"), build=built,
+        checks=ChecksResult(**checks) if checks else None, verdict=analysis.get("verdict"),
+        delta_pct=primary.get("delta_pct"), ci_low_pct=primary.get("ci_low_pct"),
+        ci_high_pct=primary.get("ci_high_pct"), passed=record.get("passed"), summary=record.get("summary"),
+        error=outcome.get("error") or record.get("detail"), cost_usd=record.get("cost_usd"))
+
+
+def refusal(experiment_id: str, extra: list[Platform], records: dict[str, dict[str, Any]]) -> str | None:
+    """Why commit_winner must refuse, naming each platform that blocks; None when all passed."""
+    pending = [p.name for p in extra if records.get(p.name, {}).get("passed") is None
+               and records.get(p.name, {}).get("status") not in ("cancelled", "lost")]
+    blocked = [f"{p.name}: {records[p.name].get('summary') or records[p.name].get('status')}" for p in extra
+               if p.name in records and records[p.name].get("passed") is False]
+    gone = [f"{p.name}: {records[p.name]['status']}" for p in extra
+            if records.get(p.name, {}).get("status") in ("cancelled", "lost")
+            and records[p.name].get("passed") is None]
+    if blocked:
+        return (f"experiment {experiment_id} fails on platform(s) {', '.join(b.split(':')[0] for b in blocked)}; "
+                "a winner must build and pass its checks on every platform and must not regress on a measured "
+                "one:\n- " + "\n- ".join(blocked) + "\nFix the change for those platforms and launch it again")
+    if gone:
+        return (f"experiment {experiment_id} was not checked on every platform ({'; '.join(gone)}); launch it "
+                "again to check it there")
+    if pending:
+        return (f"experiment {experiment_id} is still being checked on platform(s) {', '.join(pending)}; poll "
+                "fetch_sky_logs until each platform has passed, then commit")
+    return None
+
+
+# --- the executors of all platforms ---------------------------------------------------------------
+
+
+class Fleet(Executor):
+    """The host's executor plus one per extra platform, behind the one executor port.
+
+    A job whose spec names an extra platform goes to that platform's executor; everything else is the
+    host's. Release and close reach every platform's machines.
+    """
+
+    def __init__(self, host: Executor, extra: dict[str, Executor]) -> None:
+        self.host = host
+        self.extra = extra
+        self.name = host.name
+        self._owner: dict[str, Executor] = {}
+        self._lock = threading.Lock()
+
+    def _all(self) -> list[Executor]:
+        return [self.host, *(e for e in self.extra.values() if e is not self.host)]
+
+    def submit(self, job: Job, sink: EventSink) -> None:
+        executor = self.extra.get(str(job.spec.get("platform")), self.host)
+        with self._lock:
+            self._owner[job.experiment_id] = executor
+        executor.submit(job, sink)
+
+    def cancel(self, experiment_id: str) -> bool:
+        with self._lock:
+            executor = self._owner.get(experiment_id, self.host)
+        return executor.cancel(experiment_id)
+
+    def recover(self, interrupted: list[Interrupted]) -> None:
+        for executor in self._all():
+            executor.recover(interrupted)
+
+    def release(self, mode: str) -> list[str]:
+        released: list[str] = []
+        for executor in self._all():
+            released += executor.release(mode)
+        return released
+
+    def retire_base(self, commit: str) -> None:
+        for executor in self._all():
+            executor.retire_base(commit)
+
+    def close(self) -> None:
+        for executor in self._all():
+            with contextlib.suppress(Exception):
+                executor.close()
