@@ -361,3 +361,47 @@ async def test_a_measured_sky_platform_confirms_a_winner_and_refuses_one_that_re
         assert "graviton" in message and "regressed" in message
         released = await call(c, "stop_workers", mode="down")
     assert released["released"] and fake_sky.vms == {}
+
+
+# --- a platform run that ends without a result ---------------------------------------------------
+
+
+async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is_launched_again(
+        tmp_path: Path) -> None:
+    repo = tmp_path / "slow"
+    repo.mkdir()
+    (repo / "autoresearch.sh").write_text(
+        '#!/usr/bin/env bash\nset -eu\ncd "$(dirname "$0")"\ncase "$1" in\n  build) true ;;\n'
+        '  bench) echo "METRIC t=$(cat value.txt)" ;;\nesac\n')
+    # slow only on the extra platform, and only for the candidate
+    (repo / "autoresearch.checks.sh").write_text(
+        '#!/usr/bin/env bash\ncd "$(dirname "$0")"\n'
+        'if [ -n "${SLOW:-}" ] && [ -e candidate ]; then sleep 60; fi\n')
+    (repo / "value.txt").write_text("100\n")
+    init_repo(repo)
+    patch = ("--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n"
+             "--- /dev/null\n+++ b/candidate\n@@ -0,0 +1 @@\n+x\n")
+    slowpoke = {"name": "slowpoke", "env": {"SLOW": "1"}, "measure": False}
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), metric="t", direction="lower", tag="slow",
+                   platforms=["host", slowpoke])
+        launched = await call(c, "launch_experiment", title="less", source="patch", repeats=3, patch=patch)
+        exp_id = launched["experiment_id"]
+        with anyio.fail_after(120):
+            while True:
+                res = await call(c, "fetch_sky_logs", experiment_id=exp_id)
+                if res["platforms"][0]["status"] == "checking":
+                    break
+                await anyio.sleep(0.1)
+        assert "slowpoke" in (await error(c, "commit_winner", experiment_id=exp_id))  # still running there
+
+        cancelled = await call(c, "cancel_experiment", experiment_id=exp_id)
+        assert cancelled["status"] == "done" and "slowpoke" in cancelled["message"]
+        with anyio.fail_after(30):
+            while (await call(c, "fetch_sky_logs", experiment_id=exp_id))["platforms"][0]["status"] != "cancelled":
+                await anyio.sleep(0.1)
+        message = await error(c, "commit_winner", experiment_id=exp_id)
+        assert "not checked on every platform" in message and "slowpoke: cancelled" in message
+        again = await call(c, "launch_experiment", title="less, again", source="patch", repeats=3, patch=patch)
+        assert again["experiment_id"] != exp_id
+        await call(c, "cancel_experiment", experiment_id=again["experiment_id"])
