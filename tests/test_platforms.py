@@ -235,7 +235,7 @@ async def test_a_head_that_already_fails_on_a_platform_is_an_error_at_start_sess
 async def test_a_missing_emulator_or_compiler_is_a_clear_error_at_start_session(dot_repo: Path, mode: str) -> None:
     missing = {"name": "arm", "emulator": "qemu-nowhere-to-be-found -L /nonexistent",
                "env": {"CC": "nowhere-linux-gnu-gcc"}}
-    async with Client(build_server(), mode=mode) as c:  # type: ignore[arg-type]
+    async with Client(build_server(), mode=mode) as c:
         message = await error(c, "start_session", repo=str(dot_repo), metric="steps", direction="lower",
                               tag="nope", platforms=["host", missing])
     assert "platform arm" in message
