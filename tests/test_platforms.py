@@ -134,11 +134,10 @@ def dot_repo(tmp_path: Path) -> Iterator[Path]:
 async def settled(client: Client, experiment_id: str, timeout: float = 180.0) -> dict[str, Any]:
     """fetch_sky_logs once the host has finished and every other platform has too (or never starts)."""
     with anyio.fail_after(timeout):
-        while True:
-            res = await call(client, "fetch_sky_logs", experiment_id=experiment_id, tail_lines=5)
+        while True:  # a waiting fetch also wakes when another platform's status changes
+            res = await call(client, "fetch_sky_logs", experiment_id=experiment_id, tail_lines=5, wait_s=30)
             if res["status"] in FINAL and all(p["status"] in FINAL | {"not_run"} for p in res["platforms"]):
                 return res
-            await anyio.sleep(0.1)
 
 
 async def launch(client: Client, repo: Path, title: str, source: str) -> str:

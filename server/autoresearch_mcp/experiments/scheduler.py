@@ -377,9 +377,9 @@ class ExperimentManager:
         if not 0 <= wait_s <= MAX_WAIT_S:
             raise InputError(f"wait_s must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
         exp = self._get(experiment_id)
-        if wait_s and exp.status not in FINAL_STATUSES:
-            before = exp.status
-            self._wait(experiment_id, lambda e: e.status != before, wait_s)
+        if wait_s and (exp.status not in FINAL_STATUSES or _platforms_running(exp)):
+            before = _progress(exp)
+            self._wait(experiment_id, lambda e: _progress(e) != before, wait_s)
             exp = self._get(experiment_id)
         log_path = self.logs / f"{experiment_id}.log"
         outcome = exp.outcome
@@ -646,6 +646,15 @@ def _quoted(text: str) -> str:
     """Free text for a commit message: a line that looks like one of the server's trailers is quoted, so
     only the server writes Autoresearch-* trailers."""
     return _TRAILER_LIKE.sub(r"\1> \2", text)
+
+
+def _platforms_running(exp: ExperimentState) -> bool:
+    return any(p.get("status") not in FINAL_STATUSES for p in exp.platforms.values())
+
+
+def _progress(exp: ExperimentState) -> tuple[str, ...]:
+    """The statuses a waiting fetch watches: the experiment's and those of its other platforms."""
+    return (exp.status, *(f"{name}={p.get('status')}" for name, p in sorted(exp.platforms.items())))
 
 
 def _better(a: ExperimentSummary, b: ExperimentSummary, direction: str) -> bool:
