@@ -404,3 +404,21 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is
         again = await call(c, "launch_experiment", title="less, again", source="patch", repeats=3, patch=patch)
         assert again["experiment_id"] != exp_id
         await call(c, "cancel_experiment", experiment_id=again["experiment_id"])
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
+async def test_profile_hotspots_profiles_the_measured_host_of_a_session_with_platforms(tmp_path: Path) -> None:
+    repo = tmp_path / "busy"
+    repo.mkdir()
+    (repo / "autoresearch.sh").write_text(
+        '#!/usr/bin/env bash\nset -eu\ncase "$1" in\n  build) true ;;\n'
+        '  bench) n=0; for i in $(seq 1 100000); do n=$((n + i)); done; '
+        'echo "METRIC t=$(cat value-$AUTORESEARCH_PLATFORM.txt)" ;;\nesac\n')
+    (repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+    (repo / "value-host.txt").write_text("100\n")
+    init_repo(repo)
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), metric="t", direction="lower", tag="prof",
+                   platforms=["host", {"name": "second", "measure": False}])
+        prof = await call(c, "profile_hotspots", top=3, lines=1)
+    assert prof["build"] == "baseline" and prof["total_samples"] > 0

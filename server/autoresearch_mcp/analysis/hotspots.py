@@ -22,7 +22,7 @@ from pathlib import Path
 from autoresearch_mcp import safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.local import LocalExecutor
-from autoresearch_mcp.experiments import runner, snapshot
+from autoresearch_mcp.experiments import platforms, runner, snapshot
 from autoresearch_mcp.models import HotFunction, HotLine, ProfileResult
 from autoresearch_mcp.session import BENCH_SCRIPT, state_dir
 from autoresearch_mcp.state import Session
@@ -78,6 +78,8 @@ def parse_report(text: str) -> tuple[str, dict[tuple[str, str], _Function]]:
 def profile_hotspots(session: Session, experiment_id: str | None, top: int, lines: int) -> ProfileResult:
     """Run the benchmark once under perf record in the build of the session head or of a candidate."""
     executor = session.manager.executor
+    if isinstance(executor, platforms.Fleet):  # other platforms: profile on the measured host
+        executor = executor.host
     if not isinstance(executor, LocalExecutor):
         raise StateError(
             "profile_hotspots runs the benchmark on this machine, but this session runs experiments on "
@@ -99,11 +101,12 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     safefs.ensure_dir(root, out_dir)  # the server's files are never written through a link
     data = out_dir / f"{profile_id}.perf.data"
     worktrees = executor.worktrees
+    env = platforms.job_env(config.all_platforms[0])
     tree = worktrees.acquire(commit)
     try:
         with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
             built = runner.build_tree(str(tree), config.timeouts.build, log, snapshot.tree_of(repo, commit),
-                                      machine_lock=str(worktrees.machine_lock()))
+                                      machine_lock=str(worktrees.machine_lock()), env=env)
             if built.command is not None and not built.command.ok:
                 raise StateError(f"`{BENCH_SCRIPT} build` of {build} failed in {tree}:\n{built.command.tail(2000)}")
             # The benchmark lock: a profile must not overlap a measurement, nor be disturbed by one.
@@ -111,7 +114,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
                 rec = runner.run_command(
                     [perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--", "bash",
                      f"./{BENCH_SCRIPT}",
-                     "bench"], tree, config.timeouts.bench, env=runner.bench_env(role, 0, config.threads),
+                     "bench"], tree, config.timeouts.bench, env=runner.bench_env(role, 0, config.threads, env),
                     log=log, stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S)
         if not data.exists() or data.stat().st_size == 0:
             raise StateError(_record_failure(rec.output))
