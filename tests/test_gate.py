@@ -106,6 +106,31 @@ async def test_the_server_never_writes_its_files_through_a_link(repo: Path, tmp_
     assert victim.read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("change", [["mv", "autoresearch.sh", "bench.sh"], ["rm", "-q", "autoresearch.checks.sh"],
+                                    ["update-index", "--chmod=+x", "autoresearch.sh"], "symlink"])
+async def test_what_held_protected_scripts_by_rename_delete_mode_or_link(repo: Path, change: Any) -> None:
+    git(repo, "checkout", "-q", "-b", "gamed")
+    if change == "symlink":
+        (repo / "autoresearch.sh").unlink()
+        (repo / "autoresearch.sh").symlink_to("value.txt")
+        git(repo, "add", "autoresearch.sh")
+    else:
+        git(repo, *change)
+    git(repo, "commit", "-qm", "game the benchmark")
+    git(repo, "checkout", "-q", "main")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        msg = await error(c, "launch_experiment", title="game", source="commit", commit="gamed")
+    assert "protected files" in msg
+
+
+async def test_what_held_an_option_like_commit_is_not_an_option(repo: Path, tmp_path: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        msg = await error(c, "launch_experiment", title="x", source="commit", commit=f"--output={tmp_path}/out")
+    assert "does not name a commit" in msg and not (tmp_path / "out").exists()
+
+
 # --- 2. commit_winner never overwrites the user's untracked or ignored files ---------------------------
 
 
