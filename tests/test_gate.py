@@ -107,12 +107,15 @@ async def test_the_server_never_writes_its_files_through_a_link(repo: Path, tmp_
 
 
 @pytest.mark.parametrize("change", [["mv", "autoresearch.sh", "bench.sh"], ["rm", "-q", "autoresearch.checks.sh"],
-                                    ["update-index", "--chmod=+x", "autoresearch.sh"], "symlink"])
+                                    "mode", "symlink"])
 async def test_what_held_protected_scripts_by_rename_delete_mode_or_link(repo: Path, change: Any) -> None:
     git(repo, "checkout", "-q", "-b", "gamed")
     if change == "symlink":
         (repo / "autoresearch.sh").unlink()
         (repo / "autoresearch.sh").symlink_to("value.txt")
+        git(repo, "add", "autoresearch.sh")
+    elif change == "mode":
+        (repo / "autoresearch.sh").chmod((repo / "autoresearch.sh").stat().st_mode ^ 0o111)
         git(repo, "add", "autoresearch.sh")
     else:
         git(repo, *change)
