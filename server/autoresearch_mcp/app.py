@@ -111,6 +111,8 @@ def _guard(fn: Callable[P, R]) -> Callable[P, R]:
 def _refuse_unknown_arguments(server: MCPServer[AppState]) -> None:
     """Make every tool refuse arguments it does not have, naming the valid ones (MCPServer's argument
     models ignore extras, so a misspelt or unsupported argument would look accepted)."""
+    # MCPServer keeps each tool's argument model on its ToolManager; replacing the model is the narrowest
+    # change (the published input schema and everything else stay as they are).
     for tool in server._tool_manager.list_tools():
         base = tool.fn_metadata.arg_model
         valid = sorted(f.alias or n for n, f in base.model_fields.items())

@@ -19,10 +19,10 @@ def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[floa
     return [p["baseline"] for p in complete], [p["candidate"] for p in complete]
 
 
-def screen(outcome: dict[str, Any]) -> list[str]:
-    """Drop every sample value the runner's value rule refuses, and say which (the same rule as the
-    runner's, applied again here before any arithmetic: what reaches the server is not trusted)."""
-    problems: list[str] = []
+def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
+    """Drop every sample value the runner's value rule refuses, and say which (metric, why): the same
+    rule as the runner's, applied again here before any arithmetic, since what arrives is not trusted."""
+    refused: list[tuple[str, str]] = []
     for s in [*outcome.get("warmup", []), *outcome.get("samples", [])]:
         values = s.get("metrics") if isinstance(s, dict) else None
         if not isinstance(values, dict):
@@ -32,9 +32,8 @@ def screen(outcome: dict[str, Any]) -> list[str]:
             why = runner.check_value(float(value)) if number else "is not a number"
             if why:
                 del values[name]
-                shown = repr(value)[:40]
-                problems.append(f"{s.get('role')} run {s.get('pair')}: {name}={shown} {why}")
-    return problems
+                refused.append((name, f"{s.get('role')} run {s.get('pair')}: {name}={repr(value)[:40]} {why}"))
+    return refused
 
 
 def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.Design) -> dict[str, Any]:
@@ -45,9 +44,9 @@ def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.
     """
     status = outcome.get("status")
     refused = screen(outcome)
-    if any(f": {metric}=" in p for p in refused) and status in ("done", "checks_failed"):
+    if any(name == metric for name, _ in refused) and status in ("done", "checks_failed"):
         outcome["stop_reason"] = "invalid"
-        outcome["error"] = "; ".join(refused[:5])
+        outcome["error"] = "; ".join(why for _, why in refused[:5])
     names = sorted({n for s in outcome.get("samples", []) for n in s.get("metrics", {})})
     comparisons: dict[str, Any] = {}
     for name in names:
@@ -71,5 +70,5 @@ def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.
         verdict = "noisy"
     else:
         verdict = primary["verdict"]
-    return {"metrics": comparisons, "verdict": verdict, "noise_cv": noise, "problems": refused[:20],
+    return {"metrics": comparisons, "verdict": verdict, "noise_cv": noise, "problems": [why for _, why in refused[:20]],
             "pairs_needed": primary.get("pairs_needed") if primary else None}
