@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,9 @@ def kill_session(pid: int, started: float | None = None) -> bool:
 
 
 class _Running:
-    def __init__(self, proc: subprocess.Popen[str], experiment_id: str) -> None:
+    def __init__(self, proc: subprocess.Popen[str], marker: str) -> None:
         self.proc = proc
-        self.experiment_id = experiment_id
+        self.marker = marker  # the runner.JOB_ENV value every process of this run carries
         self.cancelled = False
 
 
@@ -96,7 +97,7 @@ class LocalExecutor(Executor):
             if running is None:
                 return False
             running.cancelled = True
-        self._stop(running.proc, experiment_id)
+        self._stop(running.proc, running.marker)
         return True
 
     def recover(self, interrupted: list[Interrupted]) -> None:
@@ -104,7 +105,8 @@ class LocalExecutor(Executor):
             pid = item.runtime.get("pid")
             if isinstance(pid, int) and kill_session(pid, item.runtime.get("pid_started")):
                 log.warning("killed the leftover processes of experiment %s", item.experiment_id)
-            if runner.kill_marked(item.experiment_id):
+            marker = item.runtime.get("marker")
+            if isinstance(marker, str) and runner.kill_marked(marker):
                 log.warning("killed processes experiment %s left outside its session", item.experiment_id)
         self.worktrees.sweep_unbuilt()
         with contextlib.suppress(git.GitCommandError):
@@ -117,13 +119,13 @@ class LocalExecutor(Executor):
             running = list(self._running.values())
         for r in running:
             r.cancelled = True
-            self._stop(r.proc, r.experiment_id)
+            self._stop(r.proc, r.marker)
         for _ in self._threads:
             self._queue.put(None)
 
     # --- work --------------------------------------------------------------------------------------
 
-    def _stop(self, proc: subprocess.Popen[str], experiment_id: str) -> None:
+    def _stop(self, proc: subprocess.Popen[str], marker: str) -> None:
         # The runner's SIGTERM handler kills the group it is waiting on; then we sweep the session, then
         # whatever carries the experiment's marker (what left the session: `setsid cmd &`).
         with contextlib.suppress(ProcessLookupError):
@@ -131,7 +133,7 @@ class LocalExecutor(Executor):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         kill_session(proc.pid)
-        runner.kill_marked(experiment_id)
+        runner.kill_marked(marker)
 
     def _work(self, slot: int) -> None:
         while True:
@@ -170,17 +172,19 @@ class LocalExecutor(Executor):
         else:
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
         prep_s = time.monotonic() - t0
+        marker = f"{job.experiment_id}.{uuid.uuid4().hex}"
         try:
             proc = subprocess.Popen(
                 [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                env={**os.environ, runner.JOB_ENV: marker},
             )
-            running = _Running(proc, job.experiment_id)
+            running = _Running(proc, marker)
             with self._lock:
                 self._running[job.experiment_id] = running
             started = psutil.Process(proc.pid).create_time()
             sink(job.experiment_id, {"event": "status", "status": "building", "worker": "local",
-                                     "runtime": {"pid": proc.pid, "pid_started": started,
+                                     "runtime": {"pid": proc.pid, "pid_started": started, "marker": marker,
                                                  "prepare_s": round(prep_s, 3)}})
             outcome = self._read(proc, job.experiment_id, sink)
             proc.wait()
@@ -197,7 +201,7 @@ class LocalExecutor(Executor):
                 sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
         finally:
             # nothing the experiment started outlives it, even if the runner itself was killed
-            runner.kill_marked(job.experiment_id)
+            runner.kill_marked(marker)
             job_file.unlink(missing_ok=True)
             self.worktrees.release(base)
             if not incremental:

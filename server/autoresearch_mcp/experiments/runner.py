@@ -36,8 +36,8 @@ RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
 BUILT_MARKER = ".autoresearch-built"
 TAIL_CHARS = 4000
-# Every process a job starts carries this variable (value: the job's id), so whatever escapes its
-# process group (`setsid cmd &`, a daemon) can still be found and killed.
+# Every process a job starts carries this variable (a value unique to the run), so whatever escapes
+# its process group (`setsid cmd &`, a daemon) can still be found and killed.
 JOB_ENV = "AUTORESEARCH_JOB"
 # The one rule for a metric value, applied before any arithmetic, here and in the server: finite and
 # of a magnitude arithmetic on a few hundred samples cannot overflow or underflow (or exactly 0).
@@ -639,7 +639,8 @@ def main(argv: list[str]) -> int:
         print("usage: runner.py JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[1]).read_text())
-    os.environ.setdefault(JOB_ENV, str(job.get("experiment_id") or f"job-{os.getpid()}"))
+    # unique per run (an experiment id alone may repeat: a retry, another session, another checkout)
+    os.environ.setdefault(JOB_ENV, f"{job.get('experiment_id', 'job')}.{os.getpid()}.{time.time_ns()}")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     log_path = job.get("log_path")
