@@ -178,6 +178,30 @@ def test_debug_only_loops_are_not_passes(tmp_path: Path) -> None:
     assert result.findings == []
 
 
+def test_a_simd_body_and_its_scalar_tail_are_one_pass(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void scale(const float *x, float *y, int n, float s) {
+            const int np = n & ~7;
+            for (int i = 0; i < np; i += 8) {
+                store8(y + i, mul8(load8(x + i), s));
+            }
+            for (int i = np; i < n; ++i) {
+                y[i] = x[i] * s;
+            }
+        }
+        void scale2(const float *x, float *y, int n, float s) {
+            int i = 0;
+            for (; i + 7 < n; i += 8) store8(y + i, mul8(load8(x + i), s));
+            for (; i < n; ++i) y[i] = x[i] * s;
+            for (i = 0; i < n; ++i) y[i] += 1.0f;
+        }
+    """)
+    assert not [f for f in result.findings if f.function == "scale"]
+    # the tail continues the body; the third loop starts over: a second pass over y (and x is not in it)
+    assert [(f.buffer, f.passes[0].start_line, f.passes[1].start_line) for f in result.findings] == [
+        ("y", 13, 15), ("y", 14, 15)]
+
+
 def test_cases_of_a_switch_are_alternatives_even_with_nested_ifs(tmp_path: Path) -> None:
     result = scan(tmp_path, """
         void fill(float *y, int n) { for (int i = 0; i < n; i++) y[i] = 0.0f; }
@@ -204,6 +228,7 @@ def test_calls_of_helpers_that_walk_their_parameters_are_passes(tmp_path: Path) 
             for (int i = 0; i < n; i++) out[i] = a[i] * b[i];
         }
         static float first(const float *a) { return a[0]; }
+        void pick(const float *x, float *y, int n, int fast) { fast ? mul(x, x, y, n) : rms_norm(x, y, n); }
         void forward(const float *x, const float *w, float *y, float *tmp, int n) {
             rms_norm(x, tmp, n);
             mul(tmp, w, y, n);
@@ -212,6 +237,7 @@ def test_calls_of_helpers_that_walk_their_parameters_are_passes(tmp_path: Path) 
         }
     """)
     tmp = [f for f in result.findings if f.function == "forward" and f.buffer == "tmp"]
+    assert not [f for f in result.findings if f.function == "pick"]  # one statement, one of two calls runs
     assert [(f.kind, f.passes[0].code, f.passes[1].code) for f in tmp] == [
         ("write_then_read", "rms_norm(x, tmp, n);", "mul(tmp, w, y, n);"),
         ("read_then_read", "mul(tmp, w, y, n);", "mul(tmp, &f, y, 1);")]

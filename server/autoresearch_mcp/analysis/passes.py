@@ -298,6 +298,8 @@ class FunctionScan:
                 name, shape = _declarator_name(d)
                 if name is None:
                     continue
+                if shape == "array" and n.type == "declaration":
+                    shape = "fixed_array"  # a local array: a stack temporary (registers, L1), not a buffer
                 self.shapes.setdefault(name, shape)
                 value = d.child_by_field_name("value") if d.type == "init_declarator" else None
                 if value is not None and shape == "pointer":
@@ -673,6 +675,23 @@ def _loop_vars(loop: tree_sitter.Node) -> set[str]:
     return set()
 
 
+def _continues(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
+    """Whether loop `second` finishes the range of loop `first` instead of walking it again: a SIMD
+    body and its scalar tail, `for (; i < n; ++i)` or `for (int i = np; i < n; ++i)` after `i < np`."""
+    if first.type not in LOOPS or second.type != "for_statement":
+        return False
+    if not _loop_vars(first) & _loop_vars(second):
+        return False
+    init = second.child_by_field_name("initializer")
+    if init is None:
+        return True
+    cond = first.child_by_field_name("condition")
+    bound = cond.child_by_field_name("right") if cond is not None and cond.type == "binary_expression" else None
+    starts = [n.child_by_field_name("value") or n.child_by_field_name("right")
+              for n in _walk(init) if n.type in ("init_declarator", "assignment_expression")]
+    return bound is not None and any(v is not None and _squash(v) == _squash(bound) for v in starts)
+
+
 def _constant_trip(loop: tree_sitter.Node) -> bool:
     """`for (j = 0; j < GGML_F32_ARR; j++)`: a bound fixed at compile time (registers, not memory)."""
     cond = loop.child_by_field_name("condition")
@@ -718,6 +737,8 @@ def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
                     continue
                 if second.barrier:
                     break
+                if second.node == first.node or _continues(first.node, second.node):
+                    continue  # calls within one statement (often the arms of a ?:), or a loop's tail
                 if buf in second.reads or buf in second.writes:
                     yield buf, first, second, _depends(sequence, i, j)
                     hits.append(second)
