@@ -5,14 +5,18 @@ cross compiler and qemu; the cloud through the fake SkyPort."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import InputError
@@ -365,33 +369,41 @@ async def test_a_measured_sky_platform_confirms_a_winner_and_refuses_one_that_re
 # --- a platform run that ends without a result ---------------------------------------------------
 
 
-async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is_launched_again(
-        tmp_path: Path) -> None:
+SLOWPOKE = {"name": "slowpoke", "env": {"SLOW": "1"}, "measure": False}
+FASTER_PATCH = ("--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n"
+                "--- /dev/null\n+++ b/candidate\n@@ -0,0 +1 @@\n+x\n")
+
+
+def slow_repo(tmp_path: Path) -> Path:
+    """A host winner whose checks take a minute on the `slowpoke` platform only."""
     repo = tmp_path / "slow"
     repo.mkdir()
     (repo / "autoresearch.sh").write_text(
         '#!/usr/bin/env bash\nset -eu\ncd "$(dirname "$0")"\ncase "$1" in\n  build) true ;;\n'
         '  bench) echo "METRIC t=$(cat value.txt)" ;;\nesac\n')
-    # slow only on the extra platform, and only for the candidate
     (repo / "autoresearch.checks.sh").write_text(
         '#!/usr/bin/env bash\ncd "$(dirname "$0")"\n'
         'if [ -n "${SLOW:-}" ] && [ -e candidate ]; then sleep 60; fi\n')
     (repo / "value.txt").write_text("100\n")
-    init_repo(repo)
-    patch = ("--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n"
-             "--- /dev/null\n+++ b/candidate\n@@ -0,0 +1 @@\n+x\n")
-    slowpoke = {"name": "slowpoke", "env": {"SLOW": "1"}, "measure": False}
+    return init_repo(repo)
+
+
+async def launch_until_slowpoke_checks(c: Client) -> str:
+    launched = await call(c, "launch_experiment", title="less", source="patch", repeats=3, patch=FASTER_PATCH)
+    exp_id = str(launched["experiment_id"])
+    with anyio.fail_after(120):
+        while (await call(c, "fetch_sky_logs", experiment_id=exp_id))["platforms"][0]["status"] != "checking":
+            await anyio.sleep(0.1)
+    return exp_id
+
+
+async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is_launched_again(
+        tmp_path: Path) -> None:
+    repo = slow_repo(tmp_path)
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), metric="t", direction="lower", tag="slow",
-                   platforms=["host", slowpoke])
-        launched = await call(c, "launch_experiment", title="less", source="patch", repeats=3, patch=patch)
-        exp_id = launched["experiment_id"]
-        with anyio.fail_after(120):
-            while True:
-                res = await call(c, "fetch_sky_logs", experiment_id=exp_id)
-                if res["platforms"][0]["status"] == "checking":
-                    break
-                await anyio.sleep(0.1)
+                   platforms=["host", SLOWPOKE])
+        exp_id = await launch_until_slowpoke_checks(c)
         assert "slowpoke" in (await error(c, "commit_winner", experiment_id=exp_id))  # still running there
 
         cancelled = await call(c, "cancel_experiment", experiment_id=exp_id)
@@ -401,7 +413,8 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is
                 await anyio.sleep(0.1)
         message = await error(c, "commit_winner", experiment_id=exp_id)
         assert "not checked on every platform" in message and "slowpoke: cancelled" in message
-        again = await call(c, "launch_experiment", title="less, again", source="patch", repeats=3, patch=patch)
+        again = await call(c, "launch_experiment", title="less, again", source="patch", repeats=3,
+                           patch=FASTER_PATCH)
         assert again["experiment_id"] != exp_id
         await call(c, "cancel_experiment", experiment_id=again["experiment_id"])
 
@@ -422,3 +435,30 @@ async def test_profile_hotspots_profiles_the_measured_host_of_a_session_with_pla
                    platforms=["host", {"name": "second", "measure": False}])
         prof = await call(c, "profile_hotspots", top=3, lines=1)
     assert prof["build"] == "baseline" and prof["total_samples"] > 0
+
+
+async def test_after_kill_9_a_platform_run_is_lost_its_processes_killed_and_the_commit_refused(
+        tmp_path: Path) -> None:
+    repo = slow_repo(tmp_path)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"],
+                                   cwd=str(repo), env=dict(os.environ))
+    with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
+        async with Client(params) as c:
+            await call(c, "start_session", repo=str(repo), metric="t", direction="lower", tag="slow",
+                       platforms=["host", SLOWPOKE])
+            exp_id = await launch_until_slowpoke_checks(c)
+            ledger = [json.loads(line) for line in (repo / ".autoresearch" / "ledger.jsonl").read_text().splitlines()]
+            pid = next(r["runtime"]["pid"] for r in ledger if r.get("platform") == "slowpoke" and r.get("runtime"))
+            platform_runner = psutil.Process(pid)
+            server = next(p for p in psutil.Process().children() if "autoresearch_mcp" in " ".join(p.cmdline()))
+            server.send_signal(signal.SIGKILL)
+            server.wait(10)
+            await call(c, "list_experiments")
+    assert platform_runner.is_running()
+    async with Client(params) as c:  # the new server binds the session left in its cwd
+        res = await call(c, "fetch_sky_logs", experiment_id=exp_id)
+        assert res["status"] == "done" and res["platforms"][0]["status"] == "lost", res["platforms"]
+        message = await error(c, "commit_winner", experiment_id=exp_id)
+        assert "slowpoke: lost" in message
+    gone, _ = psutil.wait_procs([platform_runner], timeout=15)
+    assert platform_runner in gone or platform_runner.status() == psutil.STATUS_ZOMBIE
