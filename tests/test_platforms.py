@@ -266,7 +266,9 @@ def test_platform_lists_that_cannot_work_are_refused_with_the_reason() -> None:
 def test_a_preset_can_be_extended_without_losing_its_toolchain() -> None:
     host, arm = platforms.resolve(["host", {"name": "aarch64-qemu", "env": {"CFLAGS": "-O3"}}], None)
     assert host.measure and not host.emulator
-    assert arm.env == {"CC": "aarch64-linux-gnu-gcc", "CXX": "aarch64-linux-gnu-g++", "CFLAGS": "-O3"}
+    assert arm.env["CFLAGS"] == "-O3"
+    assert arm.env["CC"] == "aarch64-linux-gnu-gcc" and arm.env["CXX"] == "aarch64-linux-gnu-g++"
+    assert Path(arm.env["CMAKE_TOOLCHAIN_FILE"]).is_file()
     assert arm.emulator == "qemu-aarch64 -L /usr/aarch64-linux-gnu" and not arm.measure
     assert platforms.job_env(arm)["AUTORESEARCH_EMULATOR"] == arm.emulator
     assert platforms.job_env(host) == {"AUTORESEARCH_PLATFORM": "host", "AUTORESEARCH_EMULATOR": ""}
@@ -462,3 +464,37 @@ async def test_after_kill_9_a_platform_run_is_lost_its_processes_killed_and_the_
         assert "slowpoke: lost" in message
     gone, _ = psutil.wait_procs([platform_runner], timeout=15)
     assert platform_runner in gone or platform_runner.status() == psutil.STATUS_ZOMBIE
+
+
+
+@needs_cross
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+async def test_a_cmake_project_cross_compiles_for_aarch64_through_the_presets_toolchain(tmp_path: Path) -> None:
+    repo = tmp_path / "cmake"
+    repo.mkdir()
+    (repo / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.21)\nproject(arch C)\nadd_executable(arch arch.c)\n"
+        # like ggml: ISA flags follow CMAKE_SYSTEM_PROCESSOR, which only a toolchain file sets right
+        'if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64")\n  target_compile_options(arch PRIVATE -msse2)\nendif()\n')
+    (repo / "arch.c").write_text(
+        '#include <stdio.h>\n#include <string.h>\nint main(int argc, char **argv) {\n'
+        '#if defined(__aarch64__)\n    const char *arch = "aarch64";\n'
+        '#else\n    const char *arch = "generic";\n#endif\n'
+        '    if (argc > 1 && strcmp(argv[1], "--bench") == 0) puts("METRIC t=1");\n    else puts(arch);\n'
+        '    return 0;\n}\n')
+    (repo / "autoresearch.sh").write_text(
+        '#!/usr/bin/env bash\nset -eu\ncd "$(dirname "$0")"\ncase "$1" in\n'
+        '  build) cmake -S . -B build >/dev/null && cmake --build build ;;\n'
+        '  bench) $AUTORESEARCH_EMULATOR ./build/arch --bench ;;\nesac\n')
+    (repo / "autoresearch.checks.sh").write_text(
+        '#!/usr/bin/env bash\nset -eu\ncd "$(dirname "$0")"\nout="$($AUTORESEARCH_EMULATOR ./build/arch)"\n'
+        'echo "$AUTORESEARCH_PLATFORM: $out"\n'
+        '[ "$out" = "$([ "$AUTORESEARCH_PLATFORM" = aarch64-qemu ] && echo aarch64 || echo generic)" ]\n')
+    init_repo(repo)
+    async with Client(build_server()) as c:
+        started = await call(c, "start_session", repo=str(repo), metric="t", direction="lower", tag="cm",
+                             platforms=["host", "aarch64-qemu"])
+    # the head's checks passed on aarch64-qemu: the CMake build there made an aarch64 binary
+    assert any(line.startswith("aarch64-qemu") and "passes the checks" in line for line in started["platforms"])
+    log = (repo / ".autoresearch" / "logs" / "session-validation-aarch64-qemu.log").read_text()
+    assert "aarch64-qemu: aarch64" in log

@@ -24,6 +24,11 @@ def template(name: str) -> Path:
     return _find(f"templates/{name}", name)
 
 
+def toolchain(name: str) -> Path:
+    """Path of a CMake toolchain file shipped for a platform preset (e.g. `aarch64-linux-gnu.cmake`)."""
+    return _find(f"toolchains/{name}")
+
+
 def example_dir() -> Path:
     """Path of the bundled multi-backend example target."""
     return _find("examples")

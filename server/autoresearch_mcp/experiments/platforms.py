@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from autoresearch_mcp import safefs
+from autoresearch_mcp import resources, safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
 from autoresearch_mcp.experiments import runner
@@ -72,7 +72,9 @@ PRESETS: dict[str, Platform] = {
     HOST: Platform(name=HOST),
     "aarch64-qemu": Platform(
         name="aarch64-qemu",
-        env={"CC": "aarch64-linux-gnu-gcc", "CXX": "aarch64-linux-gnu-g++"},
+        env={"CC": "aarch64-linux-gnu-gcc", "CXX": "aarch64-linux-gnu-g++",
+             # read by CMake >= 3.21 when it configures a new build directory: CMake projects cross-compile
+             "CMAKE_TOOLCHAIN_FILE": str(resources.toolchain("aarch64-linux-gnu.cmake"))},
         emulator="qemu-aarch64 -L /usr/aarch64-linux-gnu",
         measure=False,
     ),
@@ -180,6 +182,10 @@ def preflight(platform: Platform) -> list[str]:
     for var, argv in compilers.items():
         if shutil.which(argv[0]) is None:
             problems.append(_missing(argv[0], f"the compiler ({var})", platform))
+    toolchain = platform.env.get("CMAKE_TOOLCHAIN_FILE")
+    if toolchain and not Path(toolchain).is_file():
+        problems.append(f"platform {platform.name}: its CMAKE_TOOLCHAIN_FILE {toolchain} does not exist (was the "
+                        "package moved? pass platforms to start_session again to refresh a preset)")
     if problems or "CC" not in compilers:
         return problems
     problem = _probe(platform, compilers["CC"], emulator)
