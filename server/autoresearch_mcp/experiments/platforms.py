@@ -276,13 +276,14 @@ def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
     return True, f"{verdict}{delta} in the confirmation A/B, {checked}"
 
 
-def result_of(platform: Platform, record: dict[str, Any] | None) -> PlatformResult:
+def result_of(platform: Platform, record: dict[str, Any] | None, incremental: bool = False) -> PlatformResult:
     """One extra platform's row for fetch_sky_logs, from its folded ledger records."""
     base = dict(name=platform.name, executor=platform.executor, measured=platform.measure,
                 emulator=platform.emulator or None)
     if record is None:
         return PlatformResult(**base, status="not_run", summary=(
-            "runs once the host's verdict is improved with passing checks"))
+            "runs on the clean-build confirmation of this incremental result" if incremental
+            else "runs once the host's verdict is improved with passing checks"))
     outcome = record.get("outcome") or {}
     analysis = record.get("analysis") or {}
     build = outcome.get("build") or {}

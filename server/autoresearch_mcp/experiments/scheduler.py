@@ -398,7 +398,8 @@ class ExperimentManager:
             build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=exp.analysis.get("noise_cv"),
             error=outcome.get("error") or exp.status_detail, cost_usd=exp.cost_usd,
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
-            platforms=[platforms_.result_of(p, exp.platforms.get(p.name)) for p in self.platforms[1:]],
+            platforms=[platforms_.result_of(p, exp.platforms.get(p.name), bool(exp.launch.get("incremental")))
+                       for p in self.platforms[1:]],
         )
 
     def _drift_warnings(self, exp: ExperimentState) -> list[str]:
