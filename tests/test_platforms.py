@@ -498,3 +498,15 @@ async def test_a_cmake_project_cross_compiles_for_aarch64_through_the_presets_to
     assert any(line.startswith("aarch64-qemu") and "passes the checks" in line for line in started["platforms"])
     log = (repo / ".autoresearch" / "logs" / "session-validation-aarch64-qemu.log").read_text()
     assert "aarch64-qemu: aarch64" in log
+
+
+def test_a_measured_platform_whose_checks_never_ran_does_not_let_the_winner_through() -> None:
+    graviton = platforms.Platform(name="graviton", executor="sky")
+    # the runner skips the checks of a run it stops as noisy: no verdict of correctness there
+    passed, why = platforms.judge(graviton, {"status": "done", "stop_reason": "noisy"}, "noisy", None)
+    assert not passed and "checks did not run" in why
+    checked = {"status": "done", "checks": {"ran": True, "passed": True}}
+    assert platforms.judge(graviton, checked, "no_change", 0.3) == (
+        True, "no_change +0.30% in the confirmation A/B, checks passed")
+    assert platforms.judge(graviton, checked, "regressed", -4.0)[0] is False
+    assert platforms.judge(graviton, {**checked, "error": "run 0: t missing"}, "invalid", None)[0] is False

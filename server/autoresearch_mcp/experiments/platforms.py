@@ -265,6 +265,8 @@ def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
         return False, f"failed its checks ({how}): {(checks.get('tail') or '').strip()[-TAIL_CHARS:]}"
     if status != "done":
         return False, f"did not finish ({status})"
+    if not checks:  # the runner skips the checks of a run it stops as noisy
+        return False, f"its checks did not run (verdict {verdict}); launch it again on a quieter worker"
     checked = "checks passed" if checks.get("ran") else "no checks script"
     if not platform.measure:
         return True, f"built, {checked}"
@@ -303,20 +305,19 @@ def result_of(platform: Platform, record: dict[str, Any] | None, incremental: bo
 
 def refusal(experiment_id: str, extra: list[Platform], records: dict[str, dict[str, Any]]) -> str | None:
     """Why commit_winner must refuse, naming each platform that blocks; None when all passed."""
-    pending = [p.name for p in extra if records.get(p.name, {}).get("passed") is None
-               and records.get(p.name, {}).get("status") not in ("cancelled", "lost")]
-    blocked = [f"{p.name}: {records[p.name].get('summary') or records[p.name].get('status')}" for p in extra
-               if p.name in records and records[p.name].get("passed") is False]
-    gone = [f"{p.name}: {records[p.name]['status']}" for p in extra
-            if records.get(p.name, {}).get("status") in ("cancelled", "lost")
-            and records[p.name].get("passed") is None]
+    state = {p.name: records.get(p.name, {}) for p in extra}
+    blocked = [name for name, r in state.items() if r.get("passed") is False]
+    gone = [name for name, r in state.items() if r.get("passed") is None and r.get("status") in ("cancelled", "lost")]
+    pending = [name for name, r in state.items() if r.get("passed") is None and name not in gone]
     if blocked:
-        return (f"experiment {experiment_id} fails on platform(s) {', '.join(b.split(':')[0] for b in blocked)}; "
-                "a winner must build and pass its checks on every platform and must not regress on a measured "
-                "one:\n- " + "\n- ".join(blocked) + "\nFix the change for those platforms and launch it again")
+        reasons = [f"{name}: {state[name].get('summary') or state[name].get('status')}" for name in blocked]
+        return (f"experiment {experiment_id} fails on platform(s) {', '.join(blocked)}; a winner must build and "
+                "pass its checks on every platform and must not regress on a measured one:\n- "
+                + "\n- ".join(reasons) + "\nFix the change for those platforms and launch it again")
     if gone:
-        return (f"experiment {experiment_id} was not checked on every platform ({'; '.join(gone)}); launch it "
-                "again to check it there")
+        ended = "; ".join(f"{name}: {state[name]['status']}" for name in gone)
+        return (f"experiment {experiment_id} was not checked on every platform ({ended}); launch it again to "
+                "check it there")
     if pending:
         return (f"experiment {experiment_id} is still being checked on platform(s) {', '.join(pending)}; poll "
                 "fetch_sky_logs until each platform has passed, then commit")
