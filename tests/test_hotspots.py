@@ -123,6 +123,13 @@ async def test_a_candidate_build_is_profiled_and_bad_ids_are_explained(debug_exa
         prof = await call(client, "profile_hotspots", experiment_id=launched["experiment_id"], top=5)
         assert prof["build"] == launched["experiment_id"] and prof["commit"] == launched["candidate_commit"]
         assert prof["functions"] and prof["bench_exit_code"] == 0
+        # the candidate's own sources are scanned: its lines, its functions (the work tree has neither)
+        found = await call(client, "find_passes", profile_id=prof["profile_id"])
+        functions = {f["function"] for f in found["findings"]}
+        assert "cpu_soft_max_from" in functions
+        assert not [f for f in found["findings"] if f["function"] == "ns_cpu_forward" and f["buffer"] == "tmp"]
+        kept = debug_example / ".autoresearch" / "profiles" / f"{prof['profile_id']}.src" / "backend/cpu/ops-cpu.c"
+        assert "cpu_rms_norm_mul" in kept.read_text()
         assert "no experiment 'nope'" in await error(client, "profile_hotspots", experiment_id="nope")
         assert "no profile" in await error(client, "find_passes", profile_id="0000000000")
         assert await error(client, "profile_hotspots", top=0)

@@ -407,7 +407,8 @@ def build_server() -> MCPServer[AppState]:
         session = _state(ctx).session
         root = Path(session.repo.working_dir) if session is not None else None
         profile = hotspots.load_profile(_state(ctx).require_session(), profile_id) if profile_id else None
-        return passes.search(root, paths, functions, profile, limit)
+        kept = hotspots.sources_dir(root, profile_id) if root is not None and profile_id else None
+        return passes.search(root, paths, functions, profile, limit, kept)
 
     # --- report --------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ SEPARATOR = "\x1f"
 REPORT_TIMEOUT_S = 600.0
 INTERRUPT_GRACE_S = 5.0
 SAVED_FUNCTIONS = 200
+MAX_KEPT_SOURCES = 50
+MAX_KEPT_BYTES = 8 * 2**20
 CODE_CHARS = 160
 SRCLINE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: \(discriminator \d+\))?$")
 PERMISSION_HINT = re.compile(r"perf_event_paranoid|Permission denied|No permission|not permitted", re.I)
@@ -39,6 +41,11 @@ PERMISSION_HINT = re.compile(r"perf_event_paranoid|Permission denied|No permissi
 
 def profiles_dir(repo_root: Path) -> Path:
     return state_dir(repo_root) / "profiles"
+
+
+def sources_dir(repo_root: Path, profile_id: str) -> Path:
+    """The profiled build's copies of the source files its hot lines are in (line numbers match them)."""
+    return profiles_dir(repo_root) / f"{profile_id}.src"
 
 
 @dataclass
@@ -128,6 +135,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
                              f"{_record_failure(rec.output)}")
         ranked = sorted(functions.values(), key=lambda f: -f.samples)[:SAVED_FUNCTIONS]
         hot = [_hot_function(f, total, tree, root) for f in ranked]
+        _keep_sources(hot, tree, root, sources_dir(root, profile_id))
         report_path = out_dir / f"{profile_id}.txt"
         safefs.write_text(root, report_path, report.output)
     finally:
@@ -139,6 +147,15 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     safefs.write_text(root, out_dir / f"{profile_id}.json", saved.model_dump_json())
     shown = [f.model_copy(update={"lines": f.lines[:lines]}) for f in hot[:top]]
     return saved.model_copy(update={"functions": shown})
+
+
+def _keep_sources(hot: list[HotFunction], tree: Path, root: Path, dest: Path) -> None:
+    """Copy the files of the hot lines out of the build tree, which may be reused or removed later."""
+    files = list(dict.fromkeys(line.file for f in hot for line in f.lines))[:MAX_KEPT_SOURCES]
+    for rel in files:
+        source = tree / rel
+        if not Path(rel).is_absolute() and source.is_file() and source.stat().st_size <= MAX_KEPT_BYTES:
+            safefs.write_bytes(root, dest / rel, source.read_bytes())
 
 
 def load_profile(session: Session, profile_id: str) -> ProfileResult:

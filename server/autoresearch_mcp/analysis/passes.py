@@ -811,7 +811,7 @@ class Hotness:
 
 
 def find_passes(files: list[Path], functions: set[str] | None = None, hotness: Hotness | None = None,
-                limit: int = 20, base: Path | None = None) -> FindPassesResult:
+                limit: int = 20, bases: list[Path] | None = None) -> FindPassesResult:
     """Scan `files`: every function, or only those named in `functions` or hot in `hotness`; hot first."""
     t0 = time.perf_counter()
     findings: list[PassFinding] = []
@@ -841,7 +841,7 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         parsed.append((path, index, named))
     helpers = Helpers(definitions)
     for path, index, named in parsed:
-        shown = str(path.relative_to(base)) if base is not None and path.is_relative_to(base) else str(path)
+        shown = next((str(path.relative_to(b)) for b in bases or [] if path.is_relative_to(b)), str(path))
         for name, fn in named:
             share = hotness.of(name, path, fn) if hotness is not None else None
             if selective and share is None and name not in (functions or ()):
@@ -885,8 +885,13 @@ def _site(item: Item, buf: str) -> PassSite:
 
 
 def search(root: Path | None, paths: list[str] | None, functions: list[str] | None,
-           profile: ProfileResult | None, limit: int, top_functions: int = 15) -> FindPassesResult:
-    """find_passes as the tool sees it: files and functions from the arguments or from a profile."""
+           profile: ProfileResult | None, limit: int, profiled_sources: Path | None = None,
+           top_functions: int = 15) -> FindPassesResult:
+    """find_passes as the tool sees it: files and functions from the arguments or from a profile.
+
+    A profile's hot lines are read in `profiled_sources`, the profiled build's own copies of the
+    files (a candidate's lines do not match the work tree); the repository is the fallback.
+    """
     if not paths and not functions and profile is None:
         raise InputError("say where to look: paths (C/C++ files or folders), functions (names), or profile_id "
                          "(the hot functions of a profile_hotspots run)")
@@ -902,7 +907,8 @@ def search(root: Path | None, paths: list[str] | None, functions: list[str] | No
             if not f.lines:
                 unplaced.add(short_name(f.name))
             for line in f.lines:
-                path = (base / line.file).resolve()
+                kept = profiled_sources / line.file if profiled_sources is not None else None
+                path = (kept if kept is not None and kept.is_file() else base / line.file).resolve()
                 if path.is_file():
                     hotness.by_line.setdefault(path, {})[line.line] = line.share_pct
         files.extend(hotness.by_line)
@@ -914,7 +920,14 @@ def search(root: Path | None, paths: list[str] | None, functions: list[str] | No
     unique = sorted({f.resolve(): f for f in files if f.suffix in SOURCE_SUFFIXES}.values())
     if not unique:
         raise InputError(f"no C/C++ source found under {base} for {sorted(names or [])[:10] or paths}: give paths")
-    return find_passes(unique, names, hotness, limit, base=base.resolve())
+    bases = [b.resolve() for b in (profiled_sources, base) if b is not None and b.is_dir()]
+    result = find_passes(unique, names, hotness, limit, bases=bases)
+    if profile is not None:
+        where = "the profiled build's copies" if profiled_sources is not None and profiled_sources.is_dir() \
+            else "the work tree's files"
+        result.notes.append(f"hot code of profile {profile.profile_id} ({profile.build}, {profile.commit[:12]}), "
+                            f"read in {where}")
+    return result
 
 
 def _files_mentioning(root: Path, names: set[str]) -> list[Path]:
