@@ -476,7 +476,11 @@ def build_tree(
         cache = _cache_counts(stats)
         stats.unlink(missing_ok=True)
         if res.ok:
-            marker.write_text(json.dumps({"content": content, "duration_s": res.duration_s}))
+            # whatever the build left at the marker's path (a link, say) is replaced, never written through
+            marker.unlink(missing_ok=True)
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps({"content": content, "duration_s": res.duration_s}))
         return BuildResult(mode, res.duration_s, res, cache)
 
 
