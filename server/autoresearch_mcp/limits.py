@@ -31,37 +31,43 @@ def clip(text: str, limit: int) -> str:
 
 
 def _size(data: Any) -> int:
-    return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8"))
 
 
-def _shrink(data: Any, text_limit: int, list_limit: int) -> Any:
-    if isinstance(data, str):
-        return clip(data, text_limit)
-    if isinstance(data, list):
-        kept = [_shrink(x, text_limit, list_limit) for x in data[:list_limit]]
-        if len(data) > list_limit and all(isinstance(x, str) for x in data):
-            kept.append(f"... and {len(data) - list_limit} more")
+def _shrink(value: Any, text_limit: int, list_limit: int) -> Any:
+    """`value` with texts, lists and maps cut; a model keeps every field (its dict form is returned)."""
+    if isinstance(value, BaseModel):
+        return {name: _shrink(getattr(value, name), text_limit, list_limit) for name in type(value).model_fields}
+    if isinstance(value, str):
+        return clip(value, text_limit)
+    if isinstance(value, (list, tuple)):
+        kept = [_shrink(x, text_limit, list_limit) for x in value[:list_limit]]
+        if len(value) > list_limit and all(isinstance(x, str) for x in value):
+            kept.append(f"... and {len(value) - list_limit} more")
         return kept
-    if isinstance(data, dict):
-        return {k: _shrink(v, text_limit, list_limit) for k, v in list(data.items())[:max(list_limit, 8)]}
-    return data
+    if isinstance(value, dict):
+        return {k: _shrink(v, text_limit, list_limit) for k, v in list(value.items())[:max(list_limit, 8)]}
+    return value
 
 
 def bound(model: M, limit: int = STRUCTURED_CAP) -> M:
     """`model` itself when it fits in `limit` bytes of JSON, else a copy with shorter texts and lists."""
-    data = model.model_dump(mode="json")
-    if _size(data) <= limit:
+    if _size(model.model_dump(mode="json")) <= limit:
         return model
+    # cut gradually, so that as much as fits is kept
     text_limit, list_limit = limit // 4, 200
-    shrunk = data
+    shrunk: dict[str, Any] = {}
     while text_limit >= 64 and list_limit >= 1:
-        shrunk = _shrink(data, text_limit, list_limit)
+        shrunk = _shrink(model, text_limit, list_limit)
         if _size(shrunk) <= limit - 512:
             break
-        text_limit, list_limit = text_limit // 2, list_limit // 2
-    if isinstance(shrunk.get("warnings"), list):
-        shrunk["warnings"].append(f"this answer was cut to fit {ANSWER_CAP // 1024} KB: long texts and lists were "
-                                  "shortened (the log and report files hold everything)")
+        text_limit, list_limit = text_limit * 3 // 4, list_limit * 4 // 5
+    note = (f"this answer was cut to fit {ANSWER_CAP // 1024} KB: long texts and lists were shortened (to "
+            f"{list_limit} items); ask for less (fewer items or lines), or read the log or report files")
+    for field in ("warnings", "notes"):
+        if isinstance(shrunk.get(field), list):
+            shrunk[field].append(note)
+            break
     return type(model).model_validate(shrunk)
 
 
