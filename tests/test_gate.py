@@ -529,3 +529,21 @@ async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(t
         listing = await call(c, "list_experiments")
     assert [e["status"] for e in listing["experiments"]] == ["lost"]
     assert not alive(pid)
+
+
+async def test_a_big_answer_is_cut_keeping_every_field_and_says_so(tmp_path: Path) -> None:
+    repo = tmp_path / "many"
+    for b in ["cpu", *(f"b{i:02d}" for i in range(24))]:
+        cases = "".join(f"        case GGML_OP_{b.upper()}_LONG_OPERATION_NAME_{j:03d}: return true;\n"
+                        for j in range(0 if b == "cpu" else 30))
+        (repo / "backends" / b).mkdir(parents=True)
+        (repo / "backends" / b / "ops.c").write_text(
+            f"int supports_op(int op) {{\n    switch (op) {{\n{cases}        case GGML_OP_ADD: return true;\n"
+            "        default: return false;\n    }\n}\n")
+    init_repo(repo)
+    async with Client(build_server()) as c:
+        result = await c.call_tool("diff_backends", {"repo": str(repo), "max_gaps": 200})
+    assert not result.is_error and answer_bytes(result) <= 64 * 1024
+    data = result.structured_content
+    assert data is not None and 0 < len(data["gaps"]) < 200 and data["total_gaps"] >= 200
+    assert "cut to fit 64 KB" in data["notes"][-1]
