@@ -42,15 +42,15 @@ async def launch_value(c: Client, new: str, **kw: Any) -> dict[str, Any]:
 async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await launch_value(c, "110", repeats=5)
+        launched = await launch_value(c, "110", repeats=14)
         assert launched["status"] == "queued"
         assert git(repo, "rev-parse", f"refs/autoresearch/exp/{launched['experiment_id']}") == \
             launched["candidate_commit"]
         res = await wait_final(c, launched["experiment_id"])
         assert res["status"] == "done" and res["verdict"] == "improved"
         score = res["metrics"]["score"]
-        assert score["n_pairs"] == 5 and 9.0 < score["delta_pct"] < 11.0
-        assert score["ci_low_pct"] > 0 and len(score["baseline"]["samples"]) == 5
+        assert score["n_pairs"] == 14 and 9.0 < score["delta_pct"] < 11.0
+        assert score["ci_low_pct"] > 0 and len(score["baseline"]["samples"]) == 14
         assert res["checks"]["passed"] is True
         committed = await call(c, "commit_winner", experiment_id=launched["experiment_id"])
     assert git(repo, "rev-parse", "autoresearch/t") == committed["commit"]
@@ -60,15 +60,15 @@ async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(re
     assert f"Autoresearch-Experiment: {launched['experiment_id']}" in message
     trailer = next(line for line in message.splitlines() if line.startswith("Autoresearch-Result: "))
     result = json.loads(trailer.split(": ", 1)[1])
-    assert result["verdict"] == "improved" and result["n_pairs"] == 5
+    assert result["verdict"] == "improved" and result["n_pairs"] == 14
 
 
 async def test_no_change_and_regression_are_refused_by_commit_winner(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        same = await call(c, "launch_experiment", title="comment", source="patch", repeats=8,
+        same = await call(c, "launch_experiment", title="comment", source="patch", repeats=14,
                           patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+a note\n")
-        worse = await launch_value(c, "90", repeats=5)
+        worse = await launch_value(c, "90", repeats=14)
         assert (await wait_final(c, same["experiment_id"]))["verdict"] == "no_change"
         assert (await wait_final(c, worse["experiment_id"]))["verdict"] == "regressed"
         for exp in (same, worse):
@@ -85,7 +85,7 @@ async def test_auto_repeats_stop_early_on_a_clear_effect(repo: Path) -> None:
         launched = await launch_value(c, "150", repeats="auto")
         res = await wait_final(c, launched["experiment_id"])
     assert res["verdict"] == "improved"
-    assert res["metrics"]["score"]["n_pairs"] == 5  # the first planned look already decides
+    assert res["metrics"]["score"]["n_pairs"] == 14  # the first planned look already decides
 
 
 async def test_worktree_snapshot_leaves_index_head_and_files_alone(repo: Path) -> None:
@@ -133,8 +133,8 @@ async def test_refusals(repo: Path) -> None:
         first = await launch_value(c, "105", repeats=3)
         dup = await error(c, "launch_experiment", title="again", source="patch", patch=value_patch("100", "105"))
         assert first["experiment_id"] in dup
-        assert "between 3 and 200" in await error(c, "launch_experiment", title="x", source="patch",
-                                                  patch=value_patch("100", "1"), repeats=1)
+        assert "between 1 and max_pairs=100" in await error(c, "launch_experiment", title="x", source="patch",
+                                                            patch=value_patch("100", "1"), repeats=101)
         assert "needs commit" in await error(c, "launch_experiment", title="x", source="commit")
         assert "no experiment" in await error(c, "fetch_sky_logs", experiment_id="nope")
         await wait_final(c, first["experiment_id"])
@@ -147,8 +147,8 @@ async def test_commit_source_and_stale_base_is_refused(repo: Path) -> None:
     git(repo, "checkout", "-q", "main")
     async with Client(build_server()) as c:
         await session(c, repo)
-        a = await call(c, "launch_experiment", title="from branch", source="commit", commit="idea", repeats=3)
-        b = await launch_value(c, "120", repeats=3)
+        a = await call(c, "launch_experiment", title="from branch", source="commit", commit="idea", repeats=14)
+        b = await launch_value(c, "120", repeats=14)
         assert (await wait_final(c, a["experiment_id"]))["verdict"] == "improved"
         assert (await wait_final(c, b["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=a["experiment_id"], title="Take the idea branch")
@@ -160,7 +160,7 @@ async def test_commit_source_and_stale_base_is_refused(repo: Path) -> None:
 async def test_failing_checks_are_never_committed(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="fast but wrong", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="fast but wrong", source="patch", repeats=14,
                               patch=value_patch("100", "200") + "--- /dev/null\n+++ b/wrong\n@@ -0,0 +1 @@\n+x\n")
         res = await wait_final(c, launched["experiment_id"])
         assert res["status"] == "checks_failed" and res["checks"]["passed"] is False

@@ -57,7 +57,7 @@ class Synthetic:
                    verdict: str | None = "no_change", status: str = "done", hypothesis: str = "",
                    sources: list[str] | None = None, keep: dict[str, str | None] | None = None,
                    other: dict[str, float] | None = None, cost: float | None = None,
-                   design: dict[str, Any] | None = None) -> str:
+                   design: dict[str, Any] | None = None, n_pairs: int = 5) -> str:
         """Launch and finish one experiment; `keep` (file -> content) also commits it as a winner."""
         self.n += 1
         exp_id = f"e{self.n:04d}"
@@ -72,7 +72,7 @@ class Synthetic:
         metrics = {}
         if delta is not None:
             lo, hi = ci or (delta - 1.0, delta + 1.0)
-            metrics["score"] = _comparison(delta, lo, hi, verdict)
+            metrics["score"] = _comparison(delta, lo, hi, verdict, n_pairs)
             for name, d in (other or {}).items():
                 metrics[name] = _comparison(d, d - 2.0, d + 2.0, "no_change")
         passed = status == "done"
@@ -98,9 +98,9 @@ class Synthetic:
         return exp_id
 
 
-def _comparison(delta: float, lo: float, hi: float, verdict: str | None) -> dict[str, Any]:
-    return {"baseline": {"n": 5, "mean": 100.0}, "candidate": {"n": 5, "mean": 100.0 * (1 + delta / 100)},
-            "delta_pct": delta, "ci_low_pct": lo, "ci_high_pct": hi, "p_value": 0.001, "n_pairs": 5,
+def _comparison(delta: float, lo: float, hi: float, verdict: str | None, n_pairs: int = 5) -> dict[str, Any]:
+    return {"baseline": {"n": n_pairs, "mean": 100.0}, "candidate": {"n": n_pairs, "mean": 100.0 * (1 + delta / 100)},
+            "delta_pct": delta, "ci_low_pct": lo, "ci_high_pct": hi, "p_value": 0.001, "n_pairs": n_pairs,
             "verdict": verdict}
 
 
@@ -152,10 +152,10 @@ async def test_a_real_session_is_reported_and_finalized_through_mcp(tmp_path: Pa
         for title, patch in (("value 110", edit("value.txt", "100", "110")),
                              ("factor 1.1", edit("factor.txt", "1", "1.1"))):
             launched = await call(c, "launch_experiment", title=title, hypothesis="<b>bigger</b> is better",
-                                  sources=["https://example.org/idea"], source="patch", patch=patch, repeats=5)
+                                  sources=["https://example.org/idea"], source="patch", patch=patch, repeats=14)
             assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
             kept.append(await call(c, "commit_winner", experiment_id=launched["experiment_id"]))
-        notes = await call(c, "launch_experiment", title="notes only", source="patch", repeats=5,
+        notes = await call(c, "launch_experiment", title="notes only", source="patch", repeats=14,
                            patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+nothing\n")
         broken = await call(c, "launch_experiment", title="broken", source="patch", repeats=5,
                             patch=edit("value.txt", "110", "broken"))
@@ -227,18 +227,18 @@ def test_failed_noisy_and_running_experiments_are_counted_apart(synthetic: Synth
     assert markers(Path(out.chart_path), COLORS["failed"]) == 1 + 3  # the legend's, and one per failure
 
 
-@pytest.mark.parametrize("repeats", [8, "auto"])
+@pytest.mark.parametrize("repeats", [40, "auto"])
 def test_an_experiments_standard_error_is_recovered_from_its_interval_and_design(repeats: int | str) -> None:
     rng = np.random.default_rng(3)
-    base = list(100 * np.exp(rng.normal(0, 0.01, 8)))
-    cand = [b * np.exp(0.03 + rng.normal(0, 0.01)) for b in base]
-    design = stats.make_design(repeats, alpha=0.02, max_pairs=50)
+    base = list(100 * np.exp(rng.normal(0, 0.01, 40)))
+    cand = [b * np.exp(0.001 + rng.normal(0, 0.01)) for b in base]
+    design = stats.make_design(repeats, alpha=0.02, max_pairs=100)
     cmp = stats.paired(base, cand, "higher", design)
     error = stats.log_standard_error(cmp.__dict__, stats.Design.from_dict(design.__dict__))
     d = np.log(np.array(cand) / np.array(base))
-    assert error is not None and error[1] == 7
-    # a sequential look spends less alpha (a wider interval) but the same standard error comes back
-    assert error[0] == pytest.approx(d.std(ddof=1) / np.sqrt(8), rel=1e-3)
+    assert cmp.n_pairs == 40 and error is not None and error[1] == 39
+    # the Hodges-Lehmann estimate's standard error on normal data: sigma * sqrt(pi / 3) / sqrt(n)
+    assert error[0] == pytest.approx(d.std(ddof=1) * np.sqrt(np.pi / 3 / 40), rel=0.3)
 
 
 def test_independent_errors_combine_in_quadrature_at_one_level() -> None:
@@ -249,16 +249,24 @@ def test_independent_errors_combine_in_quadrature_at_one_level() -> None:
 
 
 def test_a_sequential_experiments_interval_is_not_taken_at_the_sessions_level(synthetic: Synthetic) -> None:
-    """A run analyzed at an early look reported a wider interval (it spent only part of alpha); the total
+    """A run analyzed at an early look reported a wider interval (its boundary is stricter); the total
     combines its standard error, so it is not as wide as the experiment's own interval."""
-    design = stats.make_design("auto", alpha=0.02, max_pairs=50)
+    design = stats.make_design("auto", alpha=0.02, max_pairs=100)
     synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={"a.txt": "1\n"},
-                         design=design.__dict__)
+                         design=design.__dict__, n_pairs=14)
     out = write_report(str(synthetic.root))
-    half = (np.log(1.16) - np.log(1.04)) / 2
-    se = half / sps.t.ppf(1 - design.alphas[0] / 2, 4)
-    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 4) * se) - 1) * 100, abs=1e-3)
+    se = (np.log(1.16) - np.log(1.04)) / 2 / design.z[0]
+    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 13) * se) - 1) * 100, abs=1e-3)
     assert out.total_gain_ci_low_pct > 4.0
+
+
+def test_an_experiment_of_the_earlier_t_test_design_keeps_its_standard_error(synthetic: Synthetic) -> None:
+    legacy = {"looks": [5, 8], "alphas": [0.004, 0.003], "crit": [5.6, 4.4], "sequential": True,
+              "min_effect": 0.01, "noise_limit": 0.1, "alpha": 0.02, "warmup": 1}
+    synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={"a.txt": "1\n"}, design=legacy)
+    out = write_report(str(synthetic.root))
+    se = (np.log(1.16) - np.log(1.04)) / 2 / sps.t.ppf(1 - 0.004 / 2, 4)
+    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 4) * se) - 1) * 100, abs=1e-3)
 
 
 def test_the_total_is_what_is_on_the_session_branch(synthetic: Synthetic) -> None:

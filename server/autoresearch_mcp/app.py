@@ -208,11 +208,13 @@ def build_server() -> MCPServer[AppState]:
             list[str], Field(description="arXiv ids, fork commits, PRs, backend gaps")
         ] = [],  # noqa: B006 - pydantic copies defaults
         source: Annotated[
-            Literal["worktree", "commit", "patch"],
-            Field(description="uncommitted changes, `commit`, or `patch` on the session head"),
+            Literal["worktree", "commit", "patch", "experiment"],
+            Field(description="uncommitted changes, `commit`, `patch` on the session head, or experiment: "
+                              "more pairs for `experiment_id` (re-applied if the head moved)"),
         ] = "worktree",
         commit: Annotated[str | None, Field(description="commit-ish, with source=commit")] = None,
         patch: Annotated[str | None, Field(description="unified diff, with source=patch")] = None,
+        experiment_id: Annotated[str | None, Field(description="with source=experiment")] = None,
         repeats: Annotated[
             int | Literal["auto"] | None,
             Field(description="pairs, or auto: until the verdict is clear"),
@@ -226,9 +228,10 @@ def build_server() -> MCPServer[AppState]:
     ) -> LaunchResult:
         """Start one experiment, non-blocking: the candidate is measured against the session head in
         interleaved pairs, then checked. Refuses empty changes, edits of the protected scripts and
-        duplicates. Follow it with fetch_sky_logs; prepare the next idea meanwhile."""
+        duplicates (measure an undecided one further with source=experiment). Follow it with
+        fetch_sky_logs; prepare the next idea meanwhile."""
         return _state(ctx).require_session().manager.launch(
-            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build)
+            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build, experiment_id)
 
     @server.tool(annotations=_READ_ONLY)
     @_guard

@@ -81,6 +81,8 @@ class LaunchResult(BaseModel):
     changed_files: list[str]
     repeats: int | str
     worktree_restored: bool = False
+    prior_pairs: int = Field(0, description="pairs pooled from earlier rounds of this experiment")
+    reapplies: str | None = Field(None, description="the earlier experiment whose change this one re-applies")
     message: str
 
 
@@ -93,10 +95,12 @@ class ComparisonResult(BaseModel):
     delta_pct: float | None
     ci_low_pct: float | None
     ci_high_pct: float | None
-    p_value: float | None = Field(None, description="paired t-test on log-ratios, adjusted for sequential looks")
+    p_value: float | None = Field(None, description="Wilcoxon signed-rank on log-ratios, adjusted for sequential looks")
     n_pairs: int
     verdict: Verdict | None = None
-    pairs_needed: int | None = Field(None, description="when inconclusive: about how many pairs would decide")
+    pairs_needed: int | None = Field(None, description="when undecided: pairs in all that would decide, 80% power")
+    noise_pct: float | None = Field(None, description="per-run noise seen in the pair differences, %")
+    resolvable_pct: float | None = Field(None, description="smallest change the budget resolves at this noise, %")
 
 
 class ChecksResult(BaseModel):
@@ -148,7 +152,8 @@ class FetchResult(BaseModel):
     durations_s: dict[str, float] = Field(default_factory=dict)
     build: dict[str, Any] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
-    noise_cv: float | None = None
+    noise_cv: float | None = Field(None, description="per-run noise of the primary metric, from the pair differences")
+    noise_note: str | None = Field(None, description="when noisy: how noisy, and why the budget cannot decide")
     error: str | None = None
     cost_usd: float | None = None
     warnings: list[str] = Field(default_factory=list)

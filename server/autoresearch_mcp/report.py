@@ -284,14 +284,17 @@ def _chain(config: SessionConfig, mine: list[ExperimentState], commits: list[Kep
 
 
 def _design(exp: ExperimentState, config: SessionConfig) -> stats.Design:
-    """The design the experiment was analyzed with (a fixed one at the session's alpha if unrecorded)."""
+    """The design the experiment was analyzed with (if unrecorded: the earliest one, a fixed t test at the
+    session's alpha)."""
     recorded = exp.launch.get("design")
     if isinstance(recorded, dict):
         try:
             return stats.Design.from_dict(recorded)
-        except TypeError:
+        except (TypeError, KeyError):
             pass
-    return stats.make_design(max(2, int(exp.metric(config.metric).get("n_pairs") or 2)), alpha=config.alpha)
+    return stats.Design.from_dict({"looks": [max(2, int(exp.metric(config.metric).get("n_pairs") or 2))],
+                                   "alphas": [config.alpha], "min_effect": config.min_effect,
+                                   "noise_limit": config.noise_limit, "alpha": config.alpha})
 
 
 def _outcome(exp: ExperimentState, on_branch: bool) -> str:

@@ -4,9 +4,10 @@ Pure scheduling (`Scheduler`) is separate from the driver (`SkyPool`), which tal
 only through the `SkyPort` protocol, so all of it runs against a fake port in the tests. Policy:
 - a job goes to a free cluster that is already up before one that must be launched;
 - a cluster is launched on demand (autostop with down as a safety net) and then reused with exec;
-- a worker whose baseline noise is above the limit is replaced (down, relaunched on next use) and
-  its experiment queued again, once; a worker that vanishes (preempted, downed) loses its job,
-  which is queued again once and then reported `lost`;
+- a worker whose per-run noise (from the pair differences) is above the limit, or whose run stopped
+  `noisy`, is replaced (down, relaunched on next use) and its experiment queued again, once;
+  a worker that vanishes (preempted, downed) loses its job, which is queued again once and then
+  reported `lost`;
 - each experiment costs its job time times the cluster's hourly price; when the session's spend
   reaches `budget_usd`, queued experiments fail with a clear message instead of launching.
 """
@@ -18,6 +19,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -145,10 +147,10 @@ def machine_lines(text: str) -> list[str]:
     return out
 
 
-def noise_of(outcome: dict[str, Any], metric: str) -> float | None:
-    base = [float(s["metrics"][metric]) for s in outcome.get("samples", [])
-            if s.get("role") == "baseline" and metric in s.get("metrics", {})]
-    return runner.robust_cv(base) if len(base) >= 2 else None
+def noise_of(outcome: dict[str, Any]) -> float | None:
+    """Per-run noise of the primary metric, from the pair differences at the runner's last look."""
+    look = outcome.get("look") or {}
+    return float(look["spread"]) / math.sqrt(2) if look.get("spread") is not None else None
 
 
 def attempt_cost(info: JobInfo | None, wall_s: float, hourly_usd: float | None) -> float:
@@ -393,10 +395,10 @@ class SkyPool(Executor):
                        f"read {item.job.log_path}:\n{text[-2000:]}")
             return False
         outcome.setdefault("host", {}).update(info.describe())
-        noise = noise_of(outcome, str(item.job.spec.get("metric")))
+        noise = noise_of(outcome)
         limit = float(item.job.spec.get("design", {}).get("noise_limit", float("inf")))
         if outcome.get("stop_reason") == "noisy" or (noise is not None and noise > limit):
-            self._replace(worker, f"baseline noise {noise if noise is not None else float('nan'):.3f} "
+            self._replace(worker, f"noise {noise if noise is not None else float('nan'):.3f} "
                                   f"is above the limit {limit:g}", outcome.get("host"))
             if item.noisy < MAX_NOISY_RETRIES:
                 item.noisy += 1

@@ -1,11 +1,12 @@
 """The append-only ledger: `.autoresearch/ledger.jsonl`, one JSON object a line, the source of truth.
 
-Each record has a `type` (`session`, `launch`, `status`, `result`, `platform`, `commit`, `workers`)
-and, except for `session` and `workers` (stop_workers released the session's machines), an
-`experiment_id`; `platform` records (a status or a result of one of the other platforms a winner is
-checked on) also name their `platform`. Records are never rewritten; the current state of an
-experiment is the fold of its records, so the ledger survives restarts and every summary can be
-recomputed.
+Each record has a `type` (`session`, `launch`, `status`, `result`, `continue`, `platform`, `commit`,
+`workers`) and, except for `session` and `workers` (stop_workers released the session's machines),
+an `experiment_id`; `platform` records (a status or a result of one of the other platforms a winner
+is checked on) also name their `platform`. A `continue` record starts another round of pairs of the
+same experiment; its result pools the earlier rounds' samples. Records are never rewritten; the
+current state of an experiment is the fold of its records, so the ledger survives restarts and every
+summary can be recomputed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class ExperimentState:
     worker: str | None = None
     runtime: dict[str, Any] = field(default_factory=dict)
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its folded records
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # results of earlier rounds, oldest first
+    continued: dict[str, Any] | None = None  # the latest `continue` record
 
     @property
     def title(self) -> str:
@@ -80,6 +83,11 @@ class ExperimentState:
         costs = [c for c in [(self.result or {}).get("cost_usd"), *(p.get("cost_usd") for p in self.platforms.values())]
                  if c is not None]
         return float(sum(costs)) if costs else None
+
+    @property
+    def measured(self) -> dict[str, Any] | None:
+        """The latest result that holds samples: this round's, else the last earlier round's."""
+        return self.result or (self.rounds[-1] if self.rounds else None)
 
     @property
     def is_winner(self) -> bool:
@@ -178,5 +186,11 @@ def apply(view: LedgerView, rec: dict[str, Any]) -> None:
         state = exp.platforms.setdefault(str(rec.get("platform")), {})
         state.update({k: v for k, v in rec.items() if k not in ("type", "experiment_id", "platform", "runtime")})
         state["runtime"] = {**state.get("runtime", {}), **(rec.get("runtime") or {})}
+    elif kind == "continue":
+        if exp.result is not None:
+            exp.rounds.append(exp.result)
+        exp.result = None
+        exp.continued = rec
+        exp.status, exp.status_detail, exp.worker = "queued", None, None
     elif kind == "commit":
         exp.commit = rec

@@ -10,7 +10,8 @@ from typing import Any
 from autoresearch_mcp.experiments import runner, stats
 
 
-def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
+def pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
+    """Baseline and candidate values of `metric` in the complete pairs, in pair order."""
     by_pair: dict[int, dict[str, float]] = {}
     for s in outcome.get("samples", []):
         if metric in s.get("metrics", {}):
@@ -37,10 +38,12 @@ def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.Design) -> dict[str, Any]:
-    """Comparisons of every metric, the verdict of the primary one, and the worker's noise.
+    """Comparisons of every metric, the verdict of the primary one, and the noise its pairs show.
 
     A run that is not `done`/`checks_failed` has no verdict; a sample without the primary metric
-    (or with an unparsable one) makes the whole experiment `invalid`, never a 0.
+    (or with an unparsable one) makes the whole experiment `invalid`, never a 0. Noise is a
+    diagnostic taken from the pair differences, and `noisy` is the primary comparison's verdict when
+    the budget could not decide at that noise (`noise_note` says why).
     """
     status = outcome.get("status")
     refused = screen(outcome)
@@ -49,26 +52,27 @@ def analyze(outcome: dict[str, Any], metric: str, direction: str, design: stats.
         outcome["error"] = "; ".join(why for _, why in refused[:5])
     names = sorted({n for s in outcome.get("samples", []) for n in s.get("metrics", {})})
     comparisons: dict[str, Any] = {}
+    notes: dict[str, str | None] = {}
     for name in names:
-        base, cand = _pairs(outcome, name)
+        base, cand = pairs(outcome, name)
         cmp = stats.paired(base, cand, direction, design)
+        notes[name] = cmp.note
         comparisons[name] = {
             "baseline": stats.summarize(base), "candidate": stats.summarize(cand),
             "delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
             "p_value": cmp.p_value, "n_pairs": cmp.n_pairs, "verdict": cmp.verdict,
-            "pairs_needed": cmp.pairs_needed,
+            "pairs_needed": cmp.pairs_needed, "noise_pct": cmp.noise_pct, "resolvable_pct": cmp.resolvable_pct,
         }
     primary = comparisons.get(metric)
-    base_samples = primary["baseline"]["samples"] if primary else []
-    noise = stats.baseline_noise(base_samples) if base_samples else None
+    noise = primary.get("noise_pct") if primary else None
     verdict: str | None
     if status not in ("done", "checks_failed"):
         verdict = None
     elif outcome.get("stop_reason") == "invalid" or primary is None:
         verdict = "invalid"
-    elif noise is not None and noise > design.noise_limit:
-        verdict = "noisy"
     else:
         verdict = primary["verdict"]
-    return {"metrics": comparisons, "verdict": verdict, "noise_cv": noise, "problems": [why for _, why in refused[:20]],
+    note = notes.get(metric) if verdict == "noisy" else None
+    return {"metrics": comparisons, "verdict": verdict, "noise_cv": None if noise is None else noise / 100,
+            "noise_note": note, "problems": [why for _, why in refused[:20]],
             "pairs_needed": primary.get("pairs_needed") if primary else None}

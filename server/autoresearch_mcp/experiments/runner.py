@@ -299,6 +299,85 @@ def bench_env(role: str, index: int, threads: int | None, extra: dict[str, str] 
 
 
 # --- the decision rule (shared with stats.py) ------------------------------------------------------
+#
+# Per pair d = log(candidate / baseline), oriented so that + is better. The estimate is the
+# Hodges-Lehmann estimator (the median of the Walsh averages (d_i + d_j) / 2, i <= j); its interval at
+# a look with boundary w is [A[N - w], A[w - 1]] over the N sorted Walsh averages, which excludes 0
+# exactly when the Wilcoxon signed-rank count W+ = #{Walsh averages > 0} reaches w. The boundaries
+# come from the server (calibrated by simulation, see calibrate.py); this file only applies them.
+
+FUTILITY_Z = 1.2816  # an 80% two-sided range of the change, for the "the budget cannot decide" test
+
+
+def value_resolution(value: float) -> float:
+    """The step of the last printed digit of `value` (its shortest repr): 102.07 -> 0.01, 102.0 -> 1."""
+    text = repr(float(value)).lower()
+    mantissa, _, exponent = text.partition("e")
+    decimals = len(mantissa.partition(".")[2].rstrip("0"))
+    return float(10.0 ** (int(exponent or 0) - decimals))
+
+
+def log_ratios(pairs: list[tuple[float, float]], direction: str) -> list[float] | None:
+    """Per pair (baseline, candidate): log(candidate / baseline), + meaning better; None when a value
+    cannot be compared as a ratio (zero, negative or not finite): the experiment is then invalid."""
+    sign = 1.0 if direction == "higher" else -1.0
+    out = []
+    for base, cand in pairs:
+        if not (0 < base < math.inf and 0 < cand < math.inf):
+            return None
+        ratio = math.log(cand / base)
+        if not math.isfinite(ratio):
+            return None
+        out.append(sign * ratio)
+    return out
+
+
+def resolution_floor(pairs: list[tuple[float, float]]) -> float:
+    """Log-ratio error the printed resolution alone can cause: values known to +/- r/2 each."""
+    values = [v for pair in pairs for v in pair]
+    if not values:
+        return 0.0
+    step = min(value_resolution(v) for v in values)
+    return step / min(values)
+
+
+@dataclass
+class Look:
+    """The analysis of the pairs at one look (log-ratio units, + is better)."""
+
+    n: int
+    verdict: str  # improved / regressed / no_change / noisy / inconclusive
+    estimate: float
+    low: float
+    high: float
+    spread: float  # per-pair spread of d as the statistic sees it (its standard error * sqrt(n))
+    reach: float  # half-width the whole budget would reach at this spread
+
+
+def look_at(d: list[float], k: int, design: dict[str, Any], floor: float = 0.0) -> Look:
+    """Judge the first looks[k] pairs at look k of the design.
+
+    improved / regressed / no_change as `classify` says on the look's interval widened by the
+    resolution floor; otherwise `noisy` when the budget could not decide at this spread (at the last
+    look: the interval is still wider than the minimum effect; before it: even the budget's interval
+    would hold the likely range of the change), else `inconclusive`.
+    """
+    n = design["looks"][k]
+    d = d[:n]
+    walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
+    total, w = len(walsh), design["bounds"][k]
+    estimate = statistics.median(walsh)
+    low, high = walsh[total - w] - floor, walsh[w - 1] + floor
+    min_effect = design["min_effect_log"]
+    verdict = classify(low, high, estimate, min_effect)
+    se = (high - low) / 2 / design["z"][k]
+    last = design["looks"][-1]
+    reach = design["z"][-1] * se * math.sqrt(n / last)
+    if verdict == "inconclusive" and reach >= min_effect:
+        likely = abs(estimate) + FUTILITY_Z * se
+        if n >= last or likely < reach:
+            verdict = "noisy"
+    return Look(n, verdict, estimate, low, high, se * math.sqrt(n), reach)
 
 
 def classify(ci_low: float, ci_high: float, estimate: float, min_effect: float) -> str:
@@ -314,17 +393,6 @@ def classify(ci_low: float, ci_high: float, estimate: float, min_effect: float) 
     if ci_high < 0 and estimate <= -min_effect:
         return "regressed"
     return "inconclusive"
-
-
-def robust_cv(samples: list[float]) -> float:
-    """Noise of a sample: MAD scaled to a normal sigma, over the median (one outlier can't fake it)."""
-    if len(samples) < 2:
-        return 0.0
-    med = statistics.median(samples)
-    if med == 0:
-        return math.inf
-    mad = statistics.median(abs(x - med) for x in samples)
-    return 1.4826 * mad / abs(med)
 
 
 # --- the A/B protocol ----------------------------------------------------------------------------
@@ -351,6 +419,7 @@ class Outcome:
     samples: list[Sample] = field(default_factory=list)
     warmup: list[Sample] = field(default_factory=list)
     stop_reason: str | None = None
+    look: dict[str, Any] | None = None  # the analysis at the look the run stopped at (a Look)
     build: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, Any] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
@@ -505,32 +574,40 @@ def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any],
         problems.append(f"bench exited with status {res.exit_code}")
     elif job["metric"] not in parsed.values:
         problems.append(f"primary metric {job['metric']!r} missing from the bench output")
+    elif not parsed.values[job["metric"]] > 0:
+        problems.append(f"primary metric {job['metric']!r} is {parsed.values[job['metric']]!r}: the comparison "
+                        "is a ratio, so the value must be positive")
     return Sample(index, role, position, res.exit_code, round(res.duration_s, 4), res.timed_out,
                   parsed.values, problems)
 
 
-def _log_ratios(samples: list[Sample], metric: str, direction: str) -> list[float]:
+def pair_values(samples: list[Sample], metric: str) -> list[tuple[float, float]]:
+    """(baseline, candidate) of each complete pair, in pair order."""
     by_pair: dict[int, dict[str, float]] = {}
     for s in samples:
-        by_pair.setdefault(s.pair, {})[s.role] = s.metrics[metric]
-    sign = 1.0 if direction == "higher" else -1.0
-    return [sign * math.log(p["candidate"] / p["baseline"]) for p in by_pair.values()
-            if "candidate" in p and "baseline" in p and p["candidate"] > 0 and p["baseline"] > 0]
+        if metric in s.metrics:
+            by_pair.setdefault(s.pair, {})[s.role] = s.metrics[metric]
+    return [(p["baseline"], p["candidate"]) for _, p in sorted(by_pair.items())
+            if "baseline" in p and "candidate" in p]
 
 
-def _sequential_stop(samples: list[Sample], job: dict[str, Any], look: int) -> str | None:
-    """At a planned look, stop when the noise is over the limit or the verdict is already clear."""
-    metric, design = job["metric"], job["design"]
-    base = [s.metrics[metric] for s in samples if s.role == "baseline"]
-    if robust_cv(base) > design["noise_limit"]:
-        return "noisy"
-    d = _log_ratios(samples, metric, job["direction"])
-    if len(d) < 2:
+def candidate_first(rng: random.Random, pair: int, flips: dict[int, bool]) -> bool:
+    """Balanced order: pairs come in blocks of two (AB then BA, or BA then AB, a coin flip per block),
+    so in every complete block each side runs first once and a first/second-run effect (or a linear
+    drift across the block) cancels exactly from the block's mean log-ratio."""
+    block = pair // 2
+    if block not in flips:
+        flips[block] = rng.random() < 0.5
+    return flips[block] == (pair % 2 == 0)
+
+
+def _look(samples: list[Sample], job: dict[str, Any], k: int) -> Look | None:
+    """The analysis at look k of every pair so far (earlier rounds' pairs first); None: invalid values."""
+    pairs = [(float(b), float(c)) for b, c in job.get("prior", [])] + pair_values(samples, job["metric"])
+    d = log_ratios(pairs, job["direction"])
+    if d is None:
         return None
-    mean = statistics.fmean(d)
-    half = design["crit"][look] * statistics.stdev(d) / math.sqrt(len(d))
-    verdict = classify(mean - half, mean + half, mean, design["min_effect_log"])
-    return None if verdict == "inconclusive" else verdict
+    return look_at(d, k, job["design"], resolution_floor(pairs))
 
 
 def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
@@ -554,7 +631,10 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
 
     design = job["design"]
     rng = random.Random(job.get("seed"))
+    flips: dict[int, bool] = {}
     looks = {n: k for k, n in enumerate(design["looks"])}
+    stops = job.get("stops") or design["stops"]  # where this round looks (a continuation: its own); the last ends it
+    first = len(job.get("prior", []))  # pairs pooled from earlier rounds of the same experiment
     # An unmeasured platform (an emulator: its timings mean nothing) builds and runs the checks only.
     measured = job.get("measure", True)
     if measured:
@@ -566,11 +646,10 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
         for w in range(design.get("warmup", 0) if measured else 0):
             for role, tree in (("baseline", base), ("candidate", cand)):
                 out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
-        for i in range(design["looks"][-1] if measured else 0):
-            # Randomized order within each pair: drift and a noisy neighbour hit both sides alike,
-            # and neither side systematically runs first (warm caches, turbo budget).
+        for i in range(first, stops[-1] if measured else 0):
             order = [("baseline", base), ("candidate", cand)]
-            rng.shuffle(order)
+            if candidate_first(rng, i, flips):
+                order.reverse()
             for pos, (role, tree) in enumerate(order):
                 s = _bench(tree, role, i, pos, job, log)
                 out.samples.append(s)
@@ -583,10 +662,14 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                     out.error = f"{role} run {i}: " + "; ".join(s.problems)
                     out.durations["bench"] = round(time.monotonic() - t1, 3)
                     return out
-            if i + 1 in looks and design.get("sequential"):
-                reason = _sequential_stop(out.samples, job, looks[i + 1])
-                if reason:
-                    out.stop_reason = reason
+            if i + 1 in stops:
+                # a stop before the first look only measures: nothing can be decided there
+                look = _look(out.samples, job, looks[i + 1]) if i + 1 in looks else None
+                verdict = ("inconclusive" if i + 1 not in looks else "invalid" if look is None else look.verdict)
+                out.look = None if look is None else asdict(look)
+                emit("look", pairs=i + 1, verdict=verdict)
+                if verdict != "inconclusive" or i + 1 == stops[-1]:
+                    out.stop_reason = verdict
                     break
     out.durations["bench"] = round(time.monotonic() - t1, 3)
 

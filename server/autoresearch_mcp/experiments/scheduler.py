@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 # asked for more: more pairs, a quieter worker, or a clean build to confirm an incremental one.
 _RETRYABLE = frozenset({"failed", "cancelled", "lost"})
 _REMEASURE = frozenset({"inconclusive", "noisy"})
+_DECIDED = frozenset({"improved", "regressed", "no_change"})
 MAX_TAIL_LINES = 400
 MAX_WAIT_S = 600.0
 
@@ -119,7 +120,22 @@ class ExperimentManager:
     def launch(
         self, title: str, hypothesis: str, sources: list[str], source: str, commit: str | None,
         patch: str | None, repeats: int | str | None, restore_worktree: bool, clean_build: bool = False,
+        experiment_id: str | None = None,
     ) -> LaunchResult:
+        reapplies = None
+        if source == "experiment":
+            if commit or patch:
+                raise InputError("source='experiment' takes experiment_id, neither commit nor patch; drop them")
+            if not experiment_id:
+                raise InputError("source='experiment' needs experiment_id (the experiment to measure further)")
+            earlier = self._get(experiment_id)
+            if earlier.launch["base_commit"] == self.session_head():
+                return self._continue(earlier, repeats)
+            reapplies = earlier
+            title, hypothesis = title.strip() or earlier.title, hypothesis.strip() or earlier.launch["hypothesis"]
+            sources = sources or list(earlier.launch.get("sources", []))
+        elif experiment_id:
+            raise InputError("experiment_id goes with source='experiment'; drop it or change source")
         title = one_line(title, "title")
         if restore_worktree and source != "worktree":
             raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
@@ -129,7 +145,11 @@ class ExperimentManager:
         with self._lock:
             head = self.session_head()
             base_tree = snapshot.tree_of(self.repo, head)
-            tree, parent_note = self._candidate_tree(source, commit, patch, head)
+            if reapplies is not None:
+                tree = self._reapplied_tree(reapplies, head)
+                parent_note = f"source: experiment {reapplies.experiment_id}"
+            else:
+                tree, parent_note = self._candidate_tree(source, commit, patch, head)
             if tree == base_tree:
                 raise RefusedError(
                     "the candidate is identical to the session head: there is nothing to measure. "
@@ -147,9 +167,7 @@ class ExperimentManager:
             incremental = self.config.incremental and not clean_build
             for other in self._mine():
                 if self._measured(other, head, tree, incremental):
-                    raise RefusedError(
-                        f"this candidate is identical to experiment {other.experiment_id} "
-                        f"({other.title!r}, {other.status}) on the same head; read it with fetch_sky_logs instead")
+                    raise RefusedError(_duplicate(other))
             snapshot.set_ref(self.repo, snapshot.EXP_REF + exp_id, candidate)
             saved = snapshot.reset_saving(self.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
                 if restore_worktree else None
@@ -162,18 +180,21 @@ class ExperimentManager:
                 "changed_files": changed, "repeats": repeats, "design": design.__dict__,
                 "metric": self.config.metric, "direction": self.config.direction,
                 "executor": self.executor.name, "incremental": incremental,
+                "reapplies": reapplies.experiment_id if reapplies else None,
             })
         job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log",
                   spec=self._spec(design, base_tree, tree, incremental, self.platforms[0]))
         self.executor.submit(job, self._on_event)
+        note = f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)" if reapplies else ""
         return LaunchResult(
             experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
             changed_files=changed, repeats=repeats, worktree_restored=restored,
-            message=(f"queued on the {self.executor.name} executor; poll fetch_sky_logs('{exp_id}') and prepare "
-                     "the next idea meanwhile" + (f" (work tree reset to the session head; what it held, index and "
-                                                  f"untracked files included, is saved as stash {saved[:12]}: "
-                                                  f"`git stash apply --index {saved[:12]}` brings it back)"
-                                                  if saved else "")),
+            reapplies=reapplies.experiment_id if reapplies else None,
+            message=(f"queued on the {self.executor.name} executor{note}; poll fetch_sky_logs('{exp_id}') and "
+                     "prepare the next idea meanwhile" + (f" (work tree reset to the session head; what it held, "
+                                                          f"index and untracked files included, is saved as stash "
+                                                          f"{saved[:12]}: `git stash apply --index {saved[:12]}` "
+                                                          "brings it back)" if saved else "")),
         )
 
     def _spec(self, design: stats.Design, base_tree: str, tree: str, incremental: bool,
@@ -188,17 +209,71 @@ class ExperimentManager:
             "worktree_variant": None if platform is self.platforms[0] else platform.name,
         }
 
+    def _continue(self, exp: ExperimentState, repeats: int | str | None) -> LaunchResult:
+        """More pairs for an undecided experiment on the same head: a new round of the same design,
+        its pairs pooled with the earlier ones, so the one calibrated alpha covers every round."""
+        exp_id = exp.experiment_id
+        with self._lock:
+            if exp.status not in FINAL_STATUSES:
+                raise RefusedError(f"experiment {exp_id} is still {exp.status}; wait for its verdict")
+            why = _not_continuable(exp)
+            if why:
+                raise RefusedError(f"experiment {exp_id} cannot be measured further: {why}")
+            design = stats.Design.from_dict(exp.launch["design"])
+            if design.statistic != "wilcoxon":
+                raise RefusedError(
+                    f"experiment {exp_id} was measured with the earlier t-test design, whose pairs cannot be pooled "
+                    "with the current one; launch it afresh: source='commit', "
+                    f"commit='{exp.launch['candidate_commit']}'")
+            measured = exp.measured
+            base, cand = metrics.pairs((measured or {}).get("outcome") or {}, exp.launch["metric"])
+            done = len(base) - len(base) % 2  # whole blocks (a round only ever stops at one)
+            repeats = "auto" if repeats is None else self._repeats(repeats)
+            try:
+                stops = design.round_stops(done, repeats)
+            except InputError as exc:
+                raise RefusedError(f"experiment {exp_id}: {exc}. Treat it as no gain within the budget, or make "
+                                   "the benchmark steadier and measure a new idea") from None
+            self._append({"type": "continue", "experiment_id": exp_id, "prior_pairs": done, "stops": stops,
+                          "repeats": repeats})
+            self._pairs_done[exp_id] = done
+        base_commit, candidate = exp.launch["base_commit"], exp.launch["candidate_commit"]
+        spec = self._spec(design, snapshot.tree_of(self.repo, base_commit), exp.launch["candidate_tree"],
+                          bool(exp.launch.get("incremental")), self.platforms[0])
+        spec.update(stops=stops, prior=list(zip(base[:done], cand[:done], strict=True)))
+        self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
+                             self._on_event)
+        return LaunchResult(
+            experiment_id=exp_id, status="queued", base_commit=exp.launch["base_commit"],
+            candidate_commit=exp.launch["candidate_commit"], changed_files=list(exp.launch.get("changed_files", [])),
+            repeats=repeats, prior_pairs=done,
+            message=(f"experiment {exp_id} continues: its {done} pairs are pooled with up to {stops[-1] - done} more "
+                     f"under the same design; poll fetch_sky_logs('{exp_id}')"),
+        )
+
+    def _reapplied_tree(self, exp: ExperimentState, head: str) -> str:
+        """An earlier experiment's change (its candidate against its own base) applied onto `head`."""
+        diff = snapshot.diff(self.repo, exp.launch["base_commit"], exp.launch["candidate_commit"])
+        try:
+            return snapshot.patch_tree(self.repo, head, diff)
+        except RefusedError as exc:
+            raise RefusedError(
+                f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]} (the head "
+                f"moved since it was measured on {exp.launch['base_commit'][:12]}): {exc}. Redo the change on the "
+                "current head and launch it as a new experiment") from None
+
     @staticmethod
     def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:
-        """Whether `other` already measures this candidate on this head, so a new launch adds nothing."""
+        """Whether `other` already measures this candidate on this head, so a new launch would only
+        spend a fresh alpha on it (more pairs continue `other` instead)."""
         if other.launch.get("candidate_tree") != tree or other.launch.get("base_commit") != head:
             return False
-        if other.status in _RETRYABLE:
-            return False
-        if other.result is not None and other.verdict in _REMEASURE:
+        if other.status in _RETRYABLE and other.measured is None:
             return False
         if any(p.get("status") in _RETRYABLE for p in other.platforms.values()):
             return False  # another platform's run ended without a result: a new launch checks it again
+        if other.verdict in _REMEASURE and "bounds" not in other.launch.get("design", {}):
+            return False  # measured with the earlier t-test design: its pairs cannot be pooled
         # a clean build may confirm a result that was measured on an incremental one
         return not other.launch.get("incremental") or incremental
 
@@ -219,9 +294,9 @@ class ExperimentManager:
         try:
             n = int(value)
         except (TypeError, ValueError):
-            raise InputError(f"repeats must be a number of pairs (3 to 200) or 'auto', not {value!r}") from None
-        if not 3 <= n <= 200:
-            raise InputError(f"repeats must be between 3 and 200 pairs (or 'auto'), not {n}")
+            raise InputError(f"repeats must be a number of pairs or 'auto', not {value!r}") from None
+        if not 1 <= n <= self.config.max_pairs:
+            raise InputError(f"repeats must be between 1 and max_pairs={self.config.max_pairs} (or 'auto'), not {n}")
         return n
 
     def _design(self, repeats: int | str) -> stats.Design:
@@ -282,6 +357,8 @@ class ExperimentManager:
         started = False
         try:
             outcome = dict(event["outcome"])
+            if exp.continued is not None:
+                outcome = _pooled(exp, outcome)
             design = stats.Design.from_dict(exp.launch["design"])
             analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
             # A host winner goes to the other platforms; they are queued before the result is visible, so
@@ -396,6 +473,7 @@ class ExperimentManager:
             else len({s["pair"] for s in outcome.get("samples", [])}),
             stop_reason=outcome.get("stop_reason"), durations_s=outcome.get("durations", {}),
             build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=exp.analysis.get("noise_cv"),
+            noise_note=exp.analysis.get("noise_note"),
             error=outcome.get("error") or exp.status_detail, cost_usd=exp.cost_usd,
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), bool(exp.launch.get("incremental")))
@@ -435,14 +513,20 @@ class ExperimentManager:
                 return note
         if verdict == "improved":
             return f"call commit_winner('{exp.experiment_id}', title) to keep it"
-        if verdict == "inconclusive":
+        if verdict in _REMEASURE:
+            why = _not_continuable(exp)
+            noise = exp.analysis.get("noise_note") or "not decided yet"
+            if why:
+                return f"{noise}; {why}"
+            further = (f"launch_experiment(source='experiment', experiment_id='{exp.experiment_id}') pools more pairs "
+                       "with these under one design")
+            if verdict == "noisy":
+                return (f"{noise}. More pairs at this noise are unlikely to decide: make the machine or the benchmark "
+                        f"steadier, then {further}")
             need = exp.analysis.get("pairs_needed")
-            if need and need <= 200:
-                return f"not decided yet: launch it again with repeats={need}"
-            return ("the change is too small to resolve against this noise (it would take over 200 pairs): "
-                    "treat it as no gain, or make the benchmark steadier")
-        if verdict == "noisy":
-            return "the worker is too noisy to judge: quiet the machine (or raise noise_limit) and launch again"
+            n = int(exp.metric(self.config.metric).get("n_pairs") or 0)
+            more = f"; about {need - n} more pairs would decide with 80% power" if need else ""
+            return f"not decided yet: {further}{more}"
         if verdict == "invalid":
             return "a run lacked the primary metric: read the log and fix the benchmark or the crash"
         return None
@@ -523,7 +607,8 @@ class ExperimentManager:
                 raise RefusedError(
                     f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
                     "significant improvement beyond the minimum effect is committed"
-                    + (" (launch again with more pairs)" if verdict == "inconclusive" else ""))
+                    + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
+                       if verdict in _REMEASURE and not _not_continuable(exp) else ""))
             if exp.status == "checks_failed" or not exp.checks.get("passed", False):
                 raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
                                    "correct is never committed. Fix it and launch again")
@@ -540,7 +625,8 @@ class ExperimentManager:
                 raise RefusedError(
                     f"experiment {experiment_id} was measured against {exp.launch['base_commit'][:12]}, but the "
                     f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
-                    "again on the new head (launch it with source='patch' or after rebasing) and commit that")
+                    f"again on the new head (launch_experiment(source='experiment', experiment_id='{experiment_id}') "
+                    "re-applies its change there) and commit that")
             title = one_line(title, "title") if title is not None else exp.title
             tree = exp.launch["candidate_tree"]
             # again at commit time: the rules may have changed since the launch (they never loosen here)
@@ -656,6 +742,48 @@ def _platforms_running(exp: ExperimentState) -> bool:
 def _progress(exp: ExperimentState) -> tuple[str, ...]:
     """The statuses a waiting fetch watches: the experiment's and those of its other platforms."""
     return (exp.status, *(f"{name}={p.get('status')}" for name, p in sorted(exp.platforms.items())))
+
+
+def _pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
+    """A continuation round's outcome with the earlier rounds' pairs in front (one design, one analysis)."""
+    prior_pairs = int((exp.continued or {}).get("prior_pairs", 0))
+    earlier = (exp.measured or {}).get("outcome") or {}
+    kept = [s for s in earlier.get("samples", []) if 0 <= int(s.get("pair", -1)) < prior_pairs]
+    rounds = [*earlier.get("rounds", []), {"pairs": prior_pairs, "worker": (exp.measured or {}).get("worker"),
+                                           "host": earlier.get("host")}] if prior_pairs else []
+    return {**outcome, "samples": kept + list(outcome.get("samples", [])), "rounds": rounds}
+
+
+def _duplicate(other: ExperimentState) -> str:
+    """Why a new launch of the candidate `other` measures on the same head is refused, and what to do."""
+    same = (f"this candidate is identical to experiment {other.experiment_id} ({other.title!r}, {other.status}"
+            + (f", {other.verdict}" if other.verdict else "") + ") on the same head")
+    why = _not_continuable(other)
+    if other.verdict in _REMEASURE and not why:
+        return (f"{same}: a new experiment would test it again with a fresh alpha. Measure it further instead: "
+                f"launch_experiment(source='experiment', experiment_id='{other.experiment_id}') pools more pairs "
+                "under its design")
+    return f"{same}; read it with fetch_sky_logs instead" + (f" ({why})" if other.verdict in _REMEASURE else "")
+
+
+def _not_continuable(exp: ExperimentState) -> str | None:
+    """Why more pairs cannot be added to `exp` (None: they can)."""
+    if exp.commit:
+        return "it is committed"
+    if exp.result is None and exp.status in _RETRYABLE:
+        return None  # the last round never finished: measure it again from the earlier rounds
+    verdict = exp.verdict
+    if exp.status == "checks_failed":
+        return "its checks failed; fix the change and launch it as a new experiment"
+    if verdict not in _REMEASURE:
+        return (f"its verdict is {verdict!r}, already a decision" if verdict in _DECIDED
+                else f"it ended {exp.status} with verdict {verdict!r}; fix the cause and launch a new experiment")
+    n = int(exp.metric(str(exp.launch.get("metric"))).get("n_pairs") or 0)
+    budget = stats.Design.from_dict(exp.launch["design"]).budget
+    if n >= budget:
+        return (f"it used the design's whole budget of {budget} pairs; more would spend a fresh alpha. Treat it as "
+                "no gain, or make the benchmark steadier")
+    return None
 
 
 def _better(a: ExperimentSummary, b: ExperimentSummary, direction: str) -> bool:

@@ -149,6 +149,12 @@ def patch_tree(repo: git.Repo, base: str, patch: str) -> str:
         os.unlink(patch_path)
 
 
+def diff(repo: git.Repo, a: str, b: str) -> str:
+    """The change from commit a to commit b as a patch `patch_tree` can apply (binary files included)."""
+    out: str = repo.git.diff("--binary", "--full-index", "--no-renames", a, b)
+    return out
+
+
 def set_ref(repo: git.Repo, ref: str, commit: str) -> None:
     repo.git.update_ref(ref, commit)
 

@@ -1,67 +1,119 @@
 """Statistics of paired A/B benchmark runs.
 
 Method: each pair gives d = log(candidate / baseline) (negated when lower is better, so + is
-better); the relative change is exp(mean d) - 1 with a Student-t confidence interval on the mean of
-d. Pairs are interleaved in random order on one worker, so drift and noisy neighbours cancel out of
-d instead of biasing one side.
+better). Pairs run in balanced blocks (AB BA or BA AB), so a first/second-run effect cancels in
+every complete block, and the data are only analyzed at complete blocks. The relative change is
+exp(HL) - 1, HL the Hodges-Lehmann estimate (median of the Walsh averages), with the matching
+Wilcoxon signed-rank interval: robust to outlier runs and bimodal machines, and distribution-free
+for any symmetric noise. The interval is widened by the error the metric's printed resolution alone
+can cause, so exact ties never give a zero-width interval.
 
-Sequential design (`repeats="auto"`): a group-sequential design with planned looks and
-Lan-DeMets alpha spending of the Pocock type, alpha(t) = alpha * ln(1 + (e - 1) t), where t is the
-fraction of the pair budget used. Each look spends its increment of alpha and its CI uses that
-increment; by the union bound the chance that *any* look's CI misses the true change is at most
-alpha, so stopping as soon as a verdict is clear keeps the reported CI valid (conservative).
+Sequential design: looks at planned pair counts (first at 14 pairs: the first n at which a
+distribution-free test can reach that look's level); each look's interval uses a boundary calibrated
+by simulation (calibrate.py, constants in design_constants.json) so that the chance of a false
+`improved` over all looks, including re-measuring rounds up to the budget, is at most alpha/2.
+The runner applies the same rule (runner.look_at) while it adds pairs; the server recomputes it
+from the stored samples. `noisy` is a diagnostic: the pairs' spread is such that the budget could
+not decide this change.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, overload
 
 import numpy as np
 from scipy import stats as sps
 
-from autoresearch_mcp.experiments.runner import classify, robust_cv
+from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.experiments import runner
+from autoresearch_mcp.experiments.calibrate import CONSTANTS
 
 DEFAULT_ALPHA = 0.02
 DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_NOISE_LIMIT = 0.10
-DEFAULT_MAX_PAIRS = 50
-AUTO_LOOKS = (5, 8, 12, 16, 20, 25, 30, 40, 50, 60, 80, 100)
+DEFAULT_MAX_PAIRS = 100
+POWER = 0.8  # the power `pairs_needed` plans for
+
+
+@cache
+def _constants() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(CONSTANTS.read_text())
+    return data
 
 
 @dataclass(frozen=True)
 class Design:
-    """What the runner needs to apply the stopping rule without scipy."""
+    """The calibrated looks of one experiment (all rounds), and what the first round analyzes."""
 
     looks: list[int]
-    alphas: list[float]
-    crit: list[float]
-    sequential: bool
+    bounds: list[int]  # W+ boundary per look
+    levels: list[float]  # nominal one-sided level per look (exact null of W+)
+    stops: list[int]  # the looks the first round analyzes (the last ends it)
     min_effect: float
     noise_limit: float
     alpha: float
     warmup: int = 1
+    statistic: str = "wilcoxon"  # "t": a design recorded before the Wilcoxon design (read-only)
+    legacy_alphas: list[float] = field(default_factory=list)
+
+    @property
+    def sequential(self) -> bool:
+        return len(self.stops) > 1
+
+    @property
+    def budget(self) -> int:
+        return self.looks[-1]
+
+    @property
+    def z(self) -> list[float]:
+        """Normal quantile of each look's level: interval half-width / standard error."""
+        return [float(sps.norm.isf(a)) for a in self.levels]
 
     def job(self) -> dict[str, Any]:
         return {
             "looks": self.looks,
-            "crit": self.crit,
-            "sequential": self.sequential,
+            "bounds": self.bounds,
+            "z": self.z,
+            "stops": self.stops,
             "min_effect_log": math.log1p(self.min_effect),
             "noise_limit": self.noise_limit,
             "warmup": self.warmup,
         }
 
-    def look_for(self, n_pairs: int) -> int:
-        """Index of the planned look a run that stopped after n_pairs is analyzed at."""
-        for k, n in enumerate(self.looks):
-            if n_pairs <= n:
-                return k
-        return len(self.looks) - 1
+    def look_for(self, n_pairs: int) -> int | None:
+        """Index of the last look n_pairs reach (None before the first look)."""
+        reached = [k for k, n in enumerate(self.looks) if n <= n_pairs]
+        return reached[-1] if reached else None
+
+    def round_stops(self, done: int, repeats: int | str) -> list[int]:
+        """Where a round that starts after `done` pairs looks: every later look ('auto'), or only the
+        first look at or beyond `repeats` more pairs. Fewer pairs than the first look run as whole
+        blocks and cannot decide (no distribution-free test can at that level): they only measure."""
+        later = [n for n in self.looks if n > done]
+        if not later:
+            raise InputError(f"this experiment already used its whole budget of {self.budget} pairs")
+        if repeats == "auto":
+            return later
+        want = done + int(repeats)
+        if want > self.budget:
+            raise InputError(f"{done} + {int(repeats)} pairs is beyond the design's budget of {self.budget} "
+                             f"pairs; ask for at most {self.budget - done}, or 'auto'")
+        if want < self.looks[0]:
+            return [want + want % 2]
+        return [next(n for n in later if n >= want)]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Design:
+        if "bounds" not in data:  # recorded by the earlier t-test design: kept readable for reports
+            alphas = [float(a) for a in data["alphas"]]
+            looks = [int(n) for n in data["looks"]]
+            return cls(looks, [], [a / 2 for a in alphas], looks if data.get("sequential") else looks[-1:],
+                       float(data["min_effect"]), float(data["noise_limit"]), float(data["alpha"]),
+                       int(data.get("warmup", 1)), "t", alphas)
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
@@ -74,21 +126,23 @@ def make_design(
     max_pairs: int = DEFAULT_MAX_PAIRS,
     warmup: int = 1,
 ) -> Design:
-    if repeats == "auto":
-        looks = [n for n in AUTO_LOOKS if n < max_pairs] + [max_pairs]
-        spent = [alpha * math.log1p((math.e - 1) * n / max_pairs) for n in looks]
-        alphas = [b - a for a, b in zip([0.0, *spent[:-1]], spent, strict=True)]
-        sequential = True
-    else:
-        n = int(repeats)
-        looks, alphas, sequential = [n], [alpha], False
-    crit = [float(sps.t.ppf(1 - a / 2, n - 1)) for a, n in zip(alphas, looks, strict=True)]
-    return Design(looks, alphas, crit, sequential, min_effect, noise_limit, alpha, warmup)
+    constants = _constants()
+    calibrated = sorted(int(b) for b in constants["designs"])
+    if not math.isclose(alpha, constants["alpha"]) or str(max_pairs) not in constants["designs"]:
+        raise InputError(
+            f"no calibrated design for alpha={alpha:g} and max_pairs={max_pairs}: the calibrated ones are alpha="
+            f"{constants['alpha']:g} with max_pairs in {calibrated}. Set those in .autoresearch/config.json, or add "
+            "a schedule to calibrate.py and run `python -m autoresearch_mcp.experiments.calibrate`")
+    data = constants["designs"][str(max_pairs)]
+    design = Design(list(data["looks"]), list(data["bounds"]), list(data["levels"]), [], min_effect, noise_limit,
+                    alpha, warmup)
+    return Design(design.looks, design.bounds, design.levels, design.round_stops(0, repeats), min_effect,
+                  noise_limit, alpha, warmup)
 
 
 @dataclass
 class Comparison:
-    """The paired comparison of one metric."""
+    """The paired comparison of one metric (percent changes of the metric's own value)."""
 
     n_pairs: int
     delta_pct: float | None
@@ -97,6 +151,9 @@ class Comparison:
     p_value: float | None
     verdict: str
     pairs_needed: int | None = None
+    noise_pct: float | None = None  # per-run noise, from the pairs' spread
+    resolvable_pct: float | None = None  # the smallest change the budget resolves at that noise
+    note: str | None = None  # why `noisy`
 
 
 def summarize(samples: list[float]) -> dict[str, Any]:
@@ -116,45 +173,64 @@ def summarize(samples: list[float]) -> dict[str, Any]:
 
 
 def paired(base: list[float], cand: list[float], direction: str, design: Design) -> Comparison:
-    """Compare paired samples (base[i] and cand[i] come from the same pair)."""
-    b = np.asarray(base, dtype=float)
-    c = np.asarray(cand, dtype=float)
-    n = int(min(b.size, c.size))
-    if n < 2 or np.any(b[:n] <= 0) or np.any(c[:n] <= 0):
-        return Comparison(n, None, None, None, None, "invalid" if n >= 2 else "inconclusive")
-    raw = np.log(c[:n] / b[:n])  # the metric's own change, + means the value went up
+    """Compare paired samples (base[i] and cand[i] come from the same pair) at the last look reached."""
+    pairs = [(float(b), float(c)) for b, c in zip(base, cand, strict=False)]
+    d = runner.log_ratios(pairs, direction)
+    if d is None:
+        return Comparison(len(pairs), None, None, None, None, "invalid")
     sign = 1.0 if direction == "higher" else -1.0
-    k = design.look_for(n)
-    a_k = design.alphas[k]
-    mean = float(raw.mean())
-    sd = float(raw.std(ddof=1))
-    se = sd / math.sqrt(n)
-    crit = float(sps.t.ppf(1 - a_k / 2, n - 1))
-    lo, hi = mean - crit * se, mean + crit * se
-    if se > 0:
-        p = float(sps.ttest_1samp(raw, 0.0).pvalue)
-        # Bonferroni-consistent with the look's share of alpha: p_adj < alpha iff the CI excludes 0.
-        p = min(1.0, p * design.alpha / a_k)
-    else:
-        p = 0.0 if mean != 0 else 1.0
-    better_lo, better_hi = sorted((sign * lo, sign * hi))
-    verdict = classify(better_lo, better_hi, sign * mean, math.log1p(design.min_effect))
-    needed = None
-    if verdict == "inconclusive" and sd > 0:
-        eff = abs(mean)
-        margin = math.log1p(design.min_effect)
-        target = eff if eff >= margin else max(margin - eff, margin / 4)
-        z = float(sps.norm.ppf(1 - design.alpha / 2))
-        needed = max(n + 1, math.ceil((z * sd / target) ** 2))
+    k = design.look_for(len(d))
+    if k is None:
+        estimate = float(np.median(d)) if d else None
+        return Comparison(len(d), pct(None if estimate is None else sign * estimate), None, None, None,
+                          "inconclusive", pairs_needed=design.looks[0])
+    n = design.looks[k]
+    look = runner.look_at(d, k, design.job(), runner.resolution_floor(pairs[:n]))
+    low, high = sorted((sign * look.low, sign * look.high))
     return Comparison(
-        n,
-        pct(mean),
-        pct(lo),
-        pct(hi),
-        p,
-        verdict,
-        needed,
+        n, pct(sign * look.estimate), pct(low), pct(high), _p_value(d[:n], design, k), look.verdict,
+        pairs_needed=_pairs_needed(look, design) if look.verdict in ("inconclusive", "noisy") else None,
+        noise_pct=round(look.spread / math.sqrt(2) * 100, 4), resolvable_pct=round(look.reach * 100, 4),
+        note=_noisy_note(look, design, sign) if look.verdict == "noisy" else None,
     )
+
+
+def _p_value(d: list[float], design: Design, k: int) -> float:
+    """Two-sided Wilcoxon signed-rank p (scipy), scaled by the look's share of alpha, so that it is
+    under alpha about when this look's interval excludes 0."""
+    if not any(d):
+        return 1.0
+    p = float(sps.wilcoxon(d, zero_method="zsplit").pvalue)
+    return min(1.0, p * (design.alpha / 2) / design.levels[k])
+
+
+def _pairs_needed(look: runner.Look, design: Design) -> int:
+    """Pairs that would decide with 80% power at this spread: the observed change if it is beyond the
+    minimum effect, else the distance to `no_change`; a planned look when the budget allows."""
+    margin = math.log1p(design.min_effect)
+    effect = abs(look.estimate)
+    target = effect if effect >= margin else max(margin - effect, margin / 4)
+    z = design.z[-1] + float(sps.norm.ppf(POWER))
+    needed = max(look.n + 1, math.ceil((z * look.spread / target) ** 2))
+    return next((n for n in design.looks if n >= needed), needed)
+
+
+def _noisy_note(look: runner.Look, design: Design, sign: float) -> str:
+    """How noisy, and why the budget cannot decide (figures as the metric's own % change)."""
+    spread = look.spread * 100
+    budget = design.budget
+    if look.n >= budget:
+        low, high = sorted((pct(sign * look.low), pct(sign * look.high)))
+        why = (f"after the whole budget of {budget} pairs the interval [{low:+.2f}%, {high:+.2f}%] is still wider "
+               f"than the minimum effect of ±{design.min_effect * 100:g}%")
+    else:
+        se = look.spread / math.sqrt(look.n)
+        low, high = sorted((pct(sign * (look.estimate - runner.FUTILITY_Z * se)),
+                            pct(sign * (look.estimate + runner.FUTILITY_Z * se))))
+        why = (f"at that noise {budget} pairs resolve only changes beyond ±{look.reach * 100:.1f}%, and this change "
+               f"is likely (80%) within [{low:+.2f}%, {high:+.2f}%]")
+    return (f"the paired log-ratios spread by about {spread:.1f}% (about {spread / math.sqrt(2):.1f}% per run): "
+            + why)
 
 
 @overload
@@ -172,16 +248,16 @@ def log_pct(pct_change: float | None) -> float | None:
 
 
 def log_standard_error(comparison: dict[str, Any], design: Design) -> tuple[float, int] | None:
-    """(standard error of the mean log-ratio, its degrees of freedom) of one `paired` comparison,
-    recovered from its reported CI and the design it was analyzed with: `paired` used the t
-    quantile of the alpha spent at the run's look, so a sequential run's (wider) interval gives back
-    the same standard error as a fixed one. None if the comparison has no interval."""
+    """(standard error of the log-ratio estimate, its degrees of freedom) of one `paired` comparison,
+    recovered from its reported CI and the design it was analyzed with: the interval's half-width
+    over the quantile of the level of the look it was taken at, so an early look's (wider) interval
+    gives back the same standard error as a late one. None if the comparison has no interval."""
     n = int(comparison.get("n_pairs") or 0)
     low, high = log_pct(comparison.get("ci_low_pct")), log_pct(comparison.get("ci_high_pct"))
-    if n < 2 or low is None or high is None:
+    k = design.look_for(n)
+    if n < 2 or low is None or high is None or k is None:
         return None
-    alpha_k = design.alphas[design.look_for(n)]
-    crit = float(sps.t.ppf(1 - alpha_k / 2, n - 1))
+    crit = float(sps.t.ppf(1 - design.legacy_alphas[k] / 2, n - 1)) if design.statistic == "t" else design.z[k]
     return (high - low) / 2 / crit, n - 1
 
 
@@ -196,8 +272,3 @@ def combined_half_width(errors: list[tuple[float, int]], confidence: float) -> f
         return 0.0
     df = variance**2 / sum(se**4 / d for se, d in errors if se > 0)
     return float(sps.t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(variance)
-
-
-def baseline_noise(base: list[float]) -> float:
-    """Robust coefficient of variation of the baseline runs (the worker's noise)."""
-    return robust_cv([float(x) for x in base])
