@@ -213,3 +213,55 @@ async def test_cancel_kills_a_running_experiment(tmp_path: Path) -> None:
         assert "already cancelled" in again["message"]
     await anyio.sleep(1)
     assert not marker.exists()
+
+
+# --- re-measuring: one experiment, one design --------------------------------------------------------
+
+
+async def test_more_pairs_continue_the_same_experiment_and_are_pooled(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        first = await launch_value(c, "110", repeats=4)
+        res = await wait_final(c, first["experiment_id"])
+        assert res["verdict"] == "inconclusive" and res["metrics"]["score"]["pairs_needed"] == 14
+        assert "source='experiment'" in res["next_step"]
+        dup = await error(c, "launch_experiment", title="again", source="patch", patch=value_patch("100", "110"))
+        assert "fresh alpha" in dup and first["experiment_id"] in dup
+        more = await call(c, "launch_experiment", title="ignored", source="experiment",
+                          experiment_id=first["experiment_id"], repeats=10)
+        assert more["experiment_id"] == first["experiment_id"] and more["prior_pairs"] == 4
+        res = await wait_final(c, first["experiment_id"])
+        listing = await call(c, "list_experiments")
+        decided = await error(c, "launch_experiment", title="x", source="experiment",
+                              experiment_id=first["experiment_id"])
+    assert res["verdict"] == "improved" and res["metrics"]["score"]["n_pairs"] == 14
+    assert res["pairs_done"] == 14 and len(listing["experiments"]) == 1
+    samples = json.loads((repo / ".autoresearch" / "ledger.jsonl").read_text().splitlines()[-1])["outcome"]["samples"]
+    assert sorted({s["pair"] for s in samples}) == list(range(14))
+    for block in range(7):  # balanced: in each block of two pairs the candidate runs first exactly once
+        firsts = [s for s in samples if s["pair"] // 2 == block and s["role"] == "candidate" and s["position"] == 0]
+        assert len(firsts) == 1
+    assert "already a decision" in decided
+
+
+async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        small = await launch_value(c, "105", repeats=4)
+        await wait_final(c, small["experiment_id"])
+        (repo / "notes.txt").write_text("a\n")  # the head moves (a commit by hand on the session branch)
+        git(repo, "add", "notes.txt")
+        git(repo, "commit", "-qm", "notes")
+        again = await call(c, "launch_experiment", title="value 105 on the new head", source="experiment",
+                           experiment_id=small["experiment_id"], repeats=4)
+        res = await wait_final(c, again["experiment_id"])
+        (repo / "value.txt").write_text("7\n")  # now the line its change edits is gone
+        git(repo, "commit", "-qam", "value moved")
+        refused = await error(c, "launch_experiment", title="x", source="experiment",
+                              experiment_id=small["experiment_id"])
+    assert again["experiment_id"] != small["experiment_id"] and again["reapplies"] == small["experiment_id"]
+    assert again["base_commit"] == git(repo, "rev-parse", "HEAD~1")
+    assert git(repo, "show", f"{again['candidate_commit']}:value.txt") == "105"
+    assert git(repo, "show", f"{again['candidate_commit']}:notes.txt") == "a"
+    assert res["status"] == "done" and res["title"] == "value 105 on the new head"
+    assert "no longer applies" in refused and small["experiment_id"] in refused

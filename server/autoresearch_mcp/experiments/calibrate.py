@@ -29,7 +29,7 @@ import numpy as np
 
 CONSTANTS = Path(__file__).with_name("design_constants.json")
 ALPHA = 0.02  # two-sided; each side (false `improved`, false `regressed`) gets half
-TARGET = 0.0094  # one side, a little under alpha/2 to leave room for the simulation's own error
+TARGET = 0.0085  # one side, under alpha/2: room for the simulation's own error and for what a benchmark shows
 RHO = 0.7
 SCHEDULES = {
     50: [10, 14, 20, 26, 32, 40, 50],
@@ -104,11 +104,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261130)
     args = parser.parse_args()
     designs = {str(b): calibrate(b, args.simulations, args.seed + b) for b in SCHEDULES}
-    CONSTANTS.write_text(json.dumps({
-        "generated_by": "python -m autoresearch_mcp.experiments.calibrate",
-        "alpha": ALPHA, "target_one_sided": TARGET, "rho": RHO, "simulations": args.simulations,
-        "seed": args.seed, "designs": designs,
-    }, indent=1) + "\n")
+    head = {"generated_by": "python -m autoresearch_mcp.experiments.calibrate", "alpha": ALPHA,
+            "target_one_sided": TARGET, "rho": RHO, "simulations": args.simulations, "seed": args.seed}
+    lines = [f' "{k}": {json.dumps(v)},' for k, v in head.items()]
+    lines += [' "designs": {'] + [f'  "{b}": {json.dumps(d)},' for b, d in designs.items()]
+    lines[-1] = lines[-1].rstrip(",")
+    CONSTANTS.write_text("{\n" + "\n".join(lines) + "\n }\n}\n")  # one line per design: readable diffs
     for budget, d in designs.items():
         print(f"budget {budget}: looks {d['looks']}, simulated false `improved` {d['false_improved']:.3%}")
 

@@ -45,6 +45,11 @@ def _constants() -> dict[str, Any]:
     return data
 
 
+@cache
+def _normal_quantiles(levels: tuple[float, ...]) -> list[float]:
+    return [float(sps.norm.isf(a)) for a in levels]
+
+
 @dataclass(frozen=True)
 class Design:
     """The calibrated looks of one experiment (all rounds), and what the first round analyzes."""
@@ -71,7 +76,7 @@ class Design:
     @property
     def z(self) -> list[float]:
         """Normal quantile of each look's level: interval half-width / standard error."""
-        return [float(sps.norm.isf(a)) for a in self.levels]
+        return _normal_quantiles(tuple(self.levels))
 
     def job(self) -> dict[str, Any]:
         return {
