@@ -86,8 +86,12 @@ class ExperimentState:
 
     @property
     def measured(self) -> dict[str, Any] | None:
-        """The latest result that holds samples: this round's, else the last earlier round's."""
-        return self.result or (self.rounds[-1] if self.rounds else None)
+        """The latest round that ran to its end (`done` or `checks_failed`): its samples are the ones
+        more pairs are pooled with. None if no round got that far."""
+        for result in ([self.result] if self.result else []) + self.rounds[::-1]:
+            if result.get("status") in ("done", "checks_failed"):
+                return result
+        return None
 
     @property
     def is_winner(self) -> bool:

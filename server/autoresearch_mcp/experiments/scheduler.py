@@ -269,7 +269,7 @@ class ExperimentManager:
         if other.launch.get("candidate_tree") != tree or other.launch.get("base_commit") != head:
             return False
         if other.status in _RETRYABLE and other.measured is None:
-            return False
+            return False  # nothing was measured: launching it again spends nothing
         if any(p.get("status") in _RETRYABLE for p in other.platforms.values()):
             return False  # another platform's run ended without a result: a new launch checks it again
         if other.verdict in _REMEASURE and "bounds" not in other.launch.get("design", {}):
@@ -759,7 +759,7 @@ def _duplicate(other: ExperimentState) -> str:
     same = (f"this candidate is identical to experiment {other.experiment_id} ({other.title!r}, {other.status}"
             + (f", {other.verdict}" if other.verdict else "") + ") on the same head")
     why = _not_continuable(other)
-    if other.verdict in _REMEASURE and not why:
+    if not why and (other.verdict in _REMEASURE or other.status in _RETRYABLE):
         return (f"{same}: a new experiment would test it again with a fresh alpha. Measure it further instead: "
                 f"launch_experiment(source='experiment', experiment_id='{other.experiment_id}') pools more pairs "
                 "under its design")
@@ -770,8 +770,8 @@ def _not_continuable(exp: ExperimentState) -> str | None:
     """Why more pairs cannot be added to `exp` (None: they can)."""
     if exp.commit:
         return "it is committed"
-    if exp.result is None and exp.status in _RETRYABLE:
-        return None  # the last round never finished: measure it again from the earlier rounds
+    if exp.status in _RETRYABLE:
+        return None  # the last round did not finish: measure it again, pooled with the rounds that did
     verdict = exp.verdict
     if exp.status == "checks_failed":
         return "its checks failed; fix the change and launch it as a new experiment"
