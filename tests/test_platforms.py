@@ -407,6 +407,8 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is
                    platforms=["host", SLOWPOKE])
         exp_id = await launch_until_slowpoke_checks(c)
         assert "slowpoke" in (await error(c, "commit_winner", experiment_id=exp_id))  # still running there
+        listed = await call(c, "list_experiments")
+        assert listed["running"] == 1 and listed["discarded"] == 0
 
         cancelled = await call(c, "cancel_experiment", experiment_id=exp_id)
         assert cancelled["status"] == "done" and "slowpoke" in cancelled["message"]

@@ -548,10 +548,10 @@ class ExperimentManager:
                     totals[f"cache_{key}"] = totals.get(f"cache_{key}", 0) + count
             if exp.commit:
                 kept += 1
-            elif exp.status in FINAL_STATUSES:
+            elif exp.status in FINAL_STATUSES and not _platforms_running(exp):
                 discarded += 1
             else:
-                running += 1
+                running += 1  # a host winner still being checked on other platforms is still running
             if exp.is_winner:
                 better = best is None or _better(summary, best, self.config.direction)
                 best = summary if better else best
