@@ -106,7 +106,7 @@ async def main() -> None:
                                  platforms=["host", "aarch64-qemu"])
             start_s = time.monotonic() - t0
             t1 = time.monotonic()
-            exp = await call(c, "launch_experiment", title="probe", source="patch", patch=winner(repo), repeats=3)
+            exp = await call(c, "launch_experiment", title="probe", source="patch", patch=winner(repo), repeats=14)
             host_s = platforms_s = 0.0
             while True:
                 res = await call(c, "fetch_sky_logs", experiment_id=exp["experiment_id"], tail_lines=0, wait_s=30)
@@ -124,7 +124,7 @@ async def main() -> None:
           f"checks): {start_s:.1f} s")
     for line in started["platforms"]:
         print(f"  {line}")
-    print(f"host experiment (build, 3 pairs, checks): {host_s:.1f} s; verdict {res['verdict']}")
+    print(f"host experiment (build, 14 pairs, checks): {host_s:.1f} s; verdict {res['verdict']}")
     print(f"aarch64-qemu round after it: {platforms_s:.1f} s; {arm['summary']}")
     print("  " + next(line for line in log.splitlines() if line.startswith("aarch64-qemu:")))
     print("commit message platforms: " + committed["message"].split("Platforms:\n")[1].split("\nFiles:")[0]
