@@ -96,6 +96,8 @@ async def test_profile_names_the_hot_functions_and_lines_then_ranks_the_passes(d
         assert hottest["file"] == "backend/cpu/ops-cpu.c" and hottest["code"] and hottest["share_pct"] > 1
         assert Path(prof["report_path"]).read_text().count("\x1f") > 10
         assert "find_passes" in prof["notes"][-1]
+        few = [n for n in prof["notes"] if n.startswith(f"only {prof['total_samples']} samples")]
+        assert bool(few) == (prof["total_samples"] < hotspots.FEW_SAMPLES)
 
         found = await call(client, "find_passes", profile_id=prof["profile_id"])
         hot = {f["function"] for f in found["findings"]}

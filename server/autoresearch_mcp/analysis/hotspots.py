@@ -32,6 +32,7 @@ SEPARATOR = "\x1f"
 REPORT_TIMEOUT_S = 600.0
 INTERRUPT_GRACE_S = 5.0
 SAVED_FUNCTIONS = 200
+FEW_SAMPLES = 1000
 MAX_KEPT_SOURCES = 50
 MAX_KEPT_BYTES = 8 * 2**20
 CODE_CHARS = 160
@@ -140,7 +141,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
         safefs.write_text(root, report_path, report.output)
     finally:
         worktrees.release(tree)
-    notes = _notes(hot, event, rec)
+    notes = _notes(hot, event, rec, total)
     saved = ProfileResult(profile_id=profile_id, build=build, commit=commit, event=event, total_samples=total,
                           functions=hot, report_path=str(report_path), perf_data_path=str(data),
                           bench_exit_code=rec.exit_code, notes=notes)
@@ -232,8 +233,11 @@ def _paranoid() -> str:
         return "unknown"
 
 
-def _notes(hot: list[HotFunction], event: str, rec: runner.CommandResult) -> list[str]:
+def _notes(hot: list[HotFunction], event: str, rec: runner.CommandResult, total: int) -> list[str]:
     notes = []
+    if total < FEW_SAMPLES:
+        notes.append(f"only {total} samples ({FREQUENCY_HZ} a second of CPU time): shares below a few percent "
+                     "are noise; profile a longer run (e.g. more iterations in the benchmark) for finer detail")
     if rec.timed_out:
         notes.append("the benchmark timed out and was stopped; the profile covers the time until then")
     elif rec.exit_code not in (0, None):
