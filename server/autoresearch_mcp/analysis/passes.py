@@ -9,11 +9,17 @@ or a preprocessor), and in every function lists the passes of each block in orde
   loop variables (`x[i]`, `x + i` in a load or store), counted as one pass over what it touches;
 - a `memcpy` / `memmove` / `memset` of more than one element;
 - a vector helper that walks a row (`ggml_vec_*(n, out, in...)`): the first buffer after the
-  length is written (and read when the helper updates in place), the others are read.
+  length is written (and read when the helper updates in place), the others are read;
+- a call of a function defined in the scanned files that walks some of its pointer parameters.
+
+Not passes: debug-only code (assert arguments, `#ifndef NDEBUG`), local arrays (register
+accumulators), single-element copies. A loop that finishes another's range (a SIMD body and its
+scalar tail) is the same pass.
 
 Two passes are reported when they touch the same buffer (pointers are followed back to what they
-were initialized from, so `y` and `dst->data` are one buffer) with no pass over that buffer, no
-barrier and no exclusive branch (`#if`/`#else`, `if`/`else`) between them. Each report says
+were initialized from, so `y` and `dst->data` are one buffer, `VKQ32` and `VKQ32 + DV` two) with no
+pass over that buffer, no barrier and no exclusive branch (`#if`/`#else`, `if`/`else`, switch
+cases) between them. Each report says
 whether the second pass needs a value the first one reduced (a sum, a maximum): such pairs fuse
 only with an online formulation (running max and sum, Welford), the others fuse directly.
 """
