@@ -70,7 +70,7 @@ def part2(jobs: int = 1000, workers: int = 64) -> None:
         cfg = SessionConfig(session_id="bench0000000", tag="b", branch="b", repo=str(repo), metric="t",
                             direction="lower", executor="sky", start_commit=head, created_at="now",
                             sky=SkyConfig(workers=workers))
-        pool = SkyPool(repo, cfg, fake, Path(tmp) / "staging", poll_s=0.001, log_refresh_s=60)
+        pool = SkyPool(repo, cfg, fake, Path(tmp) / "staging", poll_s=0.001, bench_poll_s=0.001, log_refresh_s=60)
         done = threading.Semaphore(0)
 
         def sink(_exp: str, event: dict[str, Any]) -> None:

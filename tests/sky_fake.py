@@ -6,7 +6,11 @@ deleting old files) and then really run the task's `run` command there with HOME
 cluster's home, so the generated scripts and the shared runner execute for real (with
 FAKE_SKY_INCARNATION set to the cluster's incarnation, 1 for its first VM). A job can instead
 return a canned log (`canned`), for scheduling tests that must not run anything. Preemption,
-noisy VMs, missing cloud access, capacity errors and a slow `down` are switches a test flips.
+noisy VMs, missing cloud access, capacity errors, a slow `down`, provisioning time, a cluster
+that answers INIT, a warm cluster whose resources no longer match, transient SSH/rsync failures
+and a launch that fails after provisioning are switches a test flips. Time is a `FakeClock`
+(real time plus what the test adds), which the pool meters with, so provisioning and job time
+can be long without a test waiting for them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +29,36 @@ from autoresearch_mcp.executors.local import kill_session
 from autoresearch_mcp.executors.sky_port import (
     ClusterGone,
     ClusterInfo,
+    ClusterInit,
     JobInfo,
     NoCloudAccess,
+    ResourcesMismatch,
     ResourcesUnavailable,
+    SkyError,
+    Transient,
 )
 
 # (cluster, task) -> (log text, job seconds) for a job that completes at once.
 Canned = Callable[[str, dict[str, Any]], tuple[str, float]]
+
+
+def _cloud_of(resources: dict[str, Any]) -> str | None:
+    """The cloud a task's `infra` names, spelled as SkyPilot's cloud objects print it (None: any)."""
+    cloud = str(resources.get("infra", "*")).split("/")[0].lower()
+    return None if cloud == "*" else {"k8s": "Kubernetes", "kubernetes": "Kubernetes"}.get(cloud, cloud.capitalize())
+
+
+class FakeClock:
+    """Epoch seconds: the real clock plus what the test (or the fake cloud) added."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
 
 
 @dataclass
@@ -52,6 +79,8 @@ class FakeCluster:
     status: str = "UP"
     jobs: dict[int, FakeJob] = field(default_factory=dict)
     noisy: bool = False
+    resources: dict[str, Any] = field(default_factory=dict)
+    launched_at: float = 0.0
 
 
 class FakeSky:
@@ -71,6 +100,23 @@ class FakeSky:
         self.synced: list[list[str]] = []  # the files of each workdir as SkyPilot received it
         self.down_gate: threading.Event | None = None  # when set by a test, `down` waits for it...
         self.downing = threading.Event()  # ...after setting this
+        self.clock = FakeClock()
+        self.provision_s = 0.0  # cloud time a launch takes (added to the clock)
+        self.catalog: dict[str, float] = {"fake.4xlarge": hourly_usd, "fake.8xlarge": 2 * hourly_usd}
+        self.vcpus = {"fake.4xlarge": 4, "fake.8xlarge": 8}
+        self.unpriced = False  # the price catalog cannot be had (before or after launch)
+        self.init_answers: dict[str, int] = {}  # cluster -> how many next `job` calls answer INIT
+        self.stuck_init: set[str] = set()  # clusters whose refreshed status is INIT (really broken)
+        self.transient: dict[str, int] = {}  # operation -> how many next calls fail with an SSH hiccup
+        self.fail_after_provision = False  # the next launch provisions a VM, then fails
+        self.down_keeps: set[str] = set()  # clusters whose first `down` answers but leaves the VM up
+        self.down_s = 0.0  # real seconds a `down` takes
+        self.downs_at_once = 0  # the most downs that ran at the same time
+        self.refreshes = 0  # `clusters` calls that asked the cloud
+        self.billed: list[tuple[str, float, float | None, float]] = []  # (cluster, launched, downed, hourly)
+        self.log_tails: list[int] = []  # the `tail` of every logs call
+        self.polls = 0  # `job` calls
+        self._downs = 0
         self._lock = threading.Lock()
         self._next_job = 1
 
@@ -80,6 +126,7 @@ class FakeSky:
         """The cloud takes the VM away: its jobs die and the cluster is gone."""
         with self._lock:
             cluster = self.vms.pop(name)
+        self._bill_end(cluster)
         self._kill_all(cluster)
 
     def running_jobs(self) -> int:
@@ -95,16 +142,25 @@ class FakeSky:
             raise NoCloudAccess("SkyPilot has no cloud access (fake). Run `sky check`")
         if self.unavailable:
             raise ResourcesUnavailable("no region had the requested resources (fake); run `sky check`")
+        self._hiccup("launch")
         with self._lock:
             c = self.vms.get(cluster)
+            if c is not None and not self._fits(task["resources"], c):
+                raise ResourcesMismatch(f"Requested resources do not match the existing cluster {cluster} (fake)")
             if c is None:
                 n = self.incarnations.get(cluster, 0) + 1
                 self.incarnations[cluster] = n
                 home = self.root / f"{cluster}.{n}"
                 home.mkdir(parents=True)
-                c = FakeCluster(cluster, home, n, noisy=(cluster, n) in self.noisy)
+                c = FakeCluster(cluster, home, n, noisy=(cluster, n) in self.noisy, resources=task["resources"],
+                                launched_at=self.clock())
                 self.vms[cluster] = c
+                self.clock.advance(self.provision_s)
             c.status = "UP"
+            if self.fail_after_provision:
+                self.fail_after_provision = False
+                c.status = "INIT"
+                raise SkyError("SkyPilot failed: the runtime setup failed after provisioning (fake)")
         script = "echo 'setup failed (fake)' >&2; exit 1" if self.fail_setup else task["setup"]
         setup = subprocess.run(["bash", "-c", script], cwd=c.home, env=self._env(c),
                                capture_output=True)
@@ -115,9 +171,19 @@ class FakeSky:
     def exec(self, cluster: str, task: dict[str, Any]) -> int:
         self.calls.append(("exec", cluster))
         c = self._up(cluster)
+        self._hiccup("exec")
+        if not self._fits(task["resources"], c):
+            raise ResourcesMismatch(f"Requested resources do not match the existing cluster {cluster} (fake)")
         return self._submit(c, task)
 
     def job(self, cluster: str, job_id: int) -> JobInfo:
+        with self._lock:
+            self.polls += 1
+            init = self.init_answers.get(cluster, 0)
+            if init:
+                self.init_answers[cluster] = init - 1
+        if init or cluster in self.stuck_init:
+            raise ClusterInit(f"Getting job status: skipped for cluster {cluster!r} (status: INIT) (fake)")
         c = self._up(cluster)
         j = c.jobs[job_id]
         if j.proc is not None and j.status == "RUNNING" and j.proc.poll() is not None:
@@ -125,9 +191,11 @@ class FakeSky:
             j.end_at = time.time()
         return JobInfo(job_id, j.status, j.start_at, j.end_at)
 
-    def logs(self, cluster: str, job_id: int) -> str:
+    def logs(self, cluster: str, job_id: int, tail: int = 0) -> str:
+        self.log_tails.append(tail)
         c = self._up(cluster)
-        return c.jobs[job_id].log.read_text(errors="replace")
+        text = c.jobs[job_id].log.read_text(errors="replace")
+        return "".join(text.splitlines(keepends=True)[-tail:]) if tail else text
 
     def cancel(self, cluster: str, job_id: int) -> None:
         self.calls.append(("cancel", cluster))
@@ -140,8 +208,20 @@ class FakeSky:
         if self.down_gate is not None:
             self.down_gate.wait(30)
         with self._lock:
-            c = self.vms.pop(cluster, None)
+            self._downs += 1
+            self.downs_at_once = max(self.downs_at_once, self._downs)
+        try:
+            time.sleep(self.down_s)
+            with self._lock:
+                if cluster in self.down_keeps:
+                    self.down_keeps.discard(cluster)
+                    return
+                c = self.vms.pop(cluster, None)
+        finally:
+            with self._lock:
+                self._downs -= 1
         if c is not None:
+            self._bill_end(c)
             self._kill_all(c)
             shutil.rmtree(c.home, ignore_errors=True)
 
@@ -149,13 +229,31 @@ class FakeSky:
         self.calls.append(("stop", cluster))
         with self._lock:
             c = self.vms.get(cluster)
+        if c is not None and c.resources.get("use_spot"):
+            # SkyPilot refuses to stop spot clusters
+            raise SkyError(f"SkyPilot failed: NotSupportedError: Stopping spot instances is not supported: {cluster}")
         if c is not None:
             self._kill_all(c)
+            self._bill_end(c)
             c.status = "STOPPED"
 
-    def clusters(self, names: list[str]) -> list[ClusterInfo]:
+    def clusters(self, names: list[str], refresh: bool = False) -> list[ClusterInfo]:
         with self._lock:
-            return [self._info(self.vms[n]) for n in names if n in self.vms]
+            self.refreshes += refresh
+            found = [self._info(self.vms[n]) for n in names if n in self.vms]
+        return [replace(i, status="INIT") if refresh and i.name in self.stuck_init else i for i in found]
+
+    def price(self, task: dict[str, Any]) -> float | None:
+        if self.unpriced:
+            return None
+        itype = task["resources"].get("instance_type")
+        return self.catalog.get(itype) if itype else self.hourly_usd  # the catalog's default type for cpus
+
+    def cost_report(self, names: list[str], since: float) -> float | None:
+        now = self.clock()
+        with self._lock:
+            return sum(((end or now) - start) / 3600 * hourly for name, start, end, hourly in self.billed
+                       if name in names and start >= since)
 
     # --- inside -------------------------------------------------------------------------------------
 
@@ -167,7 +265,34 @@ class FakeSky:
         return c
 
     def _info(self, c: FakeCluster) -> ClusterInfo:
-        return ClusterInfo(c.name, c.status, "fakecloud", "fake-region-1", "fake.4xlarge", False, self.hourly_usd)
+        itype = c.resources.get("instance_type", "fake.4xlarge")
+        return ClusterInfo(c.name, c.status, _cloud_of(c.resources) or "FakeCloud", "fake-region-1", itype, bool(c.resources.get("use_spot")),
+                           None if self.unpriced else self.catalog.get(itype))
+
+    def _fits(self, wanted: dict[str, Any], c: FakeCluster) -> bool:
+        """SkyPilot's `less_demanding_than`, for what the tasks here ask: the task fits on the cluster."""
+        have = self._info(c)
+        cloud = _cloud_of(wanted)
+        cpus = str(wanted.get("cpus", "0+"))
+        vcpus = self.vcpus.get(have.instance_type or "", 0)
+        return (wanted.get("instance_type", have.instance_type) == have.instance_type
+                and cloud in (None, have.cloud)
+                and (vcpus >= float(cpus.rstrip("+")) if cpus.endswith("+") else vcpus == float(cpus))
+                and bool(wanted.get("use_spot")) == have.use_spot)
+
+    def _hiccup(self, op: str) -> None:
+        with self._lock:
+            left = self.transient.get(op, 0)
+            if left:
+                self.transient[op] = left - 1
+        if left:
+            raise Transient(f"CommandError: Failed to rsync up: ... Ensure that the network is stable, then retry "
+                            f"(fake {op})")
+
+    def _bill_end(self, c: FakeCluster) -> None:
+        with self._lock:
+            if c.status != "STOPPED":
+                self.billed.append((c.name, c.launched_at, self.clock(), self._info(c).hourly_usd or 0.0))
 
     def _env(self, c: FakeCluster) -> dict[str, str]:
         env = dict(os.environ, HOME=str(c.home), FAKE_SKY_INCARNATION=str(c.incarnation))
@@ -195,6 +320,7 @@ class FakeSky:
             text, seconds = self.canned(c.name, task)
             j.log.write_text(text)
             j.status, j.end_at = "SUCCEEDED", j.start_at + seconds
+            self.clock.advance(seconds)
         else:
             with open(j.log, "wb") as out:
                 j.proc = subprocess.Popen(["bash", "-c", task["run"]], cwd=workdir, env=self._env(c),

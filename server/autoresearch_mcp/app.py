@@ -277,9 +277,9 @@ def build_server() -> MCPServer[AppState]:
         """Release the session's cloud machines (sky executor) when the session ends or pauses; logs are
         saved first."""
         session = _state(ctx).require_session()
-        released = session.manager.release_workers(mode)
-        return StopWorkersResult(released=released, mode=mode,
-                                 message=f"{len(released)} worker(s) {'stopped' if mode == 'stop' else 'downed'}")
+        done = session.manager.release_workers(mode)
+        return StopWorkersResult(released=done.names, mode=mode, notes=done.notes, cost_usd=done.cost_usd,
+                                 message=f"{len(done.names)} worker(s) {'stopped' if mode == 'stop' else 'downed'}")
 
     # --- research tools ------------------------------------------------------------------------
 

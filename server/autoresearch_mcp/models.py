@@ -179,6 +179,8 @@ class StopWorkersResult(BaseModel):
     released: list[str]
     mode: Literal["stop", "down"]
     message: str
+    notes: list[str] = Field(default_factory=list, description="spot clusters downed, disk costs of stopped ones")
+    cost_usd: float | None = Field(None, description="what the session's cloud machines cost, launch to down")
 
 
 class ExperimentSummary(BaseModel):

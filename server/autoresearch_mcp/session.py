@@ -43,7 +43,11 @@ class Timeouts(BaseModel):
 
 
 class SkyConfig(BaseModel):
-    """Resources of the SkyPilot worker pool (used by the `sky` executor)."""
+    """Resources of the SkyPilot worker pool (used by the `sky` executor).
+
+    Without `instance_type`, the first worker is launched for `cpus`/`memory` and every later worker
+    of the session gets the instance type (and cloud) it got, so all pairs run on the same hardware.
+    """
 
     workers: int = 2
     cpus: str | None = "8+"
@@ -53,6 +57,10 @@ class SkyConfig(BaseModel):
     region: str | None = None
     use_spot: bool = False
     idle_minutes_to_autostop: int = 30
+    setup: list[str] = Field(default_factory=list, description="shell commands run once on each new worker")
+    setup_script: str | None = Field(None, description="a committed script (path in the repo) run on each new worker")
+    file_mounts: dict[str, str] = Field(
+        default_factory=dict, description="path on the worker -> local path or bucket URL, copied once per worker")
 
 
 class SessionConfig(BaseModel):

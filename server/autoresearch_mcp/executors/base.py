@@ -29,6 +29,15 @@ class Job:
 
 
 @dataclass
+class Released:
+    """What `release` did: the machines released, what the user should know, what they cost."""
+
+    names: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cost_usd: float | None = None
+
+
+@dataclass
 class Interrupted:
     """An experiment the ledger shows as unfinished after a restart."""
 
@@ -52,9 +61,9 @@ class Executor(ABC):
     def recover(self, interrupted: list[Interrupted]) -> None:
         """After a restart: kill what is left of interrupted jobs and clean their files."""
 
-    def release(self, mode: str) -> list[str]:
-        """Stop (`stop`) or delete (`down`) the machines of the session; names of those released."""
-        return []
+    def release(self, mode: str) -> Released:
+        """Stop (`stop`) or delete (`down`) the machines of the session."""
+        return Released()
 
     def retire_base(self, commit: str) -> None:  # noqa: B027 - optional hook
         """A base commit no longer used by any experiment; its build may be dropped."""

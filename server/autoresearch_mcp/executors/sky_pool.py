@@ -8,13 +8,19 @@ only through the `SkyPort` protocol, so all of it runs against a fake port in th
   (down, relaunched on next use) and its experiment queued again, once;
   a worker that vanishes (preempted, downed) loses its job, which is queued again once and then
   reported `lost`;
-- each experiment costs its job time times the cluster's hourly price; when the session's spend
-  reaches `budget_usd`, queued experiments fail with a clear message instead of launching.
+- the session pays for every VM from its launch request to its down (sky_meter.py); an experiment's
+  share is its attempts' time on the worker. With `budget_usd` set, a launch whose price is unknown
+  is refused, and once the spend plus the idle time still to come reaches the budget, queued
+  experiments fail with a clear message instead of launching;
+- the job is polled rarely (a status check makes SkyPilot refresh the cluster over SSH, on the VM
+  being measured), its log is fetched by tail, and a cluster in INIT is looked at again before it
+  is called lost.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import functools
 import json
@@ -25,21 +31,26 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autoresearch_mcp import safefs
+from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
-from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
+from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job, Released
+from autoresearch_mcp.executors.sky_meter import Meter, Pin
 from autoresearch_mcp.executors.sky_port import (
     ApiServerDown,
     ClusterGone,
     ClusterInfo,
+    ClusterInit,
     JobInfo,
     NoCloudAccess,
+    ResourcesMismatch,
     SkyError,
     SkyPort,
+    Transient,
 )
 from autoresearch_mcp.experiments import runner
 from autoresearch_mcp.session import SessionConfig
@@ -49,6 +60,13 @@ log = logging.getLogger(__name__)
 MAX_LOST_RETRIES = 1
 MAX_NOISY_RETRIES = 1
 MAX_POLL_ERRORS = 5
+MAX_INIT_CHECKS = 3  # INIT answers in a row before the cloud is asked whether the cluster is up
+POLL_S = 30.0  # job status while building or checking
+BENCH_POLL_S = 60.0  # job status and log while benchmark pairs run
+LOG_TAILS = (200, 2000, 0)  # lines asked for, in turn, until the tail reaches what was fetched before
+ANCHOR_LINES = 8
+RELEASE_ROUNDS = 3
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -133,6 +151,9 @@ class _Attempt:
         self.wake = threading.Event()
         self.log = ""  # this attempt's part of the experiment's log
         self.fetched = ""  # the job's log as last fetched from the cluster
+        self.forwarded = 0  # runner events of `fetched` already passed on
+        self.phase = "building"  # the runner's last status: "running" while pairs are measured
+        self.hourly_usd: float | None = None  # the worker's price, known before launch when possible
 
 
 def machine_lines(text: str) -> list[str]:
@@ -153,12 +174,23 @@ def noise_of(outcome: dict[str, Any]) -> float | None:
     return float(look["spread"]) / math.sqrt(2) if look.get("spread") is not None else None
 
 
-def attempt_cost(info: JobInfo | None, wall_s: float, hourly_usd: float | None) -> float:
-    """Job time (as the cluster measured it, else our clock) times the cluster's hourly price."""
-    seconds = wall_s
-    if info is not None and info.start_at is not None and info.end_at is not None:
-        seconds = max(0.0, info.end_at - info.start_at)
-    return seconds / 3600.0 * (hourly_usd or 0.0)
+def merge_tail(old: str, tail: str) -> str | None:
+    """`old` continued by the lines of `tail` (the log's last lines) that come after it.
+
+    The end of `old` (its last complete lines) must appear exactly once in `tail`; None when it does
+    not (the tail does not reach back far enough, or the anchor is ambiguous): fetch more.
+    """
+    old_lines = old.splitlines(keepends=True)
+    if old_lines and not old_lines[-1].endswith("\n"):
+        old_lines.pop()  # a line still being written when it was fetched: take it again from the tail
+    if not old_lines:
+        return None
+    anchor = old_lines[-ANCHOR_LINES:]
+    new_lines = tail.splitlines(keepends=True)
+    hits = [i for i in range(len(new_lines) - len(anchor) + 1) if new_lines[i:i + len(anchor)] == anchor]
+    if len(hits) != 1:
+        return None
+    return "".join(old_lines) + "".join(new_lines[hits[0] + len(anchor):])
 
 
 class SkyPool(Executor):
@@ -166,27 +198,37 @@ class SkyPool(Executor):
 
     def __init__(
         self, repo_dir: Path, config: SessionConfig, port: SkyPort, staging_root: Path, *,
-        spent_usd: float = 0.0, poll_s: float = 5.0, log_refresh_s: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        spent_usd: float = 0.0, poll_s: float = POLL_S, bench_poll_s: float = BENCH_POLL_S,
+        log_refresh_s: float = BENCH_POLL_S, state_path: Path | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.repo_dir = repo_dir
         self.config = config
         self.port = port
         self.staging_root = staging_root
         self.poll_s = poll_s
+        self.bench_poll_s = bench_poll_s
         self.log_refresh_s = log_refresh_s
         self.clock = clock
         self.names = [sky_task.cluster_name(config.session_id, i) for i in range(max(1, config.sky.workers))]
         self.scheduler = Scheduler(self.names)
-        self.spent_usd = spent_usd
+        self.meter = Meter(state_path, config.sky.idle_minutes_to_autostop, clock)
+        self.earlier_usd = spent_usd  # spend recorded before this session had a meter
         self.noisy_workers: list[dict[str, Any]] = []
         self._retired: list[str] = []
         self._running: dict[str, _Attempt] = {}
         self._threads: set[threading.Thread] = set()
         self._lock = threading.RLock()
+        self._pin_lock = threading.Lock()
+        self._spot_names: set[str] = set()  # one launch at a time until the session's hardware is pinned
         self._ready = threading.Event()
         self._ready.set()
         self._closed = False
+
+    @property
+    def spent_usd(self) -> float:
+        """What the session's clusters cost so far (launch to down, at their price)."""
+        return self.earlier_usd + self.meter.spent()
 
     # --- port --------------------------------------------------------------------------------------
 
@@ -211,13 +253,12 @@ class SkyPool(Executor):
         return attempt is not None
 
     def recover(self, interrupted: list[Interrupted]) -> None:
-        """Cancel the jobs a previous server left on our clusters, in the background (new jobs wait).
-
-        Their logs stay on the cluster until it is downed (`sky logs <cluster> <job_id>`).
-        """
+        """Cancel the jobs a previous server left on our clusters and settle the meter, in the
+        background (new jobs wait). Their logs stay on the cluster until it is downed
+        (`sky logs <cluster> <job_id>`)."""
         leftovers = [(i, str(i.runtime["cluster"]), int(i.runtime["job_id"])) for i in interrupted
                      if isinstance(i.runtime.get("cluster"), str) and isinstance(i.runtime.get("job_id"), int)]
-        if not leftovers:
+        if not leftovers and not self.meter.open_clusters():
             return
         self._ready.clear()
 
@@ -228,35 +269,55 @@ class SkyPool(Executor):
                         self.port.cancel(cluster, job_id)
                         log.warning("cancelled job %s of interrupted experiment %s on %s",
                                     job_id, item.experiment_id, cluster)
+                with contextlib.suppress(SkyError):
+                    self.meter.reconcile({c.name for c in self.port.clusters(self.names)})
             finally:
                 self._ready.set()
 
         self._spawn(work, "autoresearch-sky-recover")
 
-    def release(self, mode: str) -> list[str]:
-        """Cancel queued and running experiments (logs saved), then stop or down every cluster.
+    def release(self, mode: str) -> Released:
+        """Cancel queued and running experiments (logs saved), then stop or down every cluster at once.
 
-        A cluster that SkyPilot fails to release does not keep the others up; the error names it.
+        Spot clusters are always downed (SkyPilot cannot stop them, and a stopped cluster never
+        autodowns). The clusters are listed again, refreshed from the cloud, until none is left up;
+        one that SkyPilot fails to release does not keep the others up, and the error names it.
         """
         self._cancel_all(closing=False, timeout=120.0)
         released: list[str] = []
-        failed: list[str] = []
-        for info in self.port.clusters(self.names):
-            try:
-                (self.port.stop if mode == "stop" else self.port.down)(info.name)
-                released.append(info.name)
-            except SkyError as exc:
-                log.error("could not %s worker %s: %s", mode, info.name, exc)
-                failed.append(f"{info.name}: {exc}")
+        notes: list[str] = []
+        failed: dict[str, str] = {}
+        for round_ in range(RELEASE_ROUNDS):
+            left = [c for c in self.port.clusters(self.names, refresh=round_ > 0)
+                    if mode == "down" or c.use_spot or c.status != "STOPPED"]
+            if not left:
+                failed.clear()
+                break
+            for info, error in self._release_all(left, mode):
+                if error is None:
+                    released.append(info.name)
+                    failed.pop(info.name, None)
+                else:
+                    failed[info.name] = error
+        for name in self.meter.open_clusters():
+            self.meter.ended(name)
         with self._lock:
             for w in self.scheduler.workers.values():
                 self.scheduler.cool(w)
+        released = sorted(set(released))
+        spot = sorted({n for n in released if n in self._spot_names})
+        if mode == "stop" and spot:
+            notes.append(f"downed {', '.join(spot)} instead of stopping: spot clusters cannot be stopped")
+        if mode == "stop" and set(released) - set(spot):
+            notes.append("stopped clusters keep their disks, which are billed until you `sky down` them, and "
+                         "they never autodown: call stop_workers(mode='down') when the session is over")
+        self._cross_check_cost()
         if failed:
             done = f"released {', '.join(released)}; " if released else ""
             raise SkyError(f"{done}could not {mode} {len(failed)} worker(s), which may still cost money: "
-                           + "; ".join(failed) + f". Run `sky status` and `sky {mode} <cluster>`, or call "
-                           "stop_workers again")
-        return released
+                           + "; ".join(f"{n}: {e}" for n, e in sorted(failed.items()))
+                           + f". Run `sky status` and `sky {mode} <cluster>`, or call stop_workers again")
+        return Released(released, notes, round(self.spent_usd, 4))
 
     def retire_base(self, commit: str) -> None:
         with self._lock:
@@ -264,6 +325,39 @@ class SkyPool(Executor):
 
     def close(self) -> None:
         self._cancel_all(closing=True, timeout=30.0)
+        up = self.meter.open_clusters()
+        if up:
+            log.warning("leaving %s up: autostop downs each after %d idle minutes (or call stop_workers)",
+                        ", ".join(up), self.config.sky.idle_minutes_to_autostop)
+
+    def _release_all(self, infos: list[ClusterInfo], mode: str) -> list[tuple[ClusterInfo, str | None]]:
+        """Stop or down the clusters in parallel (a down takes minutes); (cluster, error or None) each."""
+        def one(info: ClusterInfo) -> tuple[ClusterInfo, str | None]:
+            if info.use_spot:
+                self._spot_names.add(info.name)
+            try:
+                (self.port.down if mode == "down" or info.use_spot else self.port.stop)(info.name)
+            except SkyError as exc:
+                log.error("could not %s worker %s: %s", mode, info.name, exc)
+                return info, str(exc)
+            self.meter.ended(info.name)
+            return info, None
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(infos)) as pool:
+            return list(pool.map(one, infos))
+
+    def _cross_check_cost(self) -> None:
+        """Take SkyPilot's own cost report for our clusters when it answers and says more than we do."""
+        since = self.meter.first_start()
+        if since is None:
+            return
+        try:
+            reported = self.port.cost_report(self.names, since)
+        except SkyError as exc:
+            log.info("SkyPilot's cost report did not answer: %s", exc)
+            return
+        if reported is not None:
+            self.meter.reported(reported)
 
     def _cancel_all(self, *, closing: bool, timeout: float) -> None:
         """Cancel every queued and running experiment and wait (up to `timeout`) for them to end."""
@@ -279,21 +373,26 @@ class SkyPool(Executor):
 
     # --- scheduling ---------------------------------------------------------------------------------
 
-    def _budget_left(self) -> bool:
+    def _budget_note(self) -> str | None:
+        """Why no new cloud job may start (the budget is used up), or None."""
         budget = self.config.budget_usd
-        return budget is None or self.spent_usd < budget
+        if budget is None:
+            return None
+        committed = self.earlier_usd + self.meter.committed()
+        if committed < budget:
+            return None
+        return (f"the session's cloud budget is used up: ${self.spent_usd:.2f} spent, ${committed:.2f} with the "
+                f"idle time of the workers still up, of budget_usd=${budget:.2f}; no new cloud job is started. "
+                "Raise budget_usd in .autoresearch/config.json (or remove it) and launch again")
 
     def _dispatch(self) -> None:
         """Start every job that has a free worker (lock held)."""
         if self._closed:
             return
-        if not self._budget_left():
-            budget = self.config.budget_usd
+        note = self._budget_note()
+        if note is not None:
             for item in self.scheduler.drain():
-                self._fail(item, "budget", (
-                    f"the session's cloud budget is used up (spent ${self.spent_usd:.2f} of "
-                    f"budget_usd=${budget:.2f}); no new cloud job is started. Raise budget_usd in "
-                    ".autoresearch/config.json (or remove it) and launch again"))
+                self._fail(item, "budget", note)
             return
         while (pick := self.scheduler.next()) is not None:
             worker, item = pick
@@ -366,7 +465,8 @@ class SkyPool(Executor):
             for other in others:
                 self._fail(other, "launch", str(exc))
             return False
-        except SkyError as exc:
+        except (SkyError, StateError) as exc:
+            self._charge(a, t0)
             self._fail(item, "launch", str(exc))
             return False
         info = worker.info
@@ -374,12 +474,10 @@ class SkyPool(Executor):
         item.sink(exp_id, {"event": "status", "status": "building", "worker": worker.name,
                            "runtime": {"job_id": a.job_id, **info.describe()}})
         final, gone = self._follow(a)
-        wall = self.clock() - t0
         text = self._save_log(a, gone)
-        cost = attempt_cost(final, wall, info.hourly_usd)
-        item.cost_usd += cost
-        with self._lock:
-            self.spent_usd += cost
+        self._charge(a, t0)
+        if gone is None:
+            self.meter.used(worker.name)
         if a.cancelled:
             item.sink(exp_id, {"event": "cancelled"})
             return False
@@ -411,6 +509,11 @@ class SkyPool(Executor):
                            "cost_usd": round(item.cost_usd, 6)})
         return False
 
+    def _charge(self, a: _Attempt, t0: float) -> None:
+        """The experiment's share of the cluster's bill: its time on the worker, launch included."""
+        hourly = a.hourly_usd if a.hourly_usd is not None else (a.worker.info.hourly_usd if a.worker.info else None)
+        a.item.cost_usd += max(0.0, self.clock() - t0) / 3600.0 * (hourly or 0.0)
+
     def _start(self, a: _Attempt) -> int:
         """Stage the job and submit it: exec on a warm worker, launch on a cold (or vanished) one."""
         worker, job = a.worker, a.item.job
@@ -422,26 +525,112 @@ class SkyPool(Executor):
         staging = Path(tempfile.mkdtemp(prefix=f"{job.experiment_id}-", dir=self.staging_root))
         try:
             sky_task.stage(self.repo_dir, job, staging, retired)
-            task = sky_task.task_config(self.config.sky, job, staging)
             if worker.info is not None:
+                task = sky_task.task_config(self.config.sky, job, staging, self.repo_dir, self.meter.pin)
                 try:
-                    return self.port.exec(worker.name, task)
+                    return self._twice(lambda: self.port.exec(worker.name, task))
                 except ClusterGone:
                     log.info("worker %s is gone (autostopped or preempted); launching it again", worker.name)
+                    self.meter.ended(worker.name)
                     worker.info = None
-            job_id, info = self.port.launch(worker.name, task, self.config.sky.idle_minutes_to_autostop)
-            worker.info = info
-            return job_id
+                except ResourcesMismatch as exc:
+                    self._replace(worker, f"its resources no longer match the config ({exc})")
+            return self._launch(a, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def _twice(self, call: Callable[[], _T]) -> _T:
+        """`call`, tried once more after a transient SSH or rsync failure."""
+        try:
+            return call()
+        except Transient as exc:
+            log.warning("retrying after a transient SkyPilot failure: %s", exc)
+            return call()
+
+    def _launch(self, a: _Attempt, staging: Path) -> int:
+        """Launch the worker's cluster with the job; a failed launch leaves no VM behind.
+
+        Until the session's hardware is pinned, launches go one at a time, so the first one decides
+        the instance type every later worker gets.
+        """
+        worker, job = a.worker, a.item.job
+        with self._pin_lock if self.meter.pin is None else contextlib.nullcontext():
+            task = sky_task.task_config(self.config.sky, job, staging, self.repo_dir, self.meter.pin)
+            price = self._price(task)
+            a.hourly_usd = price
+            for attempt in range(2):
+                self.meter.launching(worker.name, price)
+                try:
+                    job_id, info = self.port.launch(worker.name, task, self.config.sky.idle_minutes_to_autostop)
+                    break
+                except NoCloudAccess:
+                    self.meter.ended(worker.name)
+                    raise
+                except (Transient, ResourcesMismatch) as exc:
+                    if attempt == 1:
+                        self._down_failed_launch(worker.name, exc)
+                        raise
+                    log.warning("launching %s again after: %s", worker.name, exc)
+                    if isinstance(exc, ResourcesMismatch):  # a cluster left from another config
+                        self._down_failed_launch(worker.name, exc)
+                except SkyError as exc:
+                    self._down_failed_launch(worker.name, exc)
+                    raise
+            hourly = info.hourly_usd if info.hourly_usd is not None else price
+            if hourly is None and self.config.budget_usd is not None:
+                self._down_failed_launch(worker.name, "its price is unknown")
+                raise SkyError(self._unknown_price(task))
+            a.hourly_usd = hourly
+            self.meter.launched(worker.name, hourly)
+            if hourly is None:
+                log.warning("the price of %s (%s) is unknown: its cost is not counted", worker.name,
+                            info.instance_type)
+            worker.info = replace(info, hourly_usd=hourly)
+            if self.meter.pin is None and info.instance_type and not self.config.sky.instance_type:
+                self.meter.set_pin(Pin(info.instance_type, info.cloud.lower() if info.cloud else None, hourly))
+                log.info("every worker of the session will be %s on %s", info.instance_type, info.cloud)
+            return job_id
+
+    def _price(self, task: dict[str, Any]) -> float | None:
+        """The hourly price before launch; with a budget, a launch whose price is unknown is refused."""
+        pin = self.meter.pin
+        price = pin.hourly_usd if pin is not None and not self.config.sky.instance_type else None
+        if price is None:
+            try:
+                price = self.port.price(task)
+            except SkyError as exc:
+                log.info("no catalog price before launch: %s", exc)
+        if price is None and self.config.budget_usd is not None:
+            raise SkyError(self._unknown_price(task))
+        return price
+
+    def _unknown_price(self, task: dict[str, Any]) -> str:
+        return (f"refusing to launch: budget_usd is set and the hourly price of {task['resources']} is unknown "
+                "(SkyPilot's price catalog has no entry, or could not be downloaded). Set sky.instance_type and "
+                "sky.infra in .autoresearch/config.json to a type the catalog lists (`sky show-gpus --all` / "
+                "the cloud's price list), or remove budget_usd to run without a cost limit")
+
+    def _down_failed_launch(self, cluster: str, why: object) -> None:
+        """A launch that failed after provisioning can leave a VM without autostop: down it."""
+        log.warning("downing %s after a failed launch (%s)", cluster, why)
+        try:
+            self.port.down(cluster)
+        except SkyError as exc:
+            log.error("could not down %s after its failed launch: %s; run `sky down %s`", cluster, exc, cluster)
+            return
+        self.meter.ended(cluster)
+
     def _follow(self, a: _Attempt) -> tuple[JobInfo | None, str | None]:
-        """Poll the job until it ends, is cancelled or its cluster vanishes; (last info, why gone)."""
+        """Poll the job until it ends, is cancelled or its cluster vanishes; (last info, why gone).
+
+        Each poll makes SkyPilot refresh the cluster's status, over SSH on the VM being measured
+        (sky/backends/backend_utils.py: clusters with autostop are stale after 2 s), so polls are
+        rare: every `poll_s` while building or checking, every `bench_poll_s` while pairs run.
+        """
         cluster, job_id = a.worker.name, a.job_id
         assert job_id is not None
-        errors = 0
-        last_refresh = self.clock()
-        forwarded = 0
+        errors = inits = 0
+        last_log = self.clock()
         info: JobInfo | None = None
         while True:
             if a.cancelled:
@@ -450,9 +639,14 @@ class SkyPool(Executor):
                 return info, None
             try:
                 info = self.port.job(cluster, job_id)
-                errors = 0
+                errors = inits = 0
             except ClusterGone as exc:
                 return info, str(exc)
+            except ClusterInit as exc:
+                # A failed status refresh under load turns a healthy cluster INIT: look again.
+                inits += 1
+                if inits >= MAX_INIT_CHECKS and not self._still_up(cluster):
+                    return info, f"{cluster} stayed INIT for {inits} checks in a row: {exc}"
             except ApiServerDown as exc:  # our side is down, not the cluster: keep waiting
                 log.warning("cannot poll job %s on %s: %s", job_id, cluster, exc)
             except SkyError as exc:
@@ -463,35 +657,59 @@ class SkyPool(Executor):
                 return info, f"the job's driver on {cluster} died (the VM restarted or ran out of memory)"
             if info is not None and info.done:
                 return info, None
-            if self.clock() - last_refresh >= self.log_refresh_s:
-                last_refresh = self.clock()
+            if self.clock() - last_log >= self.log_refresh_s:
+                last_log = self.clock()
                 with contextlib.suppress(SkyError):
-                    forwarded = self._forward(a, self.port.logs(cluster, job_id), forwarded)
-            a.wake.wait(self.poll_s)
+                    self._forward(a, self._fetch_log(a))
+            a.wake.wait(self.bench_poll_s if a.phase == "running" else self.poll_s)
 
-    def _forward(self, a: _Attempt, text: str, already: int) -> int:
+    def _still_up(self, cluster: str) -> bool:
+        """Ask the cloud (a refreshed status) whether a cluster that keeps answering INIT is up."""
+        try:
+            found = self.port.clusters([cluster], refresh=True)
+        except SkyError as exc:
+            log.warning("could not refresh the status of %s: %s", cluster, exc)
+            return True  # unknown is not lost; the poll errors decide
+        return any(c.status == "UP" for c in found)
+
+    def _fetch_log(self, a: _Attempt) -> str:
+        """The job's log so far: what was fetched before, continued by its tail (whole when needed)."""
+        assert a.job_id is not None
+        for lines in LOG_TAILS:
+            text = self.port.logs(a.worker.name, a.job_id, tail=lines)
+            if lines == 0:
+                return text
+            merged = merge_tail(a.fetched, text) if a.fetched else None
+            if merged is not None:
+                return merged
+            if not a.fetched and text.count("\n") < lines:
+                return text  # the whole log is shorter than the tail asked for
+        raise AssertionError("LOG_TAILS ends with 0 (the whole log)")
+
+    def _forward(self, a: _Attempt, text: str) -> None:
         """Save the log so far and pass on the runner's events that were not passed on yet."""
         a.fetched = text
         self._write_log(a, text)
         events = [ln for ln in machine_lines(text) if ln.startswith(runner.EVENT_PREFIX)]
         exp_id = a.item.job.experiment_id
-        for line in events[already:]:
+        for line in events[a.forwarded:]:
             with contextlib.suppress(json.JSONDecodeError):
                 event = json.loads(line[len(runner.EVENT_PREFIX):])
                 if event.get("event") == "status":
                     event["worker"] = a.worker.name
+                    a.phase = str(event.get("status"))
                 a.item.sink(exp_id, event)
-        return len(events)
+        a.forwarded = len(events)
 
     def _save_log(self, a: _Attempt, gone: str | None) -> str:
-        """Fetch the job's whole log into the experiment's log_path (before any stop or down).
+        """Fetch the rest of the job's log into the experiment's log_path (before any stop or down).
 
         When the cluster cannot give it any more, the part fetched while following the job stays.
         """
         text = a.fetched
         if a.job_id is not None:
             try:
-                text = self.port.logs(a.worker.name, a.job_id)
+                text = self._fetch_log(a)
             except SkyError as exc:
                 text += f"\n[autoresearch] could not fetch the rest of the job log: {exc}\n"
         if gone:
@@ -533,6 +751,10 @@ class SkyPool(Executor):
         log.warning("replacing worker %s: %s", worker.name, why)
         if host is not None:
             self.noisy_workers.append({**host, "reason": why})
-        with contextlib.suppress(SkyError):
+        try:
             self.port.down(worker.name)
+            self.meter.ended(worker.name)
+        except SkyError as exc:
+            log.error("could not down worker %s: %s; autostop downs it after %d idle minutes", worker.name, exc,
+                      self.config.sky.idle_minutes_to_autostop)
         worker.info = None

@@ -67,6 +67,19 @@ class ApiServerDown(SkyError):
     """The SkyPilot API server is not reachable and could not be started."""
 
 
+class ClusterInit(SkyError):
+    """The cluster's status is INIT: still launching, or a status refresh failed (for example an SSH
+    timeout on a busy VM). It may well be up: look again before calling it lost."""
+
+
+class ResourcesMismatch(SkyError):
+    """The existing cluster does not have the resources the task asks for (the config changed)."""
+
+
+class Transient(SkyError):
+    """A hiccup on the way to the VM (SSH or rsync failed, a status fetch timed out): try again."""
+
+
 class SkyPort(Protocol):
     def launch(self, cluster: str, task: dict[str, Any], idle_minutes_to_autostop: int) -> tuple[int, ClusterInfo]:
         """Create (or restart) `cluster`, sync the task's workdir, run setup, submit the job."""
@@ -77,8 +90,8 @@ class SkyPort(Protocol):
     def job(self, cluster: str, job_id: int) -> JobInfo:
         """The job's status; raises ClusterGone when the cluster is not there or not up."""
 
-    def logs(self, cluster: str, job_id: int) -> str:
-        """The job's whole log so far (stdout and stderr of the run)."""
+    def logs(self, cluster: str, job_id: int, tail: int = 0) -> str:
+        """The job's log so far (stdout and stderr of the run): its last `tail` lines, or all of it (0)."""
 
     def cancel(self, cluster: str, job_id: int) -> None: ...
 
@@ -88,5 +101,12 @@ class SkyPort(Protocol):
     def stop(self, cluster: str) -> None:
         """Stop the cluster (disks kept); a cluster that does not exist is not an error."""
 
-    def clusters(self, names: list[str]) -> list[ClusterInfo]:
-        """Those of `names` that exist, with their status."""
+    def clusters(self, names: list[str], refresh: bool = False) -> list[ClusterInfo]:
+        """Those of `names` that exist, with their status (asked of the cloud when `refresh`)."""
+
+    def price(self, task: dict[str, Any]) -> float | None:
+        """The hourly price of the task's resources from the cloud's catalog, when it is known before launch."""
+
+    def cost_report(self, names: list[str], since: float) -> float | None:
+        """What SkyPilot's own cost report says the clusters `names` launched since `since` (epoch
+        seconds) cost, in dollars; None when it does not answer."""

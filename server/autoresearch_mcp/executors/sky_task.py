@@ -24,6 +24,7 @@ from typing import Any
 
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.base import Job
+from autoresearch_mcp.executors.sky_meter import Pin
 from autoresearch_mcp.experiments import runner
 from autoresearch_mcp.session import SkyConfig
 
@@ -63,36 +64,91 @@ def cluster_name(session_id: str, index: int) -> str:
     return f"ar-{session_id[:12].lower()}-{index}"
 
 
-def resources(cfg: SkyConfig) -> dict[str, Any]:
-    """The task's `resources:` section from the session's `sky` config."""
+def resources(cfg: SkyConfig, pin: Pin | None = None) -> dict[str, Any]:
+    """The task's `resources:` section from the session's `sky` config and the session's pinned hardware.
+
+    With an instance type (the config's, else the one the session's first worker got), `cpus` and
+    `memory` are left out: SkyPilot rejects a `cpus` the instance type does not have
+    (sky/resources.py, "... vCPUs, but ... is requested"), and the instance type says it all.
+    """
     res: dict[str, Any] = {}
-    if cfg.infra or cfg.region:
-        res["infra"] = (cfg.infra or "*") + (f"/{cfg.region}" if cfg.region else "")
-    if cfg.cpus:
-        res["cpus"] = cfg.cpus
-    if cfg.memory:
-        res["memory"] = cfg.memory
-    if cfg.instance_type:
-        res["instance_type"] = cfg.instance_type
+    instance_type = cfg.instance_type or (pin.instance_type if pin else None)
+    cloud = cfg.infra or (pin.cloud if pin and not cfg.instance_type else None)
+    if cloud or cfg.region:
+        res["infra"] = (cloud or "*") + (f"/{cfg.region}" if cfg.region else "")
+    if instance_type:
+        res["instance_type"] = instance_type
+    else:
+        if cfg.cpus:
+            res["cpus"] = cfg.cpus
+        if cfg.memory:
+            res["memory"] = cfg.memory
     if cfg.use_spot:
         res["use_spot"] = True
     return res
 
 
-def task_config(cfg: SkyConfig, job: Job, workdir: Path) -> dict[str, Any]:
+def setup_script(cfg: SkyConfig, repo_dir: Path, commit: str) -> str:
+    """Our setup, then the session's own (`sky.setup` commands, then `sky.setup_script` as committed).
+
+    SkyPilot runs setup once per VM, at launch (`sky exec` skips it: sky/execution.py, exec's stages
+    are SYNC_WORKDIR and EXEC only), so whatever it installs or downloads serves every experiment on
+    that worker.
+    """
+    parts = [SETUP]
+    if cfg.setup:
+        parts.append("# sky.setup from .autoresearch/config.json\n" + "\n".join(cfg.setup) + "\n")
+    if cfg.setup_script:
+        try:
+            text = _git(repo_dir, "show", f"{commit}:{cfg.setup_script}").decode("utf-8", "replace")
+        except subprocess.CalledProcessError:
+            raise StateError(f"sky.setup_script {cfg.setup_script!r} is not in commit {commit[:12]}: commit it "
+                             "(it runs on every new worker), or remove it from .autoresearch/config.json") from None
+        end = "" if text.endswith("\n") else "\n"
+        parts.append(f"# sky.setup_script {cfg.setup_script}\nbash <<'AUTORESEARCH_SETUP'\n{text}{end}"
+                     "AUTORESEARCH_SETUP\n")
+    return "\n".join(parts)
+
+
+def file_mounts(cfg: SkyConfig, repo_dir: Path) -> dict[str, str]:
+    """`sky.file_mounts` (path on the worker -> local path or bucket URL), local paths made absolute.
+
+    SkyPilot copies them at launch only (exec never re-syncs them), so a large model is shipped
+    once per worker and cached there for every experiment.
+    """
+    mounts: dict[str, str] = {}
+    for remote, source in cfg.file_mounts.items():
+        if "://" in source:
+            mounts[remote] = source
+            continue
+        local = (repo_dir / Path(source).expanduser()).resolve()
+        if not local.exists():
+            raise StateError(f"sky.file_mounts[{remote!r}]: {local} does not exist; give an existing local "
+                             "path (relative to the repository) or a bucket URL such as s3://bucket/path")
+        mounts[remote] = str(local)
+    return mounts
+
+
+def task_config(cfg: SkyConfig, job: Job, workdir: Path, repo_dir: Path | None = None,
+                pin: Pin | None = None) -> dict[str, Any]:
     """The SkyPilot task (YAML as a dict) that runs one experiment from its staged workdir.
 
     In SkyPilot 0.14 a CPU-only job asks the cluster for 0.5 CPU whatever the task says (only Slurm
     reads `cpus`), so the pool's one-job-per-cluster rule and the runner's machine lock are what
     keep two benchmarks off one VM; the task still asks for the node's CPUs, which is what it means.
+    With `repo_dir`, the session's own setup and file mounts are added.
     """
-    return {
+    task: dict[str, Any] = {
         "name": f"ar-{job.experiment_id}",
         "workdir": str(workdir),
-        "setup": SETUP,
+        "setup": setup_script(cfg, repo_dir, job.base_commit) if repo_dir is not None else SETUP,
         "run": f"bash {exp_dir(job.experiment_id)}/run.sh",
-        "resources": resources(cfg),
+        "resources": resources(cfg, pin),
     }
+    mounts = file_mounts(cfg, repo_dir) if repo_dir is not None else {}
+    if mounts:
+        task["file_mounts"] = mounts
+    return task
 
 
 def _git(repo_dir: Path, *args: str, out: Path | None = None) -> bytes:

@@ -5,7 +5,10 @@ server: SkyPilot's SDK prints to stdout (the MCP channel), configures logging, a
 heavy. The server talks to the helper (`python -m autoresearch_mcp.executors.skypilot`) over
 JSON lines on the helper's stdin and the stdout it had at start; inside the helper, fd 1 is
 pointed at stderr (a log file), so whatever SkyPilot prints lands in that log. The helper starts
-SkyPilot's local API server once, from the home directory (a directory that outlives any request).
+SkyPilot's local API server once, from the home directory (a directory that outlives any request),
+and stops it again when the server exits if it was the one that started it. At exit it also
+cancels launches still in flight (`sky.api_cancel`) and downs their clusters, so no VM is left
+half-launched without autostop.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import io
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,10 +37,13 @@ from autoresearch_mcp.executors.sky_port import (
     ApiServerDown,
     ClusterGone,
     ClusterInfo,
+    ClusterInit,
     JobInfo,
     NoCloudAccess,
+    ResourcesMismatch,
     ResourcesUnavailable,
     SkyError,
+    Transient,
 )
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.worktrees import repo_key
@@ -46,14 +54,17 @@ log = logging.getLogger(__name__)
 
 _ERRORS: dict[str, type[SkyError]] = {
     "no_cloud": NoCloudAccess, "unavailable": ResourcesUnavailable, "gone": ClusterGone,
-    "api_down": ApiServerDown, "error": SkyError,
+    "api_down": ApiServerDown, "init": ClusterInit, "mismatch": ResourcesMismatch, "transient": Transient,
+    "error": SkyError,
 }
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 # Operations that answer in seconds when SkyPilot is healthy; longer means it is stuck.
-_SHORT_OPS = frozenset({"job", "logs", "cancel", "clusters"})
+_SHORT_OPS = frozenset({"job", "logs", "cancel", "clusters", "price", "cost_report"})
 SHORT_TIMEOUT_S = 300.0
+# At exit the helper cancels launches, downs their clusters and may stop the API server.
+SHUTDOWN_TIMEOUT_S = 120.0
 
 
 class _Helper:
@@ -155,10 +166,12 @@ class SdkPort:
             return
         assert helper.proc.stdin is not None
         with contextlib.suppress(OSError), helper.write_lock:
-            helper.proc.stdin.close()
+            helper.proc.stdin.close()  # the helper then cancels what is in flight and stops what it started
         try:
-            helper.proc.wait(timeout=10)
+            helper.proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            log.error("the SkyPilot helper did not finish its shutdown in %.0f s; see %s", SHUTDOWN_TIMEOUT_S,
+                      self.log_path)
             helper.proc.kill()
 
     # --- SkyPort ------------------------------------------------------------------------------------
@@ -176,8 +189,8 @@ class SdkPort:
     def job(self, cluster: str, job_id: int) -> JobInfo:
         return JobInfo(**self.call("job", cluster=cluster, job_id=job_id))
 
-    def logs(self, cluster: str, job_id: int) -> str:
-        return str(self.call("logs", cluster=cluster, job_id=job_id))
+    def logs(self, cluster: str, job_id: int, tail: int = 0) -> str:
+        return str(self.call("logs", cluster=cluster, job_id=job_id, tail=tail))
 
     def cancel(self, cluster: str, job_id: int) -> None:
         self.call("cancel", cluster=cluster, job_id=job_id)
@@ -188,8 +201,16 @@ class SdkPort:
     def stop(self, cluster: str) -> None:
         self.call("stop", cluster=cluster)
 
-    def clusters(self, names: list[str]) -> list[ClusterInfo]:
-        return [ClusterInfo(**c) for c in self.call("clusters", names=names)]
+    def clusters(self, names: list[str], refresh: bool = False) -> list[ClusterInfo]:
+        return [ClusterInfo(**c) for c in self.call("clusters", names=names, refresh=refresh)]
+
+    def price(self, task: dict[str, Any]) -> float | None:
+        value = self.call("price", task=task)
+        return None if value is None else float(value)
+
+    def cost_report(self, names: list[str], since: float) -> float | None:
+        value = self.call("cost_report", names=names, since=since)
+        return None if value is None else float(value)
 
     def validate(self, task: dict[str, Any]) -> dict[str, Any]:
         """SkyPilot's own reading of a task (from_yaml_config, validate, to_yaml_config)."""
@@ -198,7 +219,8 @@ class SdkPort:
 
 
 def session_spend(repo_root: Path, session_id: str) -> float:
-    """What the session's experiments cost so far, from the ledger (so a restart keeps the budget)."""
+    """What the session's experiments cost, from the ledger: the spend of a session that was started
+    before the cluster meter (sky-<session>.json) existed, so its budget still counts it."""
     view = Ledger(state_dir(repo_root) / "ledger.jsonl").view()
     return sum(float((e.result or {}).get("cost_usd") or 0.0) for e in view.experiments.values()
                if e.launch.get("session_id") == session_id)
@@ -210,8 +232,10 @@ class SkyExecutor(SkyPool):
     def __init__(self, repo: git.Repo, config: SessionConfig, settings: Settings) -> None:
         root = Path(repo.working_dir)
         self.sdk = SdkPort(settings.cache_dir / "sky" / "sdk.log")
+        meter = state_dir(root) / f"sky-{config.session_id}.json"
         super().__init__(root, config, self.sdk, settings.cache_dir / "sky" / "staging" / repo_key(repo),
-                         spent_usd=session_spend(root, config.session_id))
+                         spent_usd=0.0 if meter.exists() else session_spend(root, config.session_id),
+                         state_path=meter)
         threading.Thread(target=self._start_api, name="autoresearch-sky-api", daemon=True).start()
 
     def _start_api(self) -> None:
@@ -232,6 +256,29 @@ def _clean(exc: BaseException) -> str:
     return _ANSI.sub("", str(exc)).strip() or type(exc).__name__
 
 
+def _cluster_status(exc: BaseException) -> str | None:
+    """The status a ClusterNotUpError carries (an enum on the server, maybe its value after transport)."""
+    status = getattr(exc, "cluster_status", None)
+    if status is not None:
+        return str(getattr(status, "value", status))
+    found = re.search(r"\(status: ([A-Z_]+)\)", _clean(exc))  # sky/backends/backend_utils.py's message
+    return found.group(1) if found else None
+
+
+def _transient(exc: BaseException) -> bool:
+    """An SSH or rsync hiccup, or a status fetch that failed: worth one more try.
+
+    SSH exits 255 when it cannot connect; a failed rsync raises CommandError with "Failed to rsync"
+    (sky/utils/command_runner.py, which already retried it with backoff).
+    """
+    from sky import exceptions as ex
+
+    if isinstance(exc, ex.CommandError):
+        return exc.returncode == 255 or "Failed to rsync" in _clean(exc)
+    return isinstance(exc, ex.FetchClusterInfoError | ex.NetworkError | ex.ClusterStatusFetchingError
+                      | ex.SkyletUnavailableError | ex.ServerTemporarilyUnavailableError)
+
+
 def _error(exc: BaseException) -> tuple[str, str]:
     """Our error kind and an actionable message for an exception raised by the SDK."""
     from sky import exceptions as ex
@@ -245,46 +292,153 @@ def _error(exc: BaseException) -> tuple[str, str]:
             f"no region or zone had the requested resources ({text[:600]}). Change `sky` in "
             ".autoresearch/config.json (cpus, instance_type, infra, region, use_spot), check quotas, and run "
             "`sky check` to confirm the cloud is enabled")
+    if isinstance(exc, ex.ResourcesMismatchError):
+        return "mismatch", text[:1500]
+    if isinstance(exc, ex.ClusterNotUpError) and _cluster_status(exc) == "INIT":
+        return "init", text
     if isinstance(exc, ex.ClusterDoesNotExist | ex.ClusterNotUpError):
         return "gone", text
     if isinstance(exc, ex.ApiServerConnectionError):
         return "api_down", (f"the SkyPilot API server is not reachable ({text}); start it with `sky api start` "
                             "(or check `sky api info`)")
+    if _transient(exc):
+        return "transient", f"{type(exc).__name__}: {text[:1500]}"
     return "error", f"SkyPilot failed: {type(exc).__name__}: {text[:1500]}"
+
+
+def _hourly(res: Any) -> float | None:
+    """The catalog's hourly price of launched (or fully specified) resources; None when unknown."""
+    try:
+        return float(res.get_cost(3600))
+    except Exception:  # needs the cloud's price catalog, which is downloaded, not bundled
+        return None
 
 
 def _describe(name: str, status: str, handle: Any) -> dict[str, Any]:
     res = getattr(handle, "launched_resources", None)
-    hourly = None
-    if res is not None:
-        with contextlib.suppress(Exception):  # needs the cloud's price catalog
-            hourly = float(res.get_cost(3600))
     return {"name": name, "status": status, "cloud": str(res.cloud) if res is not None and res.cloud else None,
             "region": getattr(res, "region", None), "instance_type": getattr(res, "instance_type", None),
-            "use_spot": bool(getattr(res, "use_spot", False)), "hourly_usd": hourly}
+            "use_spot": bool(getattr(res, "use_spot", False)),
+            "hourly_usd": _hourly(res) if res is not None else None}
 
 
 def _field(record: Any, key: str) -> Any:
     return record[key] if isinstance(record, dict) else getattr(record, key)
 
 
-_server_lock = threading.Lock()
-_server_started = False
+def _price(task_config: dict[str, Any]) -> float | None:
+    """The hourly price of a task's resources from the catalog, when they name one instance type.
 
-
-def _ensure_server() -> None:
-    """Start the local API server once (a remote endpoint, if configured, is only checked)."""
-    global _server_started
+    Without an instance type the price depends on what the optimizer picks at launch.
+    """
     import sky
 
-    with _server_lock:
-        if _server_started:
+    task = sky.Task.from_yaml_config(copy.deepcopy(task_config))
+    prices = []
+    for res in task.resources:
+        if res.instance_type is None:
+            return None
+        if res.cloud is not None:
+            prices.append(_hourly(res))
+            continue
+        from sky import catalog
+
+        found = []
+        for cloud in ("aws", "gcp"):  # the clouds of the extra whose catalogs list instance types
+            with contextlib.suppress(Exception):
+                found.append(float(catalog.get_hourly_cost(res.instance_type, res.use_spot, res.region, None,
+                                                           clouds=cloud)))
+        prices.append(min(found) if found else None)
+    if not prices or any(p is None for p in prices):
+        return None
+    return max(p for p in prices if p is not None)
+
+
+class _Server:
+    """The API server as this helper uses it: started once, stopped at exit when we started it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started = False
+        self.ours = False
+        # launches and execs whose SkyPilot requests are still running: request id -> (op, cluster)
+        self.inflight: dict[str, tuple[str, str]] = {}
+
+    def ensure(self) -> None:
+        """Start the local API server once (a remote endpoint, if configured, is only checked)."""
+        import sky
+        from sky.server import common as server_common
+
+        with self.lock:
+            if self.started:
+                return
+            if not server_common.is_api_server_local():
+                sky.api_info()
+            else:
+                running = server_common.get_api_server_status().status == server_common.ApiServerStatus.HEALTHY
+                sky.api_start()
+                self.ours = not running
+                if self.ours:
+                    log.info("started the local SkyPilot API server; it is stopped when this server exits")
+            self.started = True
+
+    def run(self, op: str, cluster: str, request_id: Any) -> Any:
+        """Wait for a launch or exec request, remembered so that shutdown can cancel it."""
+        import sky
+
+        with self.lock:
+            self.inflight[str(request_id)] = (op, cluster)
+        try:
+            return sky.get(request_id)
+        finally:
+            with self.lock:
+                self.inflight.pop(str(request_id), None)
+
+    def shutdown(self) -> None:
+        """Cancel launches in flight and down their clusters; stop the API server if we started it."""
+        import sky
+
+        with self.lock:
+            inflight, started = dict(self.inflight), self.started
+        if not started:
+            return
+        if inflight:
+            with contextlib.suppress(Exception):
+                sky.get(sky.api_cancel(list(inflight), silent=True))
+                log.warning("cancelled SkyPilot requests still in flight at exit: %s",
+                            ", ".join(f"{op} {cluster}" for op, cluster in inflight.values()))
+        downs = []
+        for op, cluster in inflight.values():
+            if op == "launch":  # it may have provisioned a VM whose autostop is not set yet
+                try:
+                    downs.append((cluster, sky.down(cluster)))
+                except Exception as exc:
+                    log.error("could not down %s after cancelling its launch: %s; run `sky down %s`",
+                              cluster, _clean(exc), cluster)
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S / 2
+        for cluster, request_id in downs:
+            waiter = threading.Thread(target=lambda r=request_id: sky.get(r), daemon=True)
+            waiter.start()
+            waiter.join(max(0.0, deadline - time.monotonic()))
+            log.warning("%s %s after its launch was cancelled", "downing" if waiter.is_alive() else "downed", cluster)
+        if not self.ours:
             return
         try:
-            sky.api_start()
-        except ValueError:  # an API server endpoint is configured: nothing to start here
-            sky.api_info()
-        _server_started = True
+            busy = [r for r in sky.api_status() if r.status in ("PENDING", "WAITING", "RUNNING")]
+        except Exception as exc:
+            log.warning("could not list the SkyPilot API server's requests (%s); leaving it running", _clean(exc))
+            return
+        if busy:
+            log.warning("leaving the SkyPilot API server this session started running: %d request(s) still "
+                        "run (%s); stop it later with `sky api stop`", len(busy),
+                        ", ".join(sorted({f"{r.name} {r.cluster_name or ''}".strip() for r in busy})))
+            return
+        with contextlib.suppress(Exception):
+            sky.api_stop()
+            log.info("stopped the local SkyPilot API server this session started")
+
+
+_server = _Server()
 
 
 def _op(op: str, args: dict[str, Any]) -> Any:
@@ -294,17 +448,19 @@ def _op(op: str, args: dict[str, Any]) -> Any:
         task = sky.Task.from_yaml_config(copy.deepcopy(args["task"]))  # it empties the dict it reads
         task.validate()
         return task.to_yaml_config()
-    _ensure_server()
+    if op == "price":
+        return _price(args["task"])
+    _server.ensure()
     if op == "api_start":
         return None
     cluster = str(args.get("cluster"))
     if op in ("launch", "exec"):
         task = sky.Task.from_yaml_config(copy.deepcopy(args["task"]))
         if op == "exec":
-            job_id, _ = sky.get(sky.exec(task, cluster_name=cluster))
+            job_id, _ = _server.run(op, cluster, sky.exec(task, cluster_name=cluster))
             return job_id
-        job_id, handle = sky.get(sky.launch(task, cluster_name=cluster, idle_minutes_to_autostop=args["idle"],
-                                            down=True))
+        job_id, handle = _server.run(op, cluster, sky.launch(
+            task, cluster_name=cluster, idle_minutes_to_autostop=args["idle"], down=True))
         return {"job_id": job_id, "cluster": _describe(str(cluster), "UP", handle)}
     if op == "job":
         job_id = int(args["job_id"])
@@ -319,7 +475,7 @@ def _op(op: str, args: dict[str, Any]) -> Any:
         return info
     if op == "logs":
         buf = io.StringIO()
-        sky.tail_logs(cluster, args["job_id"], follow=False, output_stream=buf)
+        sky.tail_logs(cluster, args["job_id"], follow=False, tail=int(args.get("tail") or 0), output_stream=buf)
         return buf.getvalue()
     if op == "cancel":
         return sky.get(sky.cancel(cluster, job_ids=[args["job_id"]]))
@@ -328,9 +484,17 @@ def _op(op: str, args: dict[str, Any]) -> Any:
             sky.get((sky.down if op == "down" else sky.stop)(cluster))
         return None
     if op == "clusters":
-        records = sky.get(sky.status(cluster_names=args["names"]))
+        from sky.utils import common as sky_common
+
+        refresh = sky_common.StatusRefreshMode.FORCE if args.get("refresh") else sky_common.StatusRefreshMode.NONE
+        records = sky.get(sky.status(cluster_names=args["names"], refresh=refresh))
         return [_describe(str(_field(r, "name")), getattr(_field(r, "status"), "value", "?"), _field(r, "handle"))
                 for r in records]
+    if op == "cost_report":
+        since, names = float(args["since"]), set(args["names"])
+        days = max(1, math.ceil((time.time() - since) / 86400) + 1)
+        return sum(float(_field(r, "total_cost") or 0.0) for r in sky.get(sky.cost_report(days=days))
+                   if _field(r, "name") in names and float(_field(r, "launched_at") or 0) >= since - 60)
     raise ValueError(f"unknown operation {op!r}")
 
 
@@ -345,7 +509,7 @@ def _serve(requests: IO[str], replies: IO[str]) -> None:
             with contextlib.suppress(Exception):
                 kind, message = _error(exc)
             reply = {"id": req["id"], "ok": False, "kind": kind, "message": message}
-        with lock:
+        with lock, contextlib.suppress(OSError, ValueError):
             replies.write(json.dumps(reply, default=str) + "\n")
             replies.flush()
 
@@ -353,6 +517,9 @@ def _serve(requests: IO[str], replies: IO[str]) -> None:
         for line in requests:
             with contextlib.suppress(json.JSONDecodeError):
                 pool.submit(handle, json.loads(line))
+        # The server closed our stdin: it is exiting. Launches still waiting are cancelled here, so
+        # the pool can finish; then the API server is stopped if we started it.
+        _server.shutdown()
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ import git
 
 from autoresearch_mcp import limits
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
-from autoresearch_mcp.executors.base import Executor, Interrupted, Job
+from autoresearch_mcp.executors.base import Executor, Interrupted, Job, Released
 from autoresearch_mcp.experiments import metrics, snapshot, stats
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView, apply
@@ -109,10 +109,11 @@ class ExperimentManager:
             self._append({"type": "platform", "experiment_id": e.experiment_id, "platform": name,
                           "status": "lost", "detail": "the server stopped while this platform ran"})
 
-    def release_workers(self, mode: str) -> list[str]:
+    def release_workers(self, mode: str) -> Released:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""
         released = self.executor.release(mode)
-        self._append({"type": "workers", "session_id": self.config.session_id, "mode": mode, "released": released})
+        self._append({"type": "workers", "session_id": self.config.session_id, "mode": mode,
+                      "released": released.names})
         return released
 
     # --- launch --------------------------------------------------------------------------------
