@@ -45,7 +45,12 @@ Canned = Callable[[str, dict[str, Any]], tuple[str, float]]
 def _cloud_of(resources: dict[str, Any]) -> str | None:
     """The cloud a task's `infra` names, spelled as SkyPilot's cloud objects print it (None: any)."""
     cloud = str(resources.get("infra", "*")).split("/")[0].lower()
-    return None if cloud == "*" else {"k8s": "Kubernetes", "kubernetes": "Kubernetes"}.get(cloud, cloud.capitalize())
+    return None if cloud == "*" else {"k8s": "Kubernetes", "kubernetes": "Kubernetes", "fakecloud": "FakeCloud"}.get(
+        cloud, cloud.capitalize())
+
+
+def _cpus_ok(cpus: str, vcpus: int) -> bool:
+    return vcpus >= float(cpus.rstrip("+")) if cpus.endswith("+") else vcpus == float(cpus)
 
 
 class FakeClock:
@@ -80,6 +85,7 @@ class FakeCluster:
     jobs: dict[int, FakeJob] = field(default_factory=dict)
     noisy: bool = False
     resources: dict[str, Any] = field(default_factory=dict)
+    instance_type: str = "fake.4xlarge"
     launched_at: float = 0.0
 
 
@@ -106,7 +112,7 @@ class FakeSky:
         self.vcpus = {"fake.4xlarge": 4, "fake.8xlarge": 8}
         self.unpriced = False  # the price catalog cannot be had (before or after launch)
         self.init_answers: dict[str, int] = {}  # cluster -> how many next `job` calls answer INIT
-        self.stuck_init: set[str] = set()  # clusters whose refreshed status is INIT (really broken)
+        self.stuck_init: set[tuple[str, int]] = set()  # (cluster, incarnation) INIT even when refreshed
         self.transient: dict[str, int] = {}  # operation -> how many next calls fail with an SSH hiccup
         self.fail_after_provision = False  # the next launch provisions a VM, then fails
         self.down_keeps: set[str] = set()  # clusters whose first `down` answers but leaves the VM up
@@ -116,6 +122,7 @@ class FakeSky:
         self.billed: list[tuple[str, float, float | None, float]] = []  # (cluster, launched, downed, hourly)
         self.log_tails: list[int] = []  # the `tail` of every logs call
         self.polls = 0  # `job` calls
+        self.mounted: list[tuple[str, str]] = []  # (cluster, path on the VM) of each file mount copied
         self._downs = 0
         self._lock = threading.Lock()
         self._next_job = 1
@@ -153,7 +160,7 @@ class FakeSky:
                 home = self.root / f"{cluster}.{n}"
                 home.mkdir(parents=True)
                 c = FakeCluster(cluster, home, n, noisy=(cluster, n) in self.noisy, resources=task["resources"],
-                                launched_at=self.clock())
+                                instance_type=self._pick(task["resources"]), launched_at=self.clock())
                 self.vms[cluster] = c
                 self.clock.advance(self.provision_s)
             c.status = "UP"
@@ -161,6 +168,11 @@ class FakeSky:
                 self.fail_after_provision = False
                 c.status = "INIT"
                 raise SkyError("SkyPilot failed: the runtime setup failed after provisioning (fake)")
+        for remote, source in task.get("file_mounts", {}).items():  # synced before setup, at launch only
+            dest = c.home / remote.removeprefix("~/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if Path(source).is_dir() else shutil.copyfile)(source, dest)
+            self.mounted.append((cluster, remote))
         script = "echo 'setup failed (fake)' >&2; exit 1" if self.fail_setup else task["setup"]
         setup = subprocess.run(["bash", "-c", script], cwd=c.home, env=self._env(c),
                                capture_output=True)
@@ -182,7 +194,7 @@ class FakeSky:
             init = self.init_answers.get(cluster, 0)
             if init:
                 self.init_answers[cluster] = init - 1
-        if init or cluster in self.stuck_init:
+        if init or self._stuck(cluster):
             raise ClusterInit(f"Getting job status: skipped for cluster {cluster!r} (status: INIT) (fake)")
         c = self._up(cluster)
         j = c.jobs[job_id]
@@ -241,7 +253,7 @@ class FakeSky:
         with self._lock:
             self.refreshes += refresh
             found = [self._info(self.vms[n]) for n in names if n in self.vms]
-        return [replace(i, status="INIT") if refresh and i.name in self.stuck_init else i for i in found]
+        return [replace(i, status="INIT") if refresh and self._stuck(i.name) else i for i in found]
 
     def price(self, task: dict[str, Any]) -> float | None:
         if self.unpriced:
@@ -265,19 +277,36 @@ class FakeSky:
         return c
 
     def _info(self, c: FakeCluster) -> ClusterInfo:
-        itype = c.resources.get("instance_type", "fake.4xlarge")
-        return ClusterInfo(c.name, c.status, _cloud_of(c.resources) or "FakeCloud", "fake-region-1", itype, bool(c.resources.get("use_spot")),
+        itype = c.instance_type
+        return ClusterInfo(c.name, c.status, _cloud_of(c.resources) or "FakeCloud", "fake-region-1", itype,
+                           bool(c.resources.get("use_spot")),
                            None if self.unpriced else self.catalog.get(itype))
+
+    def _pick(self, wanted: dict[str, Any]) -> str:
+        """What the optimizer launches: the instance type asked for, else the smallest with the cpus."""
+        if "instance_type" in wanted:
+            return str(wanted["instance_type"])
+        return min((t for t in self.vcpus if _cpus_ok(str(wanted.get("cpus", "0+")), self.vcpus[t])),
+                   key=self.vcpus.__getitem__)
+
+    def _stuck(self, cluster: str) -> bool:
+        with self._lock:
+            c = self.vms.get(cluster)
+            return c is not None and (cluster, c.incarnation) in self.stuck_init
+
+    def exited_jobs(self) -> int:
+        """Jobs whose process has ended, whether or not anybody has asked for their status."""
+        with self._lock:
+            return sum(1 for c in self.vms.values() for j in c.jobs.values()
+                       if j.proc is not None and j.proc.poll() is not None)
 
     def _fits(self, wanted: dict[str, Any], c: FakeCluster) -> bool:
         """SkyPilot's `less_demanding_than`, for what the tasks here ask: the task fits on the cluster."""
         have = self._info(c)
         cloud = _cloud_of(wanted)
-        cpus = str(wanted.get("cpus", "0+"))
-        vcpus = self.vcpus.get(have.instance_type or "", 0)
         return (wanted.get("instance_type", have.instance_type) == have.instance_type
                 and cloud in (None, have.cloud)
-                and (vcpus >= float(cpus.rstrip("+")) if cpus.endswith("+") else vcpus == float(cpus))
+                and _cpus_ok(str(wanted.get("cpus", "0+")), self.vcpus.get(have.instance_type or "", 0))
                 and bool(wanted.get("use_spot")) == have.use_spot)
 
     def _hiccup(self, op: str) -> None:

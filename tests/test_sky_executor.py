@@ -528,3 +528,338 @@ async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers
     # the Stop hook reminded of the worker until stop_workers released it
     assert r.structured_content["released"][0] in reminder["reason"]
     assert hooks.stop({"hook_event_name": "Stop", "cwd": str(repo), "stop_hook_active": False}) is None
+
+
+# --- what the clusters cost: launch to down ------------------------------------------------------------
+
+
+def test_provisioning_and_idle_time_are_charged_from_launch_to_down(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    fake.provision_s = 900.0  # a quarter of an hour to provision and set up: $0.20
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    assert events.final("e1")["cost_usd"] == pytest.approx(0.6, abs=1e-3)  # the experiment's launch and job
+    fake.clock.advance(600.0)  # the worker idles, waiting for the next experiment: still billed
+    assert p.spent_usd == pytest.approx(0.6 + 600 / 3600 * 0.8, abs=1e-3)
+    assert p.meter.committed() == pytest.approx(p.spent_usd + 0.4, abs=1e-3)  # its 30 idle minutes to come
+    released = p.release("down")
+    fake.clock.advance(3600.0)  # nothing is billed after the down
+    assert released.cost_usd == pytest.approx(0.6 + 600 / 3600 * 0.8, abs=1e-3)
+    assert p.spent_usd == pytest.approx(released.cost_usd, abs=1e-3)
+
+
+def test_a_budget_refuses_a_launch_whose_price_is_unknown(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    fake.unpriced = True  # no catalog: neither before the launch nor for what it launched
+    p = pool(repo, fake, budget=5.0)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    outcome = events.final("e1")["outcome"]
+    assert outcome["status"] == "failed" and outcome["phase"] == "launch"
+    assert "price" in outcome["error"] and "budget_usd" in outcome["error"]
+    assert fake.calls == [] and fake.vms == {}
+
+
+def test_without_a_budget_an_unknown_price_still_launches(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    fake.unpriced = True
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    assert events.final("e1")["outcome"]["status"] == "done"
+
+
+def test_the_spend_and_the_pinned_hardware_survive_a_restart(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    state = tmp_path / "sky-state.json"
+    cfg = config(tmp_path)
+    first = SkyPool(repo, cfg, fake, tmp_path / "staging", poll_s=0.02, bench_poll_s=0.02, state_path=state,
+                    clock=fake.clock)
+    first.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.final("e1")
+    first.close()  # the server exits; the worker is left up for autostop
+    fake.preempt(f"ar-{SESSION}-0")  # ...which downs it after its idle minutes, while no server runs
+    fake.clock.advance(24 * 3600.0)
+    second = SkyPool(repo, cfg, fake, tmp_path / "staging", poll_s=0.02, bench_poll_s=0.02, state_path=state,
+                     clock=fake.clock)
+    second.recover([])
+    second._ready.wait(30)
+    # 30 min of job, then 30 idle minutes and the few minutes autostop takes to down it: not a whole day
+    assert second.spent_usd == pytest.approx(0.4 + 0.4 + 300 / 3600 * 0.8, abs=1e-3)
+    assert second.meter.pin is not None and second.meter.pin.instance_type == "fake.4xlarge"
+    second.close()
+
+
+def test_skypilots_cost_report_is_taken_when_it_says_more(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.final("e1")
+    start = p.meter.first_start()
+    assert start is not None
+    fake.billed.append((f"ar-{SESSION}-0", start + 1, start + 3600 * 10, 0.8))  # an incarnation we never saw
+    assert p.release("down").cost_usd == pytest.approx(8.4, abs=1e-2)
+
+
+# --- polling ----------------------------------------------------------------------------------------------
+
+
+def test_an_init_answer_is_checked_again_before_the_worker_is_called_lost(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "sleep 0.5; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    fake.init_answers[f"ar-{SESSION}-0"] = 2  # a status refresh failed under load, twice
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    assert events.final("e1")["outcome"]["status"] == "done"
+    assert [op for op, _ in fake.calls] == ["launch"]  # never downed, never relaunched
+
+
+def test_a_cluster_that_stays_init_is_lost_after_a_refreshed_look(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "sleep 0.5; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    fake.stuck_init.add((f"ar-{SESSION}-0", 1))  # the first VM is broken; its replacement is healthy
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    final = events.final("e1")
+    assert final["event"] == "result" and final["outcome"]["status"] == "done"
+    assert fake.refreshes >= 1
+    assert "stayed INIT" in (tmp_path / "logs" / "e1.log").read_text()
+    assert [op for op, _ in fake.calls if op != "cancel"] == ["launch", "down", "launch"]
+
+
+def test_the_job_is_not_polled_while_its_pairs_are_measured(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "sleep 0.3; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = SkyPool(repo, config(tmp_path), fake, tmp_path / "staging", poll_s=0.01, bench_poll_s=3600.0,
+                log_refresh_s=0.01, clock=fake.clock)
+    try:
+        p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+        events.wait("e1", "running")
+        polls = fake.polls
+        until(lambda: fake.exited_jobs() == 1)  # the pairs ran and the job ended, with nobody looking
+        assert fake.polls == polls
+    finally:
+        p.close()
+        for name in list(fake.vms):
+            fake.down(name)
+
+
+def test_the_log_is_fetched_by_tail_and_saved_whole(tmp_path: Path, pool: MakePool) -> None:
+    bench = 'for i in $(seq 40); do echo "bench line $i"; done; sleep 0.05; echo METRIC t=1'
+    repo = bench_repo(tmp_path, bench)
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"}), pairs=8), events)
+    assert events.final("e1")["outcome"]["status"] == "done"
+    job_log = next((tmp_path / "vms").glob("*/job-*.log")).read_text()
+    saved = (tmp_path / "logs" / "e1.log").read_text()
+    assert saved.split("\n", 1)[1] == job_log  # after our header line: every line, once, in order
+    assert fake.log_tails.count(0) <= 1 and len(fake.log_tails) >= 3
+
+
+def test_a_tail_continues_what_was_fetched_only_from_a_unique_anchor() -> None:
+    from autoresearch_mcp.executors.sky_pool import merge_tail
+
+    old = "".join(f"line {i}\n" for i in range(20)) + "partial"
+    tail = "".join(f"line {i}\n" for i in range(10, 30))  # reaches back past the anchor (old's last 8 lines)
+    assert merge_tail(old, tail) == "".join(f"line {i}\n" for i in range(30))
+    assert merge_tail(old, "".join(f"line {i}\n" for i in range(25, 30))) is None  # too short a tail
+    repeated = "same\n" * 20
+    assert merge_tail(repeated, repeated + "new\n") is None  # the anchor is ambiguous: fetch it whole
+
+
+# --- releasing ----------------------------------------------------------------------------------------------
+
+
+def test_release_downs_the_clusters_in_parallel_and_again_until_none_is_left(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(repo, fake, workers=2)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    for exp_id in ("e1", "e2"):
+        p.submit(job(repo, exp_id, cand), events)
+    events.final("e1"), events.final("e2")
+    fake.down_s = 0.3
+    fake.down_keeps.add(f"ar-{SESSION}-1")  # its first down answers, but the VM is still there
+    released = p.release("down")
+    assert released.names == [f"ar-{SESSION}-0", f"ar-{SESSION}-1"] and fake.vms == {}
+    assert fake.downs_at_once == 2 and fake.refreshes >= 1
+    assert [c for op, c in fake.calls if op == "down"].count(f"ar-{SESSION}-1") == 2
+
+
+def test_stop_mode_downs_spot_clusters_and_says_so(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    cfg = config(tmp_path)
+    cfg.sky.use_spot = True
+    p = pool(repo, fake, cfg=cfg)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.final("e1")
+    released = p.release("stop")
+    assert released.names == [f"ar-{SESSION}-0"] and fake.vms == {}
+    assert any("spot" in n and "downed" in n for n in released.notes)
+
+
+def test_stop_mode_warns_that_stopped_disks_are_billed(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    events.final("e1")
+    notes = p.release("stop").notes
+    assert any("disks" in n and "never autodown" in n for n in notes)
+
+
+# --- launching and reusing workers ----------------------------------------------------------------------
+
+
+def test_a_warm_worker_whose_resources_no_longer_match_is_downed_and_relaunched(
+        tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "a", {"x.txt": "a"})), events)
+    events.final("e1")
+    p.config.sky.instance_type = "fake.8xlarge"  # the user edited the config meanwhile
+    p.submit(job(repo, "e2", commit(repo, "b", {"x.txt": "b"})), events)
+    assert events.final("e2")["outcome"]["status"] == "done"
+    assert [op for op, _ in fake.calls] == ["launch", "exec", "down", "launch"]
+    assert fake.vms[f"ar-{SESSION}-0"].resources["instance_type"] == "fake.8xlarge"
+
+
+def test_a_transient_ssh_or_rsync_failure_is_retried_once(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "a", {"x.txt": "a"})), events)
+    events.final("e1")
+    fake.transient["exec"] = 1
+    p.submit(job(repo, "e2", commit(repo, "b", {"x.txt": "b"})), events)
+    assert events.final("e2")["outcome"]["status"] == "done"
+    fake.transient["exec"] = 2  # twice in a row is not a hiccup
+    p.submit(job(repo, "e3", commit(repo, "c", {"x.txt": "c"})), events)
+    outcome = events.final("e3")["outcome"]
+    assert outcome["status"] == "failed" and "Failed to rsync" in outcome["error"]
+
+
+def test_a_launch_that_fails_after_provisioning_leaves_no_vm(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    fake.fail_after_provision = True
+    fake.provision_s = 300.0
+    p = pool(repo, fake)
+    p.submit(job(repo, "e1", commit(repo, "a", {"x.txt": "a"})), events)
+    final = events.final("e1")
+    assert final["outcome"]["phase"] == "launch" and "after provisioning" in final["outcome"]["error"]
+    assert fake.calls == [("launch", f"ar-{SESSION}-0"), ("down", f"ar-{SESSION}-0")] and fake.vms == {}
+    assert final["cost_usd"] > 0 and p.spent_usd == pytest.approx(300 / 3600 * 0.8, abs=1e-3)  # billed all the same
+
+
+def test_every_worker_gets_the_instance_type_the_first_one_got(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = pool(repo, fake, workers=2)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    for exp_id in ("e1", "e2"):  # both start at once, on two cold workers
+        p.submit(job(repo, exp_id, cand), events)
+    events.final("e1"), events.final("e2")
+    first, second = (t["resources"] for t in fake.tasks)
+    assert first == {"infra": "k8s", "cpus": "4+"}
+    assert second == {"infra": "k8s", "instance_type": "fake.4xlarge"}  # no cpus beside an instance type
+
+
+def test_an_instance_type_in_the_config_leaves_cpus_and_memory_out() -> None:
+    res = sky_task.resources(SkyConfig(cpus="8+", memory="32+", instance_type="c6i.2xlarge", infra="aws"))
+    assert res == {"infra": "aws", "instance_type": "c6i.2xlarge"}
+
+
+def test_per_worker_setup_and_file_mounts_run_once_per_worker(tmp_path: Path, pool: MakePool) -> None:
+    bench = "echo METRIC t=$(cat ~/models/tiny.gguf) ; test -e ~/setup-ran"
+    repo = bench_repo(tmp_path, bench, {"provision.sh": "echo script >> ~/setup-ran\n"})
+    model = tmp_path / "tiny.gguf"
+    model.write_text("42\n")
+    cfg = config(tmp_path)
+    cfg.sky.setup = ["echo command >> ~/setup-ran"]
+    cfg.sky.setup_script = "provision.sh"
+    cfg.sky.file_mounts = {"~/models/tiny.gguf": str(model)}
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(repo, fake, cfg=cfg)
+    for exp_id in ("e1", "e2"):
+        p.submit(job(repo, exp_id, commit(repo, exp_id, {"x.txt": exp_id})), events)
+        outcome = events.final(exp_id)["outcome"]
+        assert outcome["status"] == "done" and metric_of(outcome, "candidate") == {42.0}
+    home = fake.vms[f"ar-{SESSION}-0"].home
+    assert (home / "setup-ran").read_text() == "command\nscript\n"  # once, for both experiments
+    assert fake.mounted == [(f"ar-{SESSION}-0", "~/models/tiny.gguf")]
+
+
+def test_a_missing_file_mount_fails_the_launch_with_what_to_fix(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    cfg = config(tmp_path)
+    cfg.sky.file_mounts = {"~/model.gguf": "models/missing.gguf"}
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    pool(repo, fake, cfg=cfg).submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    outcome = events.final("e1")["outcome"]
+    assert outcome["status"] == "failed" and "sky.file_mounts" in outcome["error"] and fake.calls == []
+
+
+# --- start_session on a worker --------------------------------------------------------------------------
+
+ON_A_WORKER = 'if [ -n "${FAKE_SKY_INCARNATION:-}" ]; then echo METRIC t=7; else echo METRIC t=100; fi'
+
+
+@pytest.mark.anyio
+async def test_a_sky_session_validates_its_benchmark_on_a_worker_it_then_reuses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: MakePool) -> None:
+    from mcp import Client
+
+    from autoresearch_mcp.app import build_server
+    from autoresearch_mcp.executors import skypilot
+
+    fake = FakeSky(tmp_path / "vms")
+    monkeypatch.setattr(skypilot, "SkyExecutor", lambda repo, cfg, _s: pool(Path(repo.working_dir), fake, cfg=cfg))
+    repo = bench_repo(tmp_path, ON_A_WORKER, {"value.txt": "1\n"})
+    async with Client(build_server()) as c:
+        r = await c.call_tool("start_session", {"repo": str(repo), "metric": "t", "direction": "lower",
+                                                "executor": "sky", "tag": "onvm"})
+        assert not r.is_error, r
+        start = r.structured_content
+        assert start["baseline"]["t"]["samples"] == [7.0, 7.0]  # measured on the VM, not here
+        assert start["raw_metric_lines"] == ["METRIC t=7", "METRIC t=7"]
+        assert "fake.8xlarge" in start["worker"] and "every worker" in start["worker"]  # the default 8+ cpus
+        r = await c.call_tool("launch_experiment", {
+            "title": "x", "source": "patch", "repeats": 3,
+            "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-1\n+2\n"})
+        assert not r.is_error, r
+        exp_id = r.structured_content["experiment_id"]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = await c.call_tool("fetch_sky_logs", {"experiment_id": exp_id})
+            if r.structured_content["status"] in ("done", "failed", "lost"):
+                break
+            await anyio.sleep(0.02)
+        assert r.structured_content["status"] == "done", r.structured_content
+        assert [op for op, _ in fake.calls] == ["launch", "exec"]  # the validating worker runs the experiment
+    assert "METRIC t=7" in (repo / ".autoresearch" / "logs" / "session-validation.log").read_text()
+
+
+@pytest.mark.anyio
+async def test_a_benchmark_that_fails_on_the_worker_fails_start_session_and_downs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: MakePool) -> None:
+    from mcp import Client
+
+    from autoresearch_mcp.app import build_server
+    from autoresearch_mcp.executors import skypilot
+
+    fake = FakeSky(tmp_path / "vms")
+    monkeypatch.setattr(skypilot, "SkyExecutor", lambda repo, cfg, _s: pool(Path(repo.working_dir), fake, cfg=cfg))
+    on_vm_only = 'if [ -n "${FAKE_SKY_INCARNATION:-}" ]; then echo no metric here; else echo METRIC t=1; fi'
+    repo = bench_repo(tmp_path, on_vm_only)
+    async with Client(build_server()) as c:
+        r = await c.call_tool("start_session", {"repo": str(repo), "metric": "t", "direction": "lower",
+                                                "executor": "sky", "tag": "onvm"})
+        assert r.is_error and "missing" in str(r.content[0]) and "no METRIC line" in str(r.content[0])
+    assert fake.vms == {} and [op for op, _ in fake.calls] == ["launch", "down"]

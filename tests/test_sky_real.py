@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ CONFIGS = [
     SkyConfig(workers=4, cpus="8+", memory="16+", infra="aws", use_spot=True),
     SkyConfig(cpus="4", infra="k8s"),
     SkyConfig(cpus=None, infra="gcp", memory="32+"),
+    # an instance type with fewer vCPUs than `cpus`, per-worker setup, a setup script and a file to mount
+    SkyConfig(cpus="8+", instance_type="2CPU--8GB", infra="k8s", setup=["echo one", "echo two"],
+              setup_script="autoresearch.checks.sh", file_mounts={"~/data/bench.sh": "autoresearch.sh"}),
 ]
 
 
@@ -33,10 +37,10 @@ def task_for(cfg: SkyConfig, repo: Path, tmp_path: Path) -> dict[str, object]:
     staging = tmp_path / "stage"
     j = job(repo, "abc123", cand)
     sky_task.stage(repo, j, staging, retired=[])
-    return sky_task.task_config(cfg, j, staging)
+    return sky_task.task_config(cfg, j, staging, repo)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "aws-spot", "k8s", "gcp"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "aws-spot", "k8s", "gcp", "k8s-type-setup-mounts"])
 def test_every_generated_task_is_a_valid_skypilot_task(cfg: SkyConfig, example_repo: Path, tmp_path: Path) -> None:
     cfg_dict = task_for(cfg, example_repo, tmp_path)
     task = sky.Task.from_yaml_config(copy.deepcopy(cfg_dict))
@@ -45,8 +49,28 @@ def test_every_generated_task_is_a_valid_skypilot_task(cfg: SkyConfig, example_r
     assert again["run"] == cfg_dict["run"] and again["setup"] == cfg_dict["setup"]
     assert again["workdir"] == cfg_dict["workdir"]
     res = again.get("resources", {})
-    assert res.get("cpus") == cfg.cpus and res.get("use_spot", False) == cfg.use_spot
+    assert res.get("cpus") == (None if cfg.instance_type else cfg.cpus) and res.get("use_spot", False) == cfg.use_spot
+    assert again.get("file_mounts", {}) == cfg_dict.get("file_mounts", {})
     assert sky.Task.from_yaml_config(copy.deepcopy(again)).to_yaml_config() == again
+
+
+def test_skypilot_rejects_cpus_beside_an_instance_type_with_fewer(example_repo: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not have enough vCPUs"):
+        sky.Task.from_yaml_config({"run": "true", "resources": {"cpus": "8+", "instance_type": "2CPU--8GB",
+                                                                 "infra": "k8s"}}).validate()
+    ours = task_for(SkyConfig(cpus="8+", instance_type="2CPU--8GB", infra="k8s"), example_repo, tmp_path)
+    assert ours["resources"] == {"infra": "k8s", "instance_type": "2CPU--8GB"}
+
+
+def test_the_helper_prices_what_the_catalog_knows(example_repo: Path, tmp_path: Path) -> None:
+    port = SdkPort(tmp_path / "sdk.log", cwd=tmp_path)
+    try:
+        # SkyPilot prices Kubernetes at 0, with or without an instance type; a budget then never trips.
+        assert port.price(task_for(SkyConfig(cpus="4+", infra="k8s"), example_repo, tmp_path / "a")) == 0.0
+        assert port.price(task_for(SkyConfig(instance_type="2CPU--8GB", infra="k8s"), example_repo,
+                                   tmp_path / "b")) == 0.0
+    finally:
+        port.close()
 
 
 def test_region_and_infra_make_one_infra_string() -> None:
@@ -99,3 +123,78 @@ def test_a_real_api_server_maps_its_errors(example_repo: Path, tmp_path: Path) -
         subprocess.run([sys.executable, "-c", "import sky; sky.api_stop()"], capture_output=True, timeout=120)
     assert port.stray == []  # SkyPilot's own output went to the helper's log, not the reply channel
     assert git(example_repo, "status", "--porcelain") == ""
+
+
+def _api_server_running() -> bool:
+    code = "from sky.client import sdk; print(sdk._local_api_server_running())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return out.stdout.strip().endswith("True")
+
+
+def _api(call: str) -> None:
+    subprocess.run([sys.executable, "-c", f"import sky; sky.{call}()"], capture_output=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("AUTORESEARCH_SKY_SLOW") != "1", reason="set AUTORESEARCH_SKY_SLOW=1")
+def test_the_api_server_a_session_started_is_stopped_when_it_ends(tmp_path: Path) -> None:
+    _api("api_stop")
+    assert not _api_server_running()
+    port = SdkPort(tmp_path / "sdk.log")
+    try:
+        port.start_api_server()
+        assert _api_server_running()
+    finally:
+        port.close()
+    assert not _api_server_running()
+    assert "stopped the local SkyPilot API server this session started" in (tmp_path / "sdk.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("AUTORESEARCH_SKY_SLOW") != "1", reason="set AUTORESEARCH_SKY_SLOW=1")
+def test_an_api_server_the_user_started_keeps_running(tmp_path: Path) -> None:
+    _api("api_start")
+    try:
+        port = SdkPort(tmp_path / "sdk.log")
+        try:
+            assert port.clusters(["ar-autoresearch-test-0"]) == []
+        finally:
+            port.close()
+        assert _api_server_running()
+    finally:
+        _api("api_stop")
+
+
+@pytest.mark.slow
+def test_the_sky_extra_brings_the_cloud_sdks(tmp_path: Path) -> None:
+    """A fresh venv with the `sky` extra as pyproject.toml pins it: `sky check aws` no longer says the
+    AWS dependencies are missing (credentials may be; there are none here)."""
+    import tomllib
+
+    extra = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["sky"]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    installed = subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *extra],
+                               capture_output=True, text=True, timeout=1200)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    home = tmp_path / "home"
+    home.mkdir()
+    with socket.socket() as sock:  # an API server of its own, whatever else runs on this machine
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "HOME": str(home), "PATH": f"{venv / 'bin'}:{os.environ['PATH']}",
+           "SKYPILOT_API_SERVER_LOCAL_PORT": str(port)}
+    imports = subprocess.run([str(py), "-c", "import boto3, googleapiclient, kubernetes"], capture_output=True,
+                             text=True, timeout=300)
+    assert imports.returncode == 0, imports.stderr[-2000:]
+    try:
+        for cloud in ("aws", "gcp"):
+            check = subprocess.run([str(venv / "bin" / "sky"), "check", cloud], capture_output=True, text=True,
+                                   timeout=600, env=env, cwd=tmp_path)
+            text = check.stdout + check.stderr
+            assert cloud.upper() in text.upper(), text[-3000:]
+            assert "dependencies are not installed" not in text and "skypilot[" not in text, text[-3000:]
+    finally:
+        subprocess.run([str(py), "-c", "import sky; sky.api_stop()"], capture_output=True, env=env, timeout=300)

@@ -64,6 +64,8 @@ class StartSessionResult(BaseModel):
     )
     templates_created: list[str] = Field(default_factory=list)
     compiler_cache: str | None = None
+    worker: str | None = Field(None, description="sky: the cloud worker that measured the baseline; every "
+                                                 "worker of the session gets its instance type")
     warnings: list[str] = Field(default_factory=list)
     next_steps: list[str] = Field(default_factory=list)
     platforms: list[str] = Field(default_factory=list, description="each platform and how it was validated")

@@ -11,6 +11,7 @@ import re
 import shutil
 import stat
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,22 @@ def apply_plan(plan: Plan) -> list[str]:
         raise
 
 
+@dataclass
+class ValidationRun:
+    """The raw results of building the session head once and benching it VALIDATION_RUNS times
+    (fewer when a run fails), wherever that ran: `where` names the machine in messages."""
+
+    where: str
+    build: runner.CommandResult | None  # None when an existing build was reused
+    build_s: float
+    runs: list[runner.CommandResult]
+    worker: str | None = None  # the cloud worker it ran on, as start_session reports it
+
+
+# Runs the validation somewhere other than this machine: (head commit, its git tree) -> raw results.
+RemoteValidator = Callable[[str, str], ValidationRun]
+
+
 def validate_benchmark(
     repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees
 ) -> tuple[list[BenchRun], float, list[str]]:
@@ -309,58 +326,69 @@ def validate_benchmark(
     """
     tree = worktrees.acquire(head)
     try:
-        return _validate_in(tree, snapshot.tree_of(repo, head), config, worktrees)
+        return judge_validation(_validate_in(tree, snapshot.tree_of(repo, head), config, worktrees), config)
     finally:
         worktrees.release(tree)
 
 
-def _validate_in(
-    tree: Path, content: str, config: SessionConfig, worktrees: Worktrees
-) -> tuple[list[BenchRun], float, list[str]]:
+def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees) -> ValidationRun:
     root = Path(config.repo)
-    warnings: list[str] = []
     env = platforms_.job_env(config.all_platforms[0])
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()), env=env)
-        build_s = built.duration_s
-        build = built.command
-        if build is not None and not build.ok:
-            why = (f"timed out after {config.timeouts.build:g} s (its process group was killed)"
-                   if build.timed_out else f"exited with status {build.exit_code}")
-            raise StateError(f"`{BENCH_SCRIPT} build` {why} in {tree}. Output tail:\n{build.tail(3000)}")
-        runs: list[BenchRun] = []
+        done = ValidationRun(str(tree), built.command, built.duration_s, [])
+        if built.command is not None and not built.command.ok:
+            return done
         for i in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
                                          env=runner.bench_env("baseline", i, config.threads, env), log=logf)
-            parsed = runner.parse_metrics(res.output)
-            run = BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
-                           timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
-                           problems=parsed.problems)
-            runs.append(run)
-            if res.timed_out:
-                raise StateError(
-                    f"`{BENCH_SCRIPT} bench` timed out after {config.timeouts.bench:g} s; its whole process "
-                    f"group was killed. Make one run shorter, or raise timeouts.bench in "
-                    f"{config_path(Path(config.repo))}. Output tail:\n{res.tail(2000)}")
-            if res.exit_code != 0:
-                raise StateError(f"`{BENCH_SCRIPT} bench` exited with status {res.exit_code}. "
-                                 f"Output tail:\n{res.tail(3000)}")
-            if config.metric not in parsed.values:
-                shown = "\n".join(parsed.lines) or "(no METRIC line at all)"
-                extra = ("; problems: " + "; ".join(parsed.problems)) if parsed.problems else ""
-                raise StateError(
-                    f"run {i}: the primary metric {config.metric!r} is missing or not a finite number"
-                    f"{extra}. A missing metric is an error, never 0. The METRIC lines printed were:\n"
-                    f"{shown}\nFix autoresearch.sh so it prints `METRIC {config.metric}=<number>`.")
-            warnings.extend(f"run {i}: {p}" for p in parsed.problems)
+            done.runs.append(res)
+            if not res.ok or config.metric not in runner.parse_metrics(res.output).values:
+                break
+    return done
+
+
+def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[BenchRun], float, list[str]]:
+    """The validation runs as BenchRuns, or the error that says why the benchmark cannot be trusted."""
+    build = done.build
+    if build is not None and not build.ok:
+        why = (f"timed out after {config.timeouts.build:g} s (its process group was killed)"
+               if build.timed_out else f"exited with status {build.exit_code}")
+        raise StateError(f"`{BENCH_SCRIPT} build` {why} in {done.where}. Output tail:\n{build.tail(3000)}")
+    warnings: list[str] = []
+    runs: list[BenchRun] = []
+    for i, res in enumerate(done.runs):
+        parsed = runner.parse_metrics(res.output)
+        runs.append(BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
+                             timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
+                             problems=parsed.problems))
+        if res.timed_out:
+            raise StateError(
+                f"`{BENCH_SCRIPT} bench` timed out after {config.timeouts.bench:g} s; its whole process "
+                f"group was killed. Make one run shorter, or raise timeouts.bench in "
+                f"{config_path(Path(config.repo))}. Output tail:\n{res.tail(2000)}")
+        if res.exit_code != 0:
+            raise StateError(f"`{BENCH_SCRIPT} bench` exited with status {res.exit_code}. "
+                             f"Output tail:\n{res.tail(3000)}")
+        if config.metric not in parsed.values:
+            shown = "\n".join(parsed.lines) or "(no METRIC line at all)"
+            extra = ("; problems: " + "; ".join(parsed.problems)) if parsed.problems else ""
+            raise StateError(
+                f"run {i}: the primary metric {config.metric!r} is missing or not a finite number"
+                f"{extra}. A missing metric is an error, never 0. The METRIC lines printed were:\n"
+                f"{shown}\nFix autoresearch.sh so it prints `METRIC {config.metric}=<number>`.")
+        warnings.extend(f"run {i}: {p}" for p in parsed.problems)
+    if len(runs) < VALIDATION_RUNS:
+        raise StateError(f"the benchmark ran {len(runs)} of {VALIDATION_RUNS} validation runs on {done.where}; "
+                         "see .autoresearch/logs/session-validation.log")
     names = sorted({n for r in runs for n in r.parsed})
     for name in names:
         missing = [r.index for r in runs if name not in r.parsed]
         if missing:
             warnings.append(f"metric {name!r} is missing in run(s) {missing}: it will make experiments invalid")
-    return runs, build_s, warnings
+    return runs, done.build_s, warnings
 
 
 def baseline_summary(runs: list[BenchRun]) -> dict[str, MetricSummary]:
@@ -404,7 +432,10 @@ def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktre
 def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
     settings: Settings, platforms: list[Any] | None = None,
+    remote: Callable[[git.Repo, SessionConfig], RemoteValidator | None] | None = None,
 ) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
+    """Open the session and validate its benchmark; `remote` gives, for a session whose host runs
+    elsewhere (the sky executor), what validates there, so the baseline is measured where it runs."""
     plan = plan_session(repo_path, metric, direction, executor, tag, platforms)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
@@ -429,7 +460,14 @@ def start_session(
         ), repo, config
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
-    runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees)
+    validator = remote(repo, config) if remote is not None else None
+    worker = None
+    if validator is not None:
+        done = validator(head, snapshot.tree_of(repo, head))
+        worker = done.worker
+        runs, build_s, warnings = judge_validation(done, config)
+    else:
+        runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees)
     platform_lines = validate_platforms(repo, config, head, worktrees) if config.platforms else []
     apply_plan(plan)
     summary = baseline_summary(runs)
@@ -451,7 +489,7 @@ def start_session(
     result = StartSessionResult(
         **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
-        platforms=platform_lines,
+        platforms=platform_lines, worker=worker,
         next_steps=[
             "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",
             "Research before editing: search_arxiv, survey_forks, diff_backends, analyze_bounds.",

@@ -58,15 +58,17 @@ def make_executor(name: str, repo: git.Repo, config: sessions.SessionConfig, set
     return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
 
 
-def make_fleet(repo: git.Repo, config: sessions.SessionConfig, settings: Settings) -> Executor:
-    """The host's executor, plus one per other platform when the session has any.
+def make_fleet(repo: git.Repo, config: sessions.SessionConfig, settings: Settings,
+               host: Executor | None = None) -> Executor:
+    """The host's executor (`host` when it exists already), plus one per other platform when the
+    session has any.
 
     Local platforms share the host's worktrees (one LRU, builds in variant folders) and run one job
     at a time; a sky platform gets a worker pool of its own, with its own cluster names.
     """
     from autoresearch_mcp.executors.local import LocalExecutor
 
-    host = make_executor(config.executor, repo, config, settings)
+    host = host or make_executor(config.executor, repo, config, settings)
     extra: dict[str, Executor] = {}
     for p in config.all_platforms[1:]:
         if p.executor == "sky":
@@ -101,9 +103,9 @@ class AppState:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
 
-    def _bind(self, repo: git.Repo, config: sessions.SessionConfig) -> None:
+    def _bind(self, repo: git.Repo, config: sessions.SessionConfig, host: Executor | None = None) -> None:
         ledger = Ledger(sessions.state_dir(Path(repo.working_dir)) / "ledger.jsonl")
-        manager = ExperimentManager(repo, config, ledger, make_fleet(repo, config, self.settings))
+        manager = ExperimentManager(repo, config, ledger, make_fleet(repo, config, self.settings, host))
         manager.recover()
         self.session = Session(repo, config, ledger, manager)
 
@@ -139,8 +141,29 @@ class AppState:
                     f"{running} experiment(s) of session {old.config.tag} are still running; "
                     "wait for them or cancel_experiment them before starting or resuming a session")
         # the bound session stays usable if the new one cannot be opened or validated
-        result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
-                                                          self.settings, platforms)
+        made: list[Executor] = []
+
+        def on_worker(git_repo: git.Repo, config: sessions.SessionConfig) -> sessions.RemoteValidator | None:
+            """A sky session validates on one of its own workers, which it then keeps."""
+            if config.executor != "sky":
+                return None
+            from autoresearch_mcp.executors import skypilot
+
+            pool = skypilot.SkyExecutor(git_repo, config, self.settings)
+            made.append(pool)
+            return pool.validate
+
+        try:
+            result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
+                                                              self.settings, platforms, remote=on_worker)
+        except BaseException:
+            for ex in made:  # the session is not bound: nothing could release its worker later
+                try:
+                    ex.release("down")
+                except Exception as exc:
+                    log.error("could not down the worker that validated the benchmark: %s", exc)
+                ex.close()
+            raise
         if old is not None:
             old.manager.executor.close()
             self.session = None
@@ -148,7 +171,7 @@ class AppState:
                 result.warnings.append(
                     f"the session {old.config.tag} of {old.repo.working_dir} is no longer bound: experiment "
                     f"tools now act on {git_repo.working_dir} (start_session there again to switch back)")
-        self._bind(git_repo, config)
+        self._bind(git_repo, config, made[0] if made else None)
         return result
 
     def list_experiments(self, status: str | None) -> ListExperimentsResult:

@@ -52,8 +52,9 @@ from autoresearch_mcp.executors.sky_port import (
     SkyPort,
     Transient,
 )
+from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments import runner
-from autoresearch_mcp.session import SessionConfig
+from autoresearch_mcp.session import VALIDATION_RUNS, SessionConfig, ValidationRun, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,12 @@ class Scheduler:
             self._free_up.remove(worker.name)
             self._free_cold.append(worker.name)
         worker.info = None
+
+    def warm(self, worker: Worker) -> None:
+        """A free worker whose cluster came up outside the scheduler moves to the warm line."""
+        if worker.info is not None and worker.busy is None and worker.name in self._free_cold:
+            self._free_cold.remove(worker.name)
+            self._free_up.append(worker.name)
 
     def drain(self) -> list[Pending]:
         items = list(self.queued.values())
@@ -318,6 +325,52 @@ class SkyPool(Executor):
                            + "; ".join(f"{n}: {e}" for n, e in sorted(failed.items()))
                            + f". Run `sky status` and `sky {mode} <cluster>`, or call stop_workers again")
         return Released(released, notes, round(self.spent_usd, 4))
+
+    def validate(self, commit: str, content: str) -> ValidationRun:
+        """Build `commit` and bench it VALIDATION_RUNS times on the session's first worker (launched
+        if needed), so start_session's baseline comes from the hardware experiments run on. Blocks.
+
+        Call it before any experiment is submitted (start_session does): it takes the worker directly.
+        """
+        cfg = self.config
+        log_path = state_dir(self.repo_dir) / "logs" / "session-validation.log"
+        job = Job(f"validate-{commit[:12]}", commit, commit, log_path, spec={
+            "validate": VALIDATION_RUNS, "metric": cfg.metric, "threads": cfg.threads, "baseline_tree": content,
+            "timeouts": cfg.timeouts.model_dump(), "env": platforms_.job_env(cfg.all_platforms[0])})
+        worker = self.scheduler.workers[self.names[0]]
+        a = _Attempt(worker, Pending(job, lambda _exp, _event: None))
+        self._ready.wait()
+        t0 = self.clock()
+        try:
+            a.job_id = self._start(a)
+        except SkyError as exc:
+            self._charge(a, t0)
+            raise SkyError(f"could not start a worker to validate the benchmark on: {exc}") from None
+        final, gone = self._follow(a)
+        text = self._save_log(a, gone)
+        self._charge(a, t0)
+        with self._lock:
+            self.scheduler.warm(worker)
+        line = next((ln for ln in reversed(text.splitlines()) if ln.startswith(sky_task.VALIDATION_PREFIX)), None)
+        if gone is not None or line is None:
+            status = final.status if final else "?"
+            raise StateError(f"the validation job on {worker.name} ended {status} without its result"
+                             f"{f' ({gone})' if gone else ''}; read {log_path}:\n{text[-2000:]}")
+        raw = json.loads(line[len(sky_task.VALIDATION_PREFIX):])
+
+        def command(r: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
+            return None if r is None else runner.CommandResult(argv, r["exit_code"], float(r["duration_s"]),
+                                                               bool(r["timed_out"]), str(r["output"]))
+
+        runs = [command(r, ["bash", "./autoresearch.sh", "bench"]) for r in raw["runs"]]
+        info = worker.info
+        where = (f"{worker.name} ({info.cloud}, {info.region}, {info.instance_type}"
+                 f"{f', ${info.hourly_usd:.3f}/h' if info.hourly_usd is not None else ', price unknown'})"
+                 if info else worker.name)
+        pinned = (" — every worker of this session gets that instance type (set sky.instance_type to choose)"
+                  if info and info.instance_type and not cfg.sky.instance_type else "")
+        return ValidationRun(where, command(raw["build"], ["bash", "./autoresearch.sh", "build"]),
+                             float(raw["build_s"]), [r for r in runs if r is not None], worker=where + pinned)
 
     def retire_base(self, commit: str) -> None:
         with self._lock:

@@ -194,16 +194,21 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
     (inbox / "run.sh").write_text(run_script(job, retired))
 
 
+VALIDATION_PREFIX = "AUTORESEARCH_VALIDATION "
+
+
 def run_script(job: Job, retired: list[str]) -> str:
-    """The job's run command: unpack, prebuild the baseline, unpack the candidate beside it, run."""
+    """The job's run command: unpack, prebuild the baseline, unpack the candidate beside it, run
+    (for a validation job: build the base and bench it, `validation_part`)."""
     exp = exp_dir(job.experiment_id)
     base = base_dir(job.base_commit)
     build_timeout = float(job.spec.get("timeouts", {}).get("build", 3600.0))
     content = shlex.quote(str(job.spec.get("baseline_tree") or ""))
     old = " ".join(shlex.quote(base_dir(c)) for c in retired if c != job.base_commit)
-    return f"""\
+    what = "validation of the session head" if job.spec.get("validate") else f"experiment {job.experiment_id}"
+    prologue = f"""\
 #!/usr/bin/env bash
-# autoresearch: experiment {job.experiment_id} on this worker (generated; runs in ~/sky_workdir)
+# autoresearch: {what} on this worker (generated; runs in ~/sky_workdir)
 set -euo pipefail
 inbox="$PWD/{exp}"
 tars="$PWD"
@@ -215,6 +220,10 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
   tar -xzf "$tars/{base}.tar.gz" -C {base}
   touch {base}/.autoresearch-unpacked
 fi
+"""
+    if job.spec.get("validate"):
+        return prologue + validation_part(job)
+    return prologue + f"""\
 # Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
 "$py" - "$inbox" {base} {build_timeout!r} {content} <<'EOF' || true
 import json, sys
@@ -235,4 +244,41 @@ set +e
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc
+"""
+
+
+def validation_part(job: Job) -> str:
+    """Build the base tree (the build later experiments reuse) and bench it `validate` times, as
+    start_session does locally; one line with the raw results ends the log."""
+    timeouts = job.spec.get("timeouts", {})
+    args = " ".join(shlex.quote(str(a)) for a in (
+        base_dir(job.base_commit), int(job.spec["validate"]), float(timeouts.get("build", 3600.0)),
+        float(timeouts.get("bench", 900.0)), job.spec.get("baseline_tree") or "", job.spec.get("threads") or "",
+        job.spec.get("metric") or ""))
+    return f"""\
+"$py" - "$inbox" {args} <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import runner
+tree, runs, build_s, bench_s, content, threads, metric = sys.argv[2:9]
+env = json.load(open(sys.argv[1] + "/job.json")).get("env")  # the platform's, as for experiments
+built = runner.build_tree(tree, float(build_s), sys.stdout, content or None, machine_lock="machine.lock", env=env)
+out = {{"build_s": built.duration_s, "build": None, "runs": []}}
+cmd = built.command
+if cmd is not None:
+    out["build"] = {{"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
+                    "output": cmd.output[-20000:]}}
+if cmd is None or cmd.ok:
+    for i in range(int(runs)):
+        with runner.file_lock("machine.lock"):
+            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, float(bench_s),
+                                     env=runner.bench_env("baseline", i, int(threads) if threads else None, env),
+                                     log=sys.stdout)
+        out["runs"].append({{"exit_code": res.exit_code, "duration_s": res.duration_s,
+                            "timed_out": res.timed_out, "output": res.output[-20000:]}})
+        if not res.ok or metric not in runner.parse_metrics(res.output).values:
+            break
+print("{VALIDATION_PREFIX}" + json.dumps(out), flush=True)
+EOF
+rm -rf "$inbox"
 """

@@ -327,31 +327,39 @@ def _field(record: Any, key: str) -> Any:
 
 
 def _price(task_config: dict[str, Any]) -> float | None:
-    """The hourly price of a task's resources from the catalog, when they name one instance type.
+    """The hourly price of a task's resources from the catalogs, before launch; None when unknown.
 
-    Without an instance type the price depends on what the optimizer picks at launch.
+    With an instance type, its price (Kubernetes is priced at 0). Without one, the price of the
+    instance type each catalog picks by default for the cpus and memory asked for, the highest of
+    those (the optimizer may pick any enabled cloud). The catalogs are downloaded, not bundled:
+    offline the price is unknown.
     """
     import sky
+    from sky.utils import registry
 
     task = sky.Task.from_yaml_config(copy.deepcopy(task_config))
-    prices = []
+    prices: list[float] = []
     for res in task.resources:
-        if res.instance_type is None:
-            return None
-        if res.cloud is not None:
-            prices.append(_hourly(res))
+        if res.instance_type is not None and res.cloud is not None:
+            price = _hourly(res)
+            if price is None:
+                return None
+            prices.append(price)
             continue
-        from sky import catalog
-
+        names = [str(res.cloud)] if res.cloud is not None else ["aws", "gcp"]
         found = []
-        for cloud in ("aws", "gcp"):  # the clouds of the extra whose catalogs list instance types
+        for cloud in (registry.CLOUD_REGISTRY.from_str(name) for name in names):
+            if cloud is None:
+                continue
             with contextlib.suppress(Exception):
-                found.append(float(catalog.get_hourly_cost(res.instance_type, res.use_spot, res.region, None,
-                                                           clouds=cloud)))
-        prices.append(min(found) if found else None)
-    if not prices or any(p is None for p in prices):
-        return None
-    return max(p for p in prices if p is not None)
+                itype = res.instance_type or cloud.get_default_instance_type(
+                    cpus=res.cpus, memory=res.memory, region=res.region, use_spot=res.use_spot)
+                if itype is not None:
+                    found.append(float(cloud.instance_type_to_hourly_cost(itype, res.use_spot, res.region, None)))
+        if not found:
+            return None
+        prices.append(max(found))
+    return max(prices) if prices else None
 
 
 class _Server:

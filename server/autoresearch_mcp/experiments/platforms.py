@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from autoresearch_mcp import resources, safefs
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
+from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job, Released
 from autoresearch_mcp.experiments import runner
 from autoresearch_mcp.models import ChecksResult, ExecutorName, PlatformResult
 
@@ -359,11 +359,15 @@ class Fleet(Executor):
         for executor in self._all():
             executor.recover(interrupted)
 
-    def release(self, mode: str) -> list[str]:
-        released: list[str] = []
+    def release(self, mode: str) -> Released:
+        done = Released()
         for executor in self._all():
-            released += executor.release(mode)
-        return released
+            one = executor.release(mode)
+            done.names += one.names
+            done.notes += one.notes
+            if one.cost_usd is not None:
+                done.cost_usd = (done.cost_usd or 0.0) + one.cost_usd
+        return done
 
     def retire_base(self, commit: str) -> None:
         for executor in self._all():
