@@ -105,7 +105,7 @@ def test_the_helper_writes_only_replies_on_its_stdout(example_repo: Path, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("AUTORESEARCH_SKY_SLOW") != "1", reason="set AUTORESEARCH_SKY_SLOW=1")
-def test_a_real_api_server_maps_its_errors(example_repo: Path, tmp_path: Path) -> None:
+def test_a_real_api_server_maps_its_errors(example_repo: Path, tmp_path: Path, own_api_port: int) -> None:
     port = SdkPort(tmp_path / "sdk.log")
     cfg_dict = task_for(SkyConfig(cpus="2+"), example_repo, tmp_path)
     try:
@@ -125,6 +125,17 @@ def test_a_real_api_server_maps_its_errors(example_repo: Path, tmp_path: Path) -
     assert git(example_repo, "status", "--porcelain") == ""
 
 
+@pytest.fixture
+def own_api_port(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A port of its own for the SkyPilot API server of a test (the helper inherits the environment),
+    so a test never starts, uses or stops an API server something else on this machine runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    monkeypatch.setenv("SKYPILOT_API_SERVER_LOCAL_PORT", str(port))
+    return port
+
+
 def _api_server_running() -> bool:
     code = "from sky.client import sdk; print(sdk._local_api_server_running())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -137,8 +148,7 @@ def _api(call: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("AUTORESEARCH_SKY_SLOW") != "1", reason="set AUTORESEARCH_SKY_SLOW=1")
-def test_the_api_server_a_session_started_is_stopped_when_it_ends(tmp_path: Path) -> None:
-    _api("api_stop")
+def test_the_api_server_a_session_started_is_stopped_when_it_ends(tmp_path: Path, own_api_port: int) -> None:
     assert not _api_server_running()
     port = SdkPort(tmp_path / "sdk.log")
     try:
@@ -152,7 +162,7 @@ def test_the_api_server_a_session_started_is_stopped_when_it_ends(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("AUTORESEARCH_SKY_SLOW") != "1", reason="set AUTORESEARCH_SKY_SLOW=1")
-def test_an_api_server_the_user_started_keeps_running(tmp_path: Path) -> None:
+def test_an_api_server_the_user_started_keeps_running(tmp_path: Path, own_api_port: int) -> None:
     _api("api_start")
     try:
         port = SdkPort(tmp_path / "sdk.log")

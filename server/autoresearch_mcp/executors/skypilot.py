@@ -431,8 +431,15 @@ class _Server:
             log.warning("%s %s after its launch was cancelled", "downing" if waiter.is_alive() else "downed", cluster)
         if not self.ours:
             return
+        from sky.server import constants as server_constants
+        from sky.server import daemons
+
+        def internal(request_id: str) -> bool:  # the server's own background work (sky/server/daemons.py)
+            return daemons.is_daemon_request_id(request_id) or request_id == server_constants.ON_BOOT_CHECK_REQUEST_ID
+
         try:
-            busy = [r for r in sky.api_status() if r.status in ("PENDING", "WAITING", "RUNNING")]
+            busy = [r for r in sky.api_status() if r.status in ("PENDING", "WAITING", "RUNNING")
+                    and not internal(r.request_id)]
         except Exception as exc:
             log.warning("could not list the SkyPilot API server's requests (%s); leaving it running", _clean(exc))
             return
