@@ -116,6 +116,7 @@ class FakeSky:
         self.transient: dict[str, int] = {}  # operation -> how many next calls fail with an SSH hiccup
         self.fail_after_provision = False  # the next launch provisions a VM, then fails
         self.down_keeps: set[str] = set()  # clusters whose first `down` answers but leaves the VM up
+        self.down_fails: set[str] = set()  # clusters whose `down` raises
         self.down_s = 0.0  # real seconds a `down` takes
         self.downs_at_once = 0  # the most downs that ran at the same time
         self.refreshes = 0  # `clusters` calls that asked the cloud
@@ -217,6 +218,8 @@ class FakeSky:
     def down(self, cluster: str) -> None:
         self.calls.append(("down", cluster))
         self.downing.set()
+        if cluster in self.down_fails:
+            raise SkyError(f"SkyPilot failed: the cloud refused to terminate {cluster} (fake)")
         if self.down_gate is not None:
             self.down_gate.wait(30)
         with self._lock:

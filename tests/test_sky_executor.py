@@ -17,7 +17,7 @@ import pytest
 from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
-from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo
+from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo, SkyError
 from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.experiments import runner, stats
 from autoresearch_mcp.session import SessionConfig, SkyConfig
@@ -688,6 +688,23 @@ def test_release_downs_the_clusters_in_parallel_and_again_until_none_is_left(tmp
     assert released.names == [f"ar-{SESSION}-0", f"ar-{SESSION}-1"] and fake.vms == {}
     assert fake.downs_at_once == 2 and fake.refreshes >= 1
     assert [c for op, c in fake.calls if op == "down"].count(f"ar-{SESSION}-1") == 2
+
+
+def test_a_cluster_that_cannot_be_downed_is_named_and_still_counted(tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    p = pool(repo, fake, workers=2)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    for exp_id in ("e1", "e2"):
+        p.submit(job(repo, exp_id, cand), events)
+    events.final("e1"), events.final("e2")
+    fake.down_fails.add(f"ar-{SESSION}-1")
+    with pytest.raises(SkyError, match=f"released ar-{SESSION}-0; could not down 1 worker.*ar-{SESSION}-1"):
+        p.release("down")
+    spent = p.spent_usd
+    fake.clock.advance(3600.0)
+    assert p.spent_usd == pytest.approx(spent + 0.8, abs=1e-3)  # the one still up is still billed
+    fake.down_fails.clear()
 
 
 def test_stop_mode_downs_spot_clusters_and_says_so(tmp_path: Path, pool: MakePool) -> None:

@@ -294,11 +294,15 @@ class SkyPool(Executor):
         released: list[str] = []
         notes: list[str] = []
         failed: dict[str, str] = {}
-        for round_ in range(RELEASE_ROUNDS):
+        for round_ in range(RELEASE_ROUNDS + 1):
             left = [c for c in self.port.clusters(self.names, refresh=round_ > 0)
                     if mode == "down" or c.use_spot or c.status != "STOPPED"]
             if not left:
                 failed.clear()
+                break
+            if round_ == RELEASE_ROUNDS:
+                for c in left:
+                    failed.setdefault(c.name, f"still {c.status} after {RELEASE_ROUNDS} attempts")
                 break
             for info, error in self._release_all(left, mode):
                 if error is None:
@@ -306,7 +310,7 @@ class SkyPool(Executor):
                     failed.pop(info.name, None)
                 else:
                     failed[info.name] = error
-        for name in self.meter.open_clusters():
+        for name in set(self.meter.open_clusters()) - set(failed):  # gone, or released above
             self.meter.ended(name)
         with self._lock:
             for w in self.scheduler.workers.values():
