@@ -208,3 +208,64 @@ def test_the_sky_extra_brings_the_cloud_sdks(tmp_path: Path) -> None:
             assert "dependencies are not installed" not in text and "skypilot[" not in text, text[-3000:]
     finally:
         subprocess.run([str(py), "-c", "import sky; sky.api_stop()"], capture_output=True, env=env, timeout=300)
+
+
+def _recording_sdk(monkeypatch: pytest.MonkeyPatch, busy: list[object]) -> list[tuple[str, ...]]:
+    """SkyPilot's SDK calls that shutdown makes, recorded (the real calls need a cloud to matter)."""
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(sky, "api_cancel", lambda ids, silent=False: calls.append(("api_cancel", *ids)) or "c")
+    monkeypatch.setattr(sky, "down", lambda cluster: calls.append(("down", cluster)) or f"down-{cluster}")
+    monkeypatch.setattr(sky, "get", lambda request_id: None)
+    monkeypatch.setattr(sky, "api_status", lambda: busy)
+    monkeypatch.setattr(sky, "api_stop", lambda: calls.append(("api_stop",)))
+    return calls
+
+
+def test_shutdown_cancels_launches_in_flight_downs_their_clusters_and_stops_its_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch_mcp.executors import skypilot
+
+    calls = _recording_sdk(monkeypatch, busy=[])
+    server = skypilot._Server()
+    server.started = server.ours = True
+    server.inflight = {"req-1": ("launch", "ar-s-0"), "req-2": ("exec", "ar-s-1")}
+    server.shutdown()
+    assert calls == [("api_cancel", "req-1", "req-2"), ("down", "ar-s-0"), ("api_stop",)]
+
+
+def test_shutdown_leaves_a_busy_api_server_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from autoresearch_mcp.executors import skypilot
+
+    other = SimpleNamespace(status="RUNNING", request_id="r9", name="sky.launch", cluster_name="ar-other-0")
+    daemon = SimpleNamespace(status="RUNNING", request_id="skypilot-status-refresh-daemon", name="sky.refresh",
+                             cluster_name=None)
+    calls = _recording_sdk(monkeypatch, busy=[other, daemon])
+    server = skypilot._Server()
+    server.started = server.ours = True
+    server.shutdown()
+    assert calls == []  # another session's launch still runs on it
+    calls = _recording_sdk(monkeypatch, busy=[daemon])
+    server.shutdown()
+    assert calls == [("api_stop",)]  # the server's own background work does not keep it
+
+
+def test_skypilots_exceptions_map_to_what_the_pool_does_with_them() -> None:
+    from sky import exceptions as ex
+    from sky.utils import status_lib
+
+    from autoresearch_mcp.executors.skypilot import _error
+
+    init = ex.ClusterNotUpError("Getting job status: skipped for cluster 'c' (status: INIT).",
+                                cluster_status=status_lib.ClusterStatus.INIT)
+    stopped = ex.ClusterNotUpError("... (status: STOPPED).", cluster_status=status_lib.ClusterStatus.STOPPED)
+    ssh = ex.CommandError(255, "ssh ...", "Failed to run command on the head node", None)
+    rsync = ex.CommandError(12, "rsync ...", "Failed to rsync up: a -> b. Ensure that the network is stable, "
+                            "then retry.", None)
+    script = ex.CommandError(1, "bash run.sh", "Job submission failed", None)
+    assert _error(init)[0] == "init" and _error(stopped)[0] == "gone"
+    assert _error(ex.ClusterDoesNotExist("Cluster 'c' does not exist."))[0] == "gone"
+    assert _error(ex.ResourcesMismatchError("Requested resources do not match the existing cluster."))[0] == "mismatch"
+    assert _error(ssh)[0] == "transient" and _error(rsync)[0] == "transient" and _error(script)[0] == "error"
+    assert _error(ex.NoCloudAccessError("no clouds"))[0] == "no_cloud"
