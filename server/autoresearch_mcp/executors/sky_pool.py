@@ -63,7 +63,7 @@ MAX_NOISY_RETRIES = 1
 MAX_POLL_ERRORS = 5
 MAX_INIT_CHECKS = 3  # INIT answers in a row before the cloud is asked whether the cluster is up
 POLL_S = 30.0  # job status while building or checking
-BENCH_POLL_S = 60.0  # job status and log while benchmark pairs run
+BENCH_POLL_S = 2 * POLL_S  # job status and log while benchmark pairs run (the default)
 LOG_TAILS = (200, 2000, 0)  # lines asked for, in turn, until the tail reaches what was fetched before
 ANCHOR_LINES = 8
 RELEASE_ROUNDS = 3
@@ -205,7 +205,7 @@ class SkyPool(Executor):
 
     def __init__(
         self, repo_dir: Path, config: SessionConfig, port: SkyPort, staging_root: Path, *,
-        spent_usd: float = 0.0, poll_s: float = POLL_S, bench_poll_s: float = BENCH_POLL_S,
+        spent_usd: float = 0.0, poll_s: float = POLL_S, bench_poll_s: float | None = None,
         log_refresh_s: float = BENCH_POLL_S, state_path: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -214,7 +214,7 @@ class SkyPool(Executor):
         self.port = port
         self.staging_root = staging_root
         self.poll_s = poll_s
-        self.bench_poll_s = bench_poll_s
+        self.bench_poll_s = bench_poll_s if bench_poll_s is not None else 2 * poll_s
         self.log_refresh_s = log_refresh_s
         self.clock = clock
         self.names = [sky_task.cluster_name(config.session_id, i) for i in range(max(1, config.sky.workers))]
