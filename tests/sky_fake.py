@@ -108,6 +108,7 @@ class FakeSky:
         self.downing = threading.Event()  # ...after setting this
         self.clock = FakeClock()
         self.provision_s = 0.0  # cloud time a launch takes (added to the clock)
+        # prices of instance types; any other type costs hourly_usd (and the default for a cpus request)
         self.catalog: dict[str, float] = {"fake.4xlarge": hourly_usd, "fake.8xlarge": 2 * hourly_usd}
         self.vcpus = {"fake.4xlarge": 4, "fake.8xlarge": 8}
         self.unpriced = False  # the price catalog cannot be had (before or after launch)
@@ -262,7 +263,7 @@ class FakeSky:
         if self.unpriced:
             return None
         itype = task["resources"].get("instance_type")
-        return self.catalog.get(itype) if itype else self.hourly_usd  # the catalog's default type for cpus
+        return self.catalog.get(itype, self.hourly_usd) if itype else self.hourly_usd  # default type for cpus
 
     def cost_report(self, names: list[str], since: float) -> float | None:
         now = self.clock()
@@ -283,7 +284,7 @@ class FakeSky:
         itype = c.instance_type
         return ClusterInfo(c.name, c.status, _cloud_of(c.resources) or "FakeCloud", "fake-region-1", itype,
                            bool(c.resources.get("use_spot")),
-                           None if self.unpriced else self.catalog.get(itype))
+                           None if self.unpriced else self.catalog.get(itype, self.hourly_usd))
 
     def _pick(self, wanted: dict[str, Any]) -> str:
         """What the optimizer launches: the instance type asked for, else the smallest with the cpus."""
