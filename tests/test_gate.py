@@ -155,6 +155,26 @@ async def test_commit_winner_refuses_to_replace_an_ignored_file(tmp_path: Path) 
     assert git(repo, "rev-parse", "autoresearch/t") == head
 
 
+async def test_commit_winner_names_ignored_files_in_a_folder_the_winner_replaces(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, NOISY_VALUE)
+    (repo / "data").mkdir()
+    (repo / "data" / "a.txt").write_text("1\n")
+    (repo / ".gitignore").write_text("*.bin\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "data")
+    (repo / "data" / "cache.bin").write_text("mine\n")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        patch = value_patch() + "--- a/data/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-1\n" + add_file("data", "now a file")
+        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=3, patch=patch)
+        assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
+        msg = await error(c, "commit_winner", experiment_id=launched["experiment_id"])
+        assert "data/cache.bin" in msg and (repo / "data" / "cache.bin").read_text() == "mine\n"
+        (repo / "data" / "cache.bin").unlink()  # moved away: now nothing of the user's is in the way
+        await call(c, "commit_winner", experiment_id=launched["experiment_id"])
+    assert (repo / "data").read_text() == "now a file\n"
+
+
 # --- 3. the metric value rule --------------------------------------------------------------------------
 
 

@@ -225,26 +225,33 @@ def new_gitlinks(repo: git.Repo, base: str, tree: str) -> list[str]:
     return sorted(p for p, sha in links(tree).items() if before.get(p) != sha)
 
 
-def untracked_in_the_way(repo: git.Repo, head: str, new: str) -> list[str]:
+def untracked_in_the_way(repo: git.Repo, head: str, new: str, limit: int = 50) -> list[str]:
     """Paths of the work tree that moving from `head` to `new` would overwrite although git does not
     track them at `head`: ignored or untracked files (git replaces ignored files without asking)."""
     root = Path(repo.working_dir)
     out = repo.git.diff("--name-only", "-z", "--no-renames", "--diff-filter=A", head, new)
     tracked = set(repo.git.ls_tree("-r", "--name-only", "-z", head).split("\0"))
-    in_the_way = []
+    in_the_way: list[str] = []
     for path in (p for p in out.split("\0") if p):
         parts = path.split("/")
         for k in range(1, len(parts) + 1):
             prefix = "/".join(parts[:k])
             target = root / prefix
-            last = k == len(parts)
             if not os.path.lexists(target):
                 break
-            if last or not target.is_dir() or target.is_symlink():
-                if prefix not in tracked:
-                    in_the_way.append(prefix)
-                break
-    return sorted(set(in_the_way))
+            folder = target.is_dir() and not target.is_symlink()
+            if folder and k < len(parts):
+                continue
+            if folder:  # a folder where the winner puts a file: whatever git does not track in it is lost
+                for dirpath, _, files in os.walk(target):
+                    rel = Path(dirpath).relative_to(root).as_posix()
+                    in_the_way += [f"{rel}/{f}" for f in files if f"{rel}/{f}" not in tracked]
+            elif prefix not in tracked:
+                in_the_way.append(prefix)
+            break
+        if len(in_the_way) >= limit:
+            break
+    return sorted(set(in_the_way))[:limit]
 
 
 def ensure_excluded(repo: git.Repo, entry: str = ".autoresearch/") -> None:
