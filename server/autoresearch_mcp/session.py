@@ -134,16 +134,17 @@ def save_config(repo_root: Path, config: SessionConfig) -> None:
     safefs.write_text(repo_root, config_path(repo_root), config.model_dump_json(indent=2) + "\n")
 
 
-def _copy_templates(root: Path, names: list[str]) -> list[str]:
+def _copy_templates(root: Path, names: list[str], created: list[str]) -> None:
+    """Create the missing scripts from templates, recording each in `created` as soon as it exists."""
     for name in names:
         target = root / name
         if os.path.lexists(target):  # a dangling link counts: a copy would be written through it
             raise StateError(f"{target} exists in the work tree but not in the session head; commit or remove it")
         data = resources.template(name + ".template").read_bytes()
         with safefs.open_write(root, target, "wb") as fh:
+            created.append(name)
             fh.write(data)
         target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return names
 
 
 def _validate_args(repo: git.Repo, metric: str, tag: str | None) -> str:
@@ -283,7 +284,7 @@ def apply_plan(plan: Plan) -> list[str]:
         else:
             repo.git.checkout("-b", config.branch, plan.head)
         save_config(root, config)
-        created = _copy_templates(root, plan.missing)
+        _copy_templates(root, plan.missing, created)
         return created
     except BaseException:
         for name in created:
