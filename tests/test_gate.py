@@ -166,7 +166,7 @@ async def test_commit_winner_names_ignored_files_in_a_folder_the_winner_replaces
     async with Client(build_server()) as c:
         await session(c, repo)
         patch = value_patch() + "--- a/data/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-1\n" + add_file("data", "now a file")
-        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=3, patch=patch)
+        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=14, patch=patch)
         assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
         msg = await error(c, "commit_winner", experiment_id=launched["experiment_id"])
         assert "data/cache.bin" in msg and (repo / "data" / "cache.bin").read_text() == "mine\n"
