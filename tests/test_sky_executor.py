@@ -647,6 +647,28 @@ def test_the_job_is_not_polled_while_its_pairs_are_measured(tmp_path: Path) -> N
             fake.down(name)
 
 
+def test_while_pairs_run_one_request_a_tick_and_the_status_only_now_and_then(tmp_path: Path) -> None:
+    from autoresearch_mcp.executors.sky_pool import STATUS_EVERY
+
+    repo = bench_repo(tmp_path, "sleep 0.05; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = SkyPool(repo, config(tmp_path), fake, tmp_path / "staging", poll_s=0.01, bench_poll_s=0.01,
+                log_refresh_s=0.01, clock=fake.clock)
+    try:
+        p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"}), pairs=30), events)
+        events.wait("e1", "running")
+        polls, fetches = fake.polls, len(fake.log_tails)
+        events.wait("e1", "checking")
+        polls, fetches = fake.polls - polls, len(fake.log_tails) - fetches
+        assert fetches >= 2 * STATUS_EVERY  # the pairs took many ticks...
+        assert polls <= fetches // (STATUS_EVERY - 1) + 1  # ...and the status was asked in few of them
+        assert events.final("e1")["outcome"]["status"] == "done"
+    finally:
+        p.close()
+        for name in list(fake.vms):
+            fake.down(name)
+
+
 def test_the_log_is_fetched_by_tail_and_saved_whole(tmp_path: Path, pool: MakePool) -> None:
     bench = 'for i in $(seq 40); do echo "bench line $i"; done; sleep 0.05; echo METRIC t=1'
     repo = bench_repo(tmp_path, bench)

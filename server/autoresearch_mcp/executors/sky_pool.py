@@ -62,6 +62,7 @@ MAX_LOST_RETRIES = 1
 MAX_NOISY_RETRIES = 1
 MAX_POLL_ERRORS = 5
 MAX_INIT_CHECKS = 3  # INIT answers in a row before the cloud is asked whether the cluster is up
+STATUS_EVERY = 5  # while pairs run, the job's status is asked every this many ticks (the log's tail otherwise)
 POLL_S = 30.0  # job status while building or checking
 BENCH_POLL_S = 2 * POLL_S  # job status and log while benchmark pairs run (the default)
 LOG_TAILS = (200, 2000, 0)  # lines asked for, in turn, until the tail reaches what was fetched before
@@ -680,13 +681,16 @@ class SkyPool(Executor):
     def _follow(self, a: _Attempt) -> tuple[JobInfo | None, str | None]:
         """Poll the job until it ends, is cancelled or its cluster vanishes; (last info, why gone).
 
-        Each poll makes SkyPilot refresh the cluster's status, over SSH on the VM being measured
-        (sky/backends/backend_utils.py: clusters with autostop are stale after 2 s), so polls are
-        rare: every `poll_s` while building or checking, every `bench_poll_s` while pairs run.
+        Each request makes SkyPilot refresh the cluster's status, over SSH on the VM being measured
+        (sky/backends/backend_utils.py: clusters with autostop are stale after 2 s), so requests are
+        rare: every `poll_s` while building or checking, every `bench_poll_s` while pairs run, and
+        then one a tick: the log's tail (the runner's progress, and its result line when it is done),
+        with the job's status only every STATUS_EVERY-th tick or once the result line is in (a log
+        fetch cannot tell a running job from a finished one: job_lib maps NOT_FINISHED to 0 there).
         """
         cluster, job_id = a.worker.name, a.job_id
         assert job_id is not None
-        errors = inits = 0
+        errors = inits = ticks = 0
         last_log = self.clock()
         info: JobInfo | None = None
         while True:
@@ -694,8 +698,15 @@ class SkyPool(Executor):
                 with contextlib.suppress(SkyError):
                     self.port.cancel(cluster, job_id)
                 return info, None
+            ticks += 1
+            log_only = (a.phase == "running" and ticks % STATUS_EVERY != 0
+                        and runner.RESULT_PREFIX not in a.fetched)
             try:
-                info = self.port.job(cluster, job_id)
+                if log_only:
+                    self._forward(a, self._fetch_log(a))
+                    last_log = self.clock()
+                else:
+                    info = self.port.job(cluster, job_id)
                 errors = inits = 0
             except ClusterGone as exc:
                 return info, str(exc)
@@ -714,7 +725,9 @@ class SkyPool(Executor):
                 return info, f"the job's driver on {cluster} died (the VM restarted or ran out of memory)"
             if info is not None and info.done:
                 return info, None
-            if self.clock() - last_log >= self.log_refresh_s:
+            if log_only and runner.RESULT_PREFIX in a.fetched:
+                continue  # the runner is done: confirm with the job's status at once
+            if not log_only and self.clock() - last_log >= self.log_refresh_s:
                 last_log = self.clock()
                 with contextlib.suppress(SkyError):
                     self._forward(a, self._fetch_log(a))
