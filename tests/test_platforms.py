@@ -4,6 +4,7 @@ cross compiler and qemu; the cloud through the fake SkyPort."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -417,10 +418,29 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is
                 await anyio.sleep(0.1)
         message = await error(c, "commit_winner", experiment_id=exp_id)
         assert "not checked on every platform" in message and "slowpoke: cancelled" in message
-        again = await call(c, "launch_experiment", title="less, again", source="patch", repeats=14,
-                           patch=FASTER_PATCH)
-        assert again["experiment_id"] != exp_id
-        await call(c, "cancel_experiment", experiment_id=again["experiment_id"])
+        assert f"source='experiment', experiment_id='{exp_id}'" in message
+        # a plain relaunch would measure the host again with a fresh alpha: refused
+        assert exp_id in await error(c, "launch_experiment", title="less, again", source="patch", repeats=14,
+                                     patch=FASTER_PATCH)
+        again = await call(c, "launch_experiment", title="", source="experiment", experiment_id=exp_id)
+        assert again["experiment_id"] == exp_id and "slowpoke" in again["message"]
+        res = await call(c, "fetch_sky_logs", experiment_id=exp_id)
+        assert res["verdict"] == "improved" and res["platforms"][0]["status"] in ("queued", "building", "checking")
+        assert res["platforms"][0]["passed"] is None
+        await call(c, "cancel_experiment", experiment_id=exp_id)
+        res = await call(c, "fetch_sky_logs", experiment_id=exp_id)
+        assert res["platforms"][0]["status"] == "cancelled"
+
+    def runners() -> list[psutil.Process]:  # every runner of this experiment's platform runs
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if f"exp-{exp_id}-slowpoke" in " ".join(proc.cmdline()):
+                    found.append(proc)
+        return found
+
+    _, alive = psutil.wait_procs(runners(), timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
 
 
 @pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
@@ -454,7 +474,8 @@ async def test_after_kill_9_a_platform_run_is_lost_its_processes_killed_and_the_
             ledger = [json.loads(line) for line in (repo / ".autoresearch" / "ledger.jsonl").read_text().splitlines()]
             pid = next(r["runtime"]["pid"] for r in ledger if r.get("platform") == "slowpoke" and r.get("runtime"))
             platform_runner = psutil.Process(pid)
-            server = next(p for p in psutil.Process().children() if "autoresearch_mcp" in " ".join(p.cmdline()))
+            server = next(p for p in psutil.Process().children() if p.cmdline()[-3:] == ["-m", "autoresearch_mcp",
+                                                                                          "serve"])
             server.send_signal(signal.SIGKILL)
             server.wait(10)
             await call(c, "list_experiments")
@@ -507,6 +528,11 @@ def test_a_measured_platform_whose_checks_never_ran_does_not_let_the_winner_thro
     # the runner skips the checks of a run it stops as noisy: no verdict of correctness there
     passed, why = platforms.judge(graviton, {"status": "done", "stop_reason": "noisy"}, "noisy", None)
     assert not passed and "checks did not run" in why
+    # a worker or cloud error is no verdict on the change: the platform must run again, not block it
+    assert platforms.judge(graviton, {"status": "failed", "phase": "executor", "error": "no cloud"}, None, None) == (
+        None, "did not run (executor): no cloud")
+    assert platforms.judge(graviton, {"status": "failed", "phase": "build", "error": "x.c: error"}, None, None)[0] \
+        is False
     checked = {"status": "done", "checks": {"ran": True, "passed": True}}
     assert platforms.judge(graviton, checked, "no_change", 0.3) == (
         True, "no_change +0.30% in the confirmation A/B, checks passed")

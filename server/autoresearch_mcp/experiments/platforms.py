@@ -30,7 +30,7 @@ from autoresearch_mcp import resources, safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job, Released
 from autoresearch_mcp.experiments import runner
-from autoresearch_mcp.models import ChecksResult, ExecutorName, PlatformResult
+from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, ExecutorName, PlatformResult
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +140,14 @@ def job_env(platform: Platform) -> dict[str, str]:
     return {**platform.env, "AUTORESEARCH_PLATFORM": platform.name, "AUTORESEARCH_EMULATOR": platform.emulator}
 
 
-def job_id(experiment_id: str, platform: str) -> str:
-    return f"{experiment_id}-{platform}"
+def job_id(experiment_id: str, platform: str, attempt: int = 1) -> str:
+    """The executor's id of one platform run of an experiment: `<id>-<platform>`, then `-2`, `-3`..."""
+    return f"{experiment_id}-{platform}" + (f"-{attempt}" if attempt > 1 else "")
+
+
+def platform_job(experiment_id: str, platform: str, record: dict[str, Any]) -> str:
+    """The job id of a platform's latest run, from its folded ledger records."""
+    return str(record.get("job_id") or job_id(experiment_id, platform))
 
 
 # --- can it run at all? (start_session) -----------------------------------------------------------
@@ -251,14 +257,16 @@ def validate_head(platform: Platform, tree: str, content: str, build_timeout_s: 
 
 
 def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
-          delta_pct: float | None) -> tuple[bool, str]:
-    """Whether a platform's run lets the winner through, and one line saying what happened."""
+          delta_pct: float | None) -> tuple[bool | None, str]:
+    """Whether a platform's run lets the winner through (None: the run ended without a verdict of its
+    own, e.g. a worker or cloud error, so it must run again), and one line saying what happened."""
     status = outcome.get("status")
     error = (outcome.get("error") or "").strip()
     if status == "failed":
         phase = outcome.get("phase") or "run"
-        what = "failed to build" if phase == "build" else f"failed ({phase})"
-        return False, f"{what}: {error[-TAIL_CHARS:]}" if error else what
+        what = {"build": "failed to build", "bench": "its benchmark failed"}.get(phase, f"did not run ({phase})")
+        summary = f"{what}: {error[-TAIL_CHARS:]}" if error else what
+        return (False if phase in ("build", "bench") else None), summary
     checks = outcome.get("checks") or {}
     if status == "checks_failed" or (checks.get("ran") and not checks.get("passed")):
         how = "timed out" if checks.get("timed_out") else f"exit {checks.get('exit_code')}"
@@ -307,7 +315,7 @@ def refusal(experiment_id: str, extra: list[Platform], records: dict[str, dict[s
     """Why commit_winner must refuse, naming each platform that blocks; None when all passed."""
     state = {p.name: records.get(p.name, {}) for p in extra}
     blocked = [name for name, r in state.items() if r.get("passed") is False]
-    gone = [name for name, r in state.items() if r.get("passed") is None and r.get("status") in ("cancelled", "lost")]
+    gone = [name for name, r in state.items() if r.get("passed") is None and r.get("status") in FINAL_STATUSES]
     pending = [name for name, r in state.items() if r.get("passed") is None and name not in gone]
     if blocked:
         reasons = [f"{name}: {state[name].get('summary') or state[name].get('status')}" for name in blocked]
@@ -315,9 +323,9 @@ def refusal(experiment_id: str, extra: list[Platform], records: dict[str, dict[s
                 "pass its checks on every platform and must not regress on a measured one:\n- "
                 + "\n- ".join(reasons) + "\nFix the change for those platforms and launch it again")
     if gone:
-        ended = "; ".join(f"{name}: {state[name]['status']}" for name in gone)
-        return (f"experiment {experiment_id} was not checked on every platform ({ended}); launch it again to "
-                "check it there")
+        ended = "; ".join(f"{name}: {state[name].get('summary') or state[name]['status']}" for name in gone)
+        return (f"experiment {experiment_id} was not checked on every platform ({ended}); check it there again: "
+                f"launch_experiment(source='experiment', experiment_id='{experiment_id}')")
     if pending:
         return (f"experiment {experiment_id} is still being checked on platform(s) {', '.join(pending)}; poll "
                 "fetch_sky_logs until each platform has passed, then commit")

@@ -100,7 +100,7 @@ class ExperimentManager:
         if not interrupted and not rounds:
             return
         self.executor.recover([Interrupted(e.experiment_id, e.worker, dict(e.runtime)) for e in interrupted]
-                              + [Interrupted(platforms_.job_id(e.experiment_id, name), p.get("worker"),
+                              + [Interrupted(platforms_.platform_job(e.experiment_id, name, p), p.get("worker"),
                                              dict(p.get("runtime") or {})) for e, name, p in rounds])
         for e in interrupted:
             self._append({"type": "status", "experiment_id": e.experiment_id, "status": "lost",
@@ -131,6 +131,8 @@ class ExperimentManager:
                 raise InputError("source='experiment' needs experiment_id (the experiment to measure further)")
             earlier = self._get(experiment_id)
             if earlier.launch["base_commit"] == self.session_head():
+                if self._unchecked_platforms(earlier):
+                    return self._recheck(earlier)
                 return self._continue(earlier, repeats)
             reapplies = earlier
             title, hypothesis = title.strip() or earlier.title, hypothesis.strip() or earlier.launch["hypothesis"]
@@ -271,8 +273,6 @@ class ExperimentManager:
             return False
         if other.status in _RETRYABLE and other.measured is None:
             return False  # nothing was measured: launching it again spends nothing
-        if any(p.get("status") in _RETRYABLE for p in other.platforms.values()):
-            return False  # another platform's run ended without a result: a new launch checks it again
         if other.verdict in _REMEASURE and "bounds" not in other.launch.get("design", {}):
             return False  # measured with the earlier t-test design: its pairs cannot be pooled
         # a clean build may confirm a result that was measured on an incremental one
@@ -355,7 +355,7 @@ class ExperimentManager:
 
     def _record_result(self, exp_id: str, event: dict[str, Any]) -> None:
         exp = self.view.experiments[exp_id]
-        started = False
+        started: list[tuple[platforms_.Platform, str]] = []
         try:
             outcome = dict(event["outcome"])
             if exp.continued is not None:
@@ -366,20 +366,16 @@ class ExperimentManager:
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
                          and analysis.get("verdict") == "improved" and not exp.launch.get("incremental"))
-            if elsewhere:
-                for platform in self.platforms[1:]:
-                    self._append({"type": "platform", "experiment_id": exp_id, "platform": platform.name,
-                                  "status": "queued"})
+            queued = self._queue_platforms(exp, self.platforms[1:]) if elsewhere else []
             self._append({"type": "result", "experiment_id": exp_id, "status": outcome.get("status", "failed"),
                           "worker": event.get("worker"), "cost_usd": event.get("cost_usd"),
                           "outcome": outcome, "analysis": analysis})
-            started = elsewhere
+            started = queued
         except Exception as exc:  # a result that cannot be recorded ends the experiment, never leaves it hanging
             log.exception("could not record the result of %s", exp_id)
             self._fail(exp_id, f"the result could not be recorded ({type(exc).__name__}: {str(exc)[:300]}); "
                                "the raw output is in the log")
-        if started:
-            self._start_platforms(exp)
+        self._start_platforms(exp, started)
         head = self.session_head()
         with self._lock:
             still_used = any(e.launch.get("base_commit") == exp.launch["base_commit"]
@@ -400,16 +396,31 @@ class ExperimentManager:
 
     # --- the other platforms ---------------------------------------------------------------------
 
-    def _start_platforms(self, exp: ExperimentState) -> None:
-        """Send a host winner to every other platform: build and checks there, and a confirmation
-        A/B against the same base where the platform is measured. Only winners: it is what
-        commit_winner needs, and emulated builds are slow. (Incremental winners are confirmed on a
-        clean build first, and that confirmation goes to the platforms.)"""
+    def _queue_platforms(self, exp: ExperimentState, targets: list[platforms_.Platform]
+                         ) -> list[tuple[platforms_.Platform, str]]:
+        """Record a host winner as queued on `targets`, each under a job id of its own (a run checked
+        again is a new job: the old one's cleanup can never touch it)."""
+        queued = []
+        for platform in targets:
+            attempt = int(exp.platforms.get(platform.name, {}).get("attempt", 0)) + 1
+            job_id = platforms_.job_id(exp.experiment_id, platform.name, attempt)
+            self._append({"type": "platform", "experiment_id": exp.experiment_id, "platform": platform.name,
+                          "status": "queued", "attempt": attempt, "job_id": job_id, "passed": None, "summary": None,
+                          "outcome": None, "analysis": None, "detail": None})
+            queued.append((platform, job_id))
+        return queued
+
+    def _start_platforms(self, exp: ExperimentState, queued: list[tuple[platforms_.Platform, str]]) -> None:
+        """Send a host winner to the other platforms: build and checks there, and a confirmation A/B
+        against the same base where the platform is measured. Only winners: it is what commit_winner
+        needs, and emulated builds are slow. (Incremental winners are confirmed on a clean build
+        first, and that confirmation goes to the platforms.)"""
+        if not queued:
+            return
         launch = exp.launch
         design = stats.Design.from_dict(launch["design"])
         base_tree = snapshot.tree_of(self.repo, launch["base_commit"])
-        for platform in self.platforms[1:]:
-            job_id = platforms_.job_id(exp.experiment_id, platform.name)
+        for platform, job_id in queued:
             job = Job(job_id, launch["base_commit"], launch["candidate_commit"], self.logs / f"{job_id}.log",
                       spec=self._spec(design, base_tree, launch["candidate_tree"], False, platform))
             sink = functools.partial(self._on_platform_event, exp.experiment_id, platform)
@@ -441,6 +452,32 @@ class ExperimentManager:
                               "passed": passed, "summary": summary})
         except Exception:  # an event must never kill the executor's thread
             log.exception("could not record event %s of %s on %s", kind, exp_id, platform.name)
+
+    def _unchecked_platforms(self, exp: ExperimentState) -> list[platforms_.Platform]:
+        """The platforms where a host winner's run ended without a verdict of its own (cancelled, lost,
+        or a worker or cloud error)."""
+        if not (exp.status == "done" and exp.verdict == "improved") or exp.commit:
+            return []
+        return [p for p in self.platforms[1:] if exp.platforms.get(p.name, {}).get("status") in FINAL_STATUSES
+                and exp.platforms[p.name].get("passed") is None]
+
+    def _recheck(self, exp: ExperimentState) -> LaunchResult:
+        """Run a host winner's unfinished platforms again; the host's measurement stands (no new alpha)."""
+        with self._lock:
+            running = _platforms_running(exp)
+            if running:
+                raise RefusedError(f"experiment {exp.experiment_id} is still being checked on {', '.join(running)}; "
+                                   "wait for it")
+            again = self._unchecked_platforms(exp)
+            queued = self._queue_platforms(exp, again)
+        self._start_platforms(exp, queued)
+        names = ", ".join(p.name for p in again)
+        return LaunchResult(
+            experiment_id=exp.experiment_id, status=exp.status, base_commit=exp.launch["base_commit"],
+            candidate_commit=exp.launch["candidate_commit"], changed_files=list(exp.launch.get("changed_files", [])),
+            repeats=exp.launch.get("repeats", "auto"),
+            message=(f"experiment {exp.experiment_id}'s host result stands; it is checked again on {names}. Poll "
+                     f"fetch_sky_logs('{exp.experiment_id}')"))
 
     def _platform_note(self, exp: ExperimentState) -> str | None:
         """Why a host winner cannot be committed yet because of another platform, or None."""
@@ -577,9 +614,9 @@ class ExperimentManager:
 
     def cancel(self, experiment_id: str) -> CancelResult:
         exp = self._get(experiment_id)
-        checking = [name for name, p in exp.platforms.items() if p.get("status") not in FINAL_STATUSES]
+        checking = _platforms_running(exp)
         for name in checking:
-            if not self.executor.cancel(platforms_.job_id(experiment_id, name)):
+            if not self.executor.cancel(platforms_.platform_job(experiment_id, name, exp.platforms[name])):
                 self._append({"type": "platform", "experiment_id": experiment_id, "platform": name,
                               "status": "cancelled"})
         if exp.status in FINAL_STATUSES:
@@ -736,8 +773,9 @@ def _quoted(text: str) -> str:
     return _TRAILER_LIKE.sub(r"\1> \2", text)
 
 
-def _platforms_running(exp: ExperimentState) -> bool:
-    return any(p.get("status") not in FINAL_STATUSES for p in exp.platforms.values())
+def _platforms_running(exp: ExperimentState) -> list[str]:
+    """The other platforms still checking `exp`."""
+    return [name for name, p in exp.platforms.items() if p.get("status") not in FINAL_STATUSES]
 
 
 def _progress(exp: ExperimentState) -> tuple[str, ...]:
