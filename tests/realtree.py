@@ -1,5 +1,7 @@
-"""A real multi-backend tree for tests and benchmarks: llama.cpp's ggml, as vendored in the
-llama-cpp-python sdist on PyPI, downloaded once with pip and cached.
+"""A real multi-backend tree for tests and benchmarks: llama.cpp as vendored in the
+llama-cpp-python sdist on PyPI, downloaded once with pip and cached. The whole source tree is
+extracted (enough to build `llama-bench` and `llama-perplexity`) except the bulky folders no build
+reads (`models/` vocabularies, `docs/`, `media/`).
 
 Cache: $AUTORESEARCH_TEST_CACHE, else ~/.cache/autoresearch-mcp-tests (not AUTORESEARCH_CACHE_DIR,
 which the test suite points at a fresh temporary folder for every test).
@@ -33,10 +35,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AUTORESEARCH_TEST_CACHE") or "~/.cache/autoresearch-mcp-tests").expanduser()
 
 
+# Top-level folders left out: large and read by no build.
+SKIPPED = ("models", "docs", "media")
+
+
 def llama_cpp_tree(version: str = CURRENT) -> Path:
-    """The folder holding `ggml/` of llama.cpp as vendored in llama-cpp-python==version."""
+    """The llama.cpp source tree (with `ggml/`) as vendored in llama-cpp-python==version."""
     cache = cache_dir()
-    dest = cache / f"llama-cpp-python-{version}"
+    dest = cache / f"llama-cpp-python-{version}-src"
     done = dest / ".complete"
     if done.exists():
         return dest / "llama.cpp"
@@ -50,11 +56,13 @@ def llama_cpp_tree(version: str = CURRENT) -> Path:
         with tarfile.open(sdist) as tar:
             members = []
             for member in tar.getmembers():
-                if member.name.startswith(prefix + "ggml/") and (member.isfile() or member.isdir()):
-                    member.name = "llama.cpp/" + member.name[len(prefix):]
-                    members.append(member)
+                rel = member.name[len(prefix):]
+                if (not member.name.startswith(prefix) or not rel or rel == ".git"
+                        or rel.split("/")[0] in SKIPPED or not (member.isfile() or member.isdir())):
+                    continue
+                member.name = "llama.cpp/" + rel
+                members.append(member)
             tar.extractall(dest, members=members, filter="data")
-        sdist.unlink()
         done.touch()
     return dest / "llama.cpp"
 

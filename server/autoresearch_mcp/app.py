@@ -171,10 +171,13 @@ def build_server() -> MCPServer[AppState]:
             Field(max_length=8, description="measured host first, then where winners must also pass: presets "
                   "(host, aarch64-qemu) or {name, executor, env, emulator, measure, sky}"),
         ] = None,
+        recipe: Annotated[Literal["llama.cpp"] | None, Field(description="ready scripts to commit and use")] = None,
+        model: Annotated[str | None, Field(description="GGUF path, URL or hf:owner/name/file")] = None,
     ) -> StartSessionResult:
         """Use first: bind the repo, create or resume branch autoresearch/<tag>, validate the benchmark
-        (build once, bench twice). Check raw_metric_lines against the parsed baseline."""
-        return _state(ctx).start_session(repo, metric, direction, executor, tag, platforms)
+        (build once, bench twice). Check raw_metric_lines against the parsed baseline. A recipe
+        writes and commits ready scripts (proposed for a known project)."""
+        return _state(ctx).start_session(repo, metric, direction, executor, tag, platforms, recipe, model)
 
     @server.tool(annotations=_READ_ONLY)
     @_guard

@@ -1,4 +1,4 @@
-"""The command line: `autoresearch-mcp [serve]`, `demo`, `report`, `hook`, `--version`."""
+"""The command line: `autoresearch-mcp [serve]`, `demo`, `report`, `hook`, `recipe`, `--version`."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="also turn the session's commits into independent review branches")
     hook = sub.add_parser("hook", help="run one of the plugin's Claude Code hooks (the event's JSON on stdin)")
     hook.add_argument("name", choices=["session-start", "stop", "guard"])
+    recipe = sub.add_parser("recipe", help="write a ready autoresearch.sh and autoresearch.checks.sh")
+    recipe.add_argument("name", help="the recipe (llama.cpp)")
+    recipe.add_argument("dir", nargs="?", default=".", help="the project's root (default: here)")
+    recipe.add_argument("--force", action="store_true", help="replace existing files with other content")
     return parser
 
 
@@ -46,7 +50,31 @@ def main(argv: list[str] | None = None) -> int:
         from autoresearch_mcp import hooks
 
         return hooks.main([args.name])
+    if args.command == "recipe":
+        return _recipe(args.name, args.dir, args.force)
     return _report(args.repo, args.secondary, args.finalize)
+
+
+def _recipe(name: str, folder: str, force: bool) -> int:
+    """`autoresearch-mcp recipe NAME [DIR] [--force]`: write the recipe's files and say what is next."""
+    from pathlib import Path
+
+    from autoresearch_mcp import recipes
+    from autoresearch_mcp.errors import AutoresearchError
+
+    try:
+        recipe = recipes.get(name)
+        written = recipes.write(recipe, Path(folder), overwrite=force)
+    except AutoresearchError as exc:
+        print(f"autoresearch-mcp recipe: {exc}", file=sys.stderr)
+        return 1
+    print(f"{recipe.name}: {recipe.summary}")
+    print("wrote: " + (", ".join(written) if written else "nothing (the files are already there)"))
+    print(f"metrics: {', '.join(recipe.objectives)} (higher is better)")
+    if recipe.needs_model:
+        print("model: set AUTORESEARCH_MODEL to a GGUF file, or pass model=... to start_session")
+    print(f"next: commit them, then start_session(repo, metric={recipe.metric!r}, direction={recipe.direction!r})")
+    return 0
 
 
 def _report(repo: str, secondary: list[str], finalize: bool) -> int:

@@ -63,6 +63,10 @@ class StartSessionResult(BaseModel):
         None, description="spread of the primary metric over the validation runs, % of the mean"
     )
     templates_created: list[str] = Field(default_factory=list)
+    recipe: str | None = Field(None, description="the recipe whose scripts the session uses")
+    recipe_suggested: str | None = Field(None, description="a recipe for this kind of project, when no script exists")
+    objectives: list[str] = Field(default_factory=list, description="metrics a winner may improve")
+    guards: list[str] = Field(default_factory=list, description="metrics a winner must not regress beyond tolerance")
     compiler_cache: str | None = None
     worker: str | None = Field(None, description="sky: the cloud worker that measured the baseline; every "
                                                  "worker of the session gets its instance type")
@@ -103,6 +107,12 @@ class ComparisonResult(BaseModel):
     pairs_needed: int | None = Field(None, description="when undecided: pairs in all that would decide, 80% power")
     noise_pct: float | None = Field(None, description="per-run noise seen in the pair differences, %")
     resolvable_pct: float | None = Field(None, description="smallest change the budget resolves at this noise, %")
+    direction: Direction | None = None
+    role: Literal["objective", "guard"] | None = Field(None, description="null: measured, not judged")
+    tolerance_pct: float | None = Field(None, description="guards: the regression allowed")
+    judgement: Literal["improved", "held", "regressed", "undecided"] | None = Field(
+        None, description="objectives: improved / held / regressed; guards: held (the interval stays within "
+        "tolerance) / regressed / undecided")
 
 
 class ChecksResult(BaseModel):
@@ -147,6 +157,8 @@ class FetchResult(BaseModel):
     log_tail: str
     log_path: str
     metrics: dict[str, ComparisonResult] = Field(default_factory=dict)
+    won: list[str] = Field(default_factory=list, description="objectives that improved")
+    blocking: list[str] = Field(default_factory=list, description="objectives or guards that keep it from winning")
     checks: ChecksResult | None = None
     confidence_level: float | None = Field(None, description="level of the CIs, e.g. 0.98")
     pairs_done: int = 0
@@ -164,11 +176,20 @@ class FetchResult(BaseModel):
         default_factory=list, description="the other platforms of the session (the host is this result itself)")
 
 
+class HoldoutSummary(BaseModel):
+    """The hidden holdout's A/B: its verdict and changes only, never its output."""
+
+    verdict: Literal["held", "regressed"]
+    pairs: int
+    delta_pct: dict[str, float | None] = Field(default_factory=dict)
+
+
 class CommitResult(BaseModel):
     commit: str
     branch: str
     message: str
     worktree_updated: bool
+    holdout: HoldoutSummary | None = None
 
 
 class CancelResult(BaseModel):

@@ -12,20 +12,21 @@ import shutil
 import stat
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import git
 from pydantic import BaseModel, Field, field_validator
 
-from autoresearch_mcp import limits, resources, safefs
-from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp import limits, recipes, resources, safefs
+from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments import runner, snapshot, stats
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.worktrees import Worktrees
 from autoresearch_mcp.models import BenchRun, Direction, ExecutorName, MetricSummary, StartSessionResult
+from autoresearch_mcp.recipes import model_file
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,27 @@ class SkyConfig(BaseModel):
     setup_script: str | None = Field(None, description="a committed script (path in the repo) run on each new worker")
     file_mounts: dict[str, str] = Field(
         default_factory=dict, description="path on the worker -> local path or bucket URL, copied once per worker")
+
+
+class Guard(BaseModel):
+    """A metric a winner must not regress beyond `tolerance_pct` (judged with its own interval)."""
+
+    direction: Direction
+    tolerance_pct: float = Field(ge=0, le=100)
+
+
+class Holdout(BaseModel):
+    """A benchmark the agent never runs: `commit_winner` runs a short A/B of it before committing.
+
+    `command` lives outside the repository (so no candidate can change it); it runs in each side's
+    built tree like `autoresearch.sh bench` and prints METRIC lines. Only its verdict and change are
+    ever returned, never its output.
+    """
+
+    command: str
+    pairs: int = Field(14, ge=14, le=100, description="at least the statistics' first look (14 pairs)")
+    tolerance_pct: float = Field(2.0, ge=0, le=100)
+    timeout_s: float = Field(900.0, gt=0)
 
 
 class SessionConfig(BaseModel):
@@ -105,11 +127,38 @@ class SessionConfig(BaseModel):
         """The worker settings of a sky platform: the session's `sky`, with the platform's overrides."""
         return SkyConfig.model_validate({**self.sky.model_dump(), **platform.sky})
 
+    recipe: str | None = None
+    objectives: list[str] = Field(
+        default_factory=list, description="metrics a winner may improve (default: the primary metric)")
+    guards: dict[str, Guard] = Field(default_factory=dict)
+    holdout: Holdout | None = None
+    model: str | None = Field(None, description="model file for recipes that run one (AUTORESEARCH_MODEL)")
+    model_url: str | None = Field(None, description="downloaded once into the cache when `model` is not set")
+
     @field_validator("protected")
     @classmethod
     def _plain_paths(cls, entries: list[str]) -> list[str]:
         """Entries as git names paths ('./x' is 'x'); the session folder is protected whatever they say."""
         return list(dict.fromkeys(snapshot.normalize_protected(e) for e in entries))
+
+    @field_validator("holdout", mode="before")
+    @classmethod
+    def _holdout_command(cls, value: object) -> object:
+        return {"command": value} if isinstance(value, str) else value
+
+    def objective_metrics(self) -> list[str]:
+        return list(self.objectives) or [self.metric]
+
+
+def judged_metrics(config: SessionConfig) -> list[str]:
+    """Every metric a verdict depends on: the primary, the objectives and the guards."""
+    return list(dict.fromkeys([config.metric, *config.objective_metrics(), *config.guards]))
+
+
+# Settings a person may edit in config.json; a new session on the same repository keeps them.
+_KEPT = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
+         "build_parallelism", "threads", "drift_limit", "warmup", "default_repeats", "incremental", "keep_builds",
+         "recipe", "objectives", "guards", "holdout", "model", "model_url"}
 
 
 def state_dir(repo_root: Path) -> Path:
@@ -205,11 +254,13 @@ class Plan:
     resumed: bool
     head: str  # the commit the session branch points at (or will)
     missing: list[str]  # benchmark/checks scripts the head lacks (created from templates)
+    recipe_files: list[str] = field(default_factory=list)  # written by the recipe commit that `head` is
+    suggested: recipes.Recipe | None = None  # a recipe for this known project, proposed instead of templates
 
 
 def plan_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
-    platforms: list[Any] | None = None,
+    platforms: list[Any] | None = None, recipe: recipes.Recipe | None = None, model: str | None = None,
 ) -> Plan:
     """Check everything start_session needs and decide what it will do, changing nothing (except adding
     the session folder to .git/info/exclude). A resumed session keeps its executor and platforms unless
@@ -225,6 +276,9 @@ def plan_session(
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
             "then start the session again")
     snapshot.refuse_if_dirty(repo, "starting a session")
+    recipe = recipe or recipes.installed(root)
+    if recipe is not None:
+        _check_recipe(recipe, root, metric)
     branch = f"autoresearch/{tag}"
     previous = load_config(root)
     chosen = _platforms(platforms, executor, previous)
@@ -253,10 +307,7 @@ def plan_session(
         config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root),
                                              "platforms": chosen})
     else:
-        kept = previous.model_dump(include={"protected", "min_effect", "noise_limit", "alpha", "max_pairs",
-                                            "timeouts", "sky", "budget_usd", "build_parallelism", "threads",
-                                            "drift_limit", "warmup", "default_repeats", "incremental",
-                                            "keep_builds"}) if previous else {}
+        kept = previous.model_dump(include=_KEPT) if previous else {}
         kept["platforms"] = chosen
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
@@ -265,8 +316,50 @@ def plan_session(
         )
     if config.platforms and config.platforms[0].sky:
         config = config.model_copy(update={"sky": config.sky_for(config.platforms[0])})
+    if model:
+        key = "model_url" if model.startswith(("http://", "https://", "hf:")) else "model"
+        config = config.model_copy(update={key: model})
+    written: list[str] = []
+    if recipe is not None:
+        config = _apply_recipe(config, recipe)
+        head, written = _recipe_commit(repo, head, recipe)
+        if not exists:
+            config = config.model_copy(update={"start_commit": head})
     missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not _tracks(repo, head, n)]
-    return Plan(repo, config, exists, head, missing)
+    suggested = recipes.detect(root) if len(missing) == 2 and recipe is None else None
+    return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested)
+
+
+def _check_recipe(recipe: recipes.Recipe, root: Path, metric: str) -> None:
+    """Refuse before anything is created: an unknown metric, or scripts of the user's in the way."""
+    if metric not in recipe.objectives:
+        raise InputError(f"the {recipe.name} recipe prints {', '.join(recipe.objectives)}; "
+                         f"pick one of them as metric, not {limits.shown(metric)}")
+    clash = recipes.conflicts(recipe, root)
+    if clash:
+        raise RefusedError(f"{', '.join(clash)} already exist with other content; the {recipe.name} recipe "
+                           "would replace them. Remove them (git rm) and commit, or start without recipe")
+
+
+def _apply_recipe(config: SessionConfig, recipe: recipes.Recipe) -> SessionConfig:
+    protected = list(dict.fromkeys([*config.protected, *recipe.protected]))
+    return config.model_copy(update={
+        "recipe": recipe.name, "protected": protected,
+        "objectives": config.objectives or list(recipe.objectives)})
+
+
+def _recipe_commit(repo: git.Repo, head: str, recipe: recipes.Recipe) -> tuple[str, list[str]]:
+    """A commit of `head` plus the recipe's files (no ref, no work tree touched), or `head` itself
+    when it already holds them unchanged; and the files the commit adds."""
+    missing = [f for f in recipe.files if not _tracks(repo, head, f)]
+    if not missing:
+        return head, []
+    blobs = [(f, repo.git.hash_object("-w", str(recipe.source(f)))) for f in missing]
+    index = "".join(f"{'100755' if f.endswith('.sh') else '100644'} {sha}\t{f}\n" for f, sha in blobs)
+    tree = snapshot.with_temp_index(repo, head, ["update-index", "--index-info"], stdin=index)
+    commit = snapshot.commit_tree(repo, tree, head, f"autoresearch: {recipe.name} recipe (benchmark and checks)\n\n"
+                                  f"{recipe.summary}.\n")
+    return commit, missing
 
 
 def apply_plan(plan: Plan) -> list[str]:
@@ -278,9 +371,13 @@ def apply_plan(plan: Plan) -> list[str]:
     path = config_path(root)
     old_config = path.read_bytes() if path.is_file() and not path.is_symlink() else None
     created: list[str] = []
+    moved: str | None = None
     try:
         if plan.resumed:
             repo.git.checkout(config.branch)
+            if plan.recipe_files:
+                moved = snapshot.head_commit(repo, config.branch)
+                repo.git.merge("--ff-only", "--quiet", plan.head)
         else:
             repo.git.checkout("-b", config.branch, plan.head)
         save_config(root, config)
@@ -290,6 +387,8 @@ def apply_plan(plan: Plan) -> list[str]:
         for name in created:
             (root / name).unlink(missing_ok=True)
         with contextlib.suppress(git.GitCommandError):
+            if moved is not None:
+                repo.git.reset("--hard", "--quiet", moved)
             repo.git.checkout(before or before_sha)
             if not plan.resumed:
                 repo.git.branch("-D", config.branch)
@@ -318,7 +417,7 @@ RemoteValidator = Callable[[str, str], ValidationRun]
 
 
 def validate_benchmark(
-    repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees
+    repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees, extra_env: dict[str, str],
 ) -> tuple[list[BenchRun], float, list[str]]:
     """Build `head` once and bench it twice, in the baseline worktree experiments reuse.
 
@@ -327,14 +426,16 @@ def validate_benchmark(
     """
     tree = worktrees.acquire(head)
     try:
-        return judge_validation(_validate_in(tree, snapshot.tree_of(repo, head), config, worktrees), config)
+        return judge_validation(_validate_in(tree, snapshot.tree_of(repo, head), config, worktrees, extra_env),
+                                config)
     finally:
         worktrees.release(tree)
 
 
-def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees) -> ValidationRun:
+def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
+                 extra_env: dict[str, str] | None = None) -> ValidationRun:
     root = Path(config.repo)
-    env = platforms_.job_env(config.all_platforms[0])
+    env = {**(extra_env or {}), **platforms_.job_env(config.all_platforms[0])}
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()), env=env)
@@ -384,6 +485,14 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
     if len(runs) < VALIDATION_RUNS:
         raise StateError(f"the benchmark ran {len(runs)} of {VALIDATION_RUNS} validation runs on {done.where}; "
                          "see .autoresearch/logs/session-validation.log")
+    for name in judged_metrics(config):
+        absent = [r.index for r in runs if name not in r.parsed]
+        if absent:
+            role = "objective" if name in config.objective_metrics() else "guard"
+            raise StateError(
+                f"the {role} metric {name!r} (from {config_path(Path(config.repo))}) is missing from run(s) {absent}; "
+                "the METRIC lines printed were:\n" + "\n".join(ln for r in runs for ln in r.raw_metric_lines)
+                + f"\nMake the benchmark print it, or remove it from {role}s")
     names = sorted({n for r in runs for n in r.parsed})
     for name in names:
         missing = [r.index for r in runs if name not in r.parsed]
@@ -410,7 +519,8 @@ def compiler_cache() -> str | None:
     return None
 
 
-def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees) -> list[str]:
+def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees,
+                       extra_env: dict[str, str]) -> list[str]:
     """Build the session head on every extra local platform and run the checks there, so a platform
     where the unchanged code already fails is an error now, not a refused winner later."""
     content = snapshot.tree_of(repo, head)
@@ -424,27 +534,51 @@ def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktre
             root = Path(config.repo)
             lines.append(platforms_.validate_head(
                 p, str(tree), content, config.timeouts.build, config.timeouts.checks, worktrees.machine_lock(),
-                root, state_dir(root) / "logs" / f"session-validation-{p.name}.log"))
+                root, state_dir(root) / "logs" / f"session-validation-{p.name}.log", extra_env))
         finally:
             worktrees.release(tree)
     return lines
+
+
+def script_env(config: SessionConfig, settings: Settings) -> dict[str, str]:
+    """Extra environment for build, bench and checks: the model a recipe runs, when one is set."""
+    path = model_file.resolve(config.model, config.model_url, settings, Path(config.repo))
+    return {model_file.ENV: str(path)} if path is not None else {}
 
 
 def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
     settings: Settings, platforms: list[Any] | None = None,
     remote: Callable[[git.Repo, SessionConfig], RemoteValidator | None] | None = None,
+    recipe: str | None = None, model: str | None = None,
 ) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
     """Open the session and validate its benchmark; `remote` gives, for a session whose host runs
     elsewhere (the sky executor), what validates there, so the baseline is measured where it runs."""
-    plan = plan_session(repo_path, metric, direction, executor, tag, platforms)
+    chosen = recipes.get(recipe) if recipe else None
+    plan = plan_session(repo_path, metric, direction, executor, tag, platforms, chosen, model)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
     common: dict[str, Any] = dict(
         session_id=config.session_id, branch=config.branch, repo=str(root), metric=config.metric,
         direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
-        templates_created=plan.missing, compiler_cache=compiler_cache(),
+        templates_created=plan.recipe_files or plan.missing, compiler_cache=compiler_cache(),
+        recipe=config.recipe, objectives=config.objective_metrics(), guards=sorted(config.guards),
     )
+    unvalidated: dict[str, Any] = dict(baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0)
+    if plan.suggested is not None:
+        known = plan.suggested
+        apply_plan(plan)
+        return StartSessionResult(
+            **common, **unvalidated, recipe_suggested=known.name,
+            warnings=[f"no {BENCH_SCRIPT} yet, and this looks like {known.name}: a ready recipe exists "
+                      f"({known.summary})"],
+            next_steps=[
+                f"Call start_session again with recipe={known.name!r}, metric={known.metric!r}, "
+                f"direction={known.direction!r}, tag={config.tag!r}"
+                + (" and model=<path or URL of a GGUF file>" if known.needs_model else "")
+                + f": it commits {', '.join(known.files)} on {config.branch} and validates them.",
+                f"Or run `autoresearch-mcp recipe {known.name} {root}` to read the scripts first.",
+            ]), repo, config
     if plan.missing:
         created = apply_plan(plan)
         return StartSessionResult(
@@ -459,6 +593,18 @@ def start_session(
                 f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
             ],
         ), repo, config
+    env = script_env(config, settings)
+    if config.recipe is not None and recipes.get(config.recipe).needs_model and not env:
+        apply_plan(plan)
+        return StartSessionResult(
+            **common, **unvalidated,
+            warnings=[f"the {config.recipe} recipe runs a model, and none is set; the benchmark has not been "
+                      "validated yet"],
+            next_steps=[
+                f"Call start_session again with tag={config.tag!r} and model=<path of a GGUF file, an http(s) URL "
+                "or hf:owner/name/file.gguf> (or set AUTORESEARCH_MODEL, or `model` / `model_url` in "
+                f"{config_path(root)}).",
+            ]), repo, config
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
     validator = remote(repo, config) if remote is not None else None
@@ -468,8 +614,8 @@ def start_session(
         worker = done.worker
         runs, build_s, warnings = judge_validation(done, config)
     else:
-        runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees)
-    platform_lines = validate_platforms(repo, config, head, worktrees) if config.platforms else []
+        runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees, env)
+    platform_lines = validate_platforms(repo, config, head, worktrees, env) if config.platforms else []
     apply_plan(plan)
     summary = baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]

@@ -13,7 +13,7 @@ import git
 
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
-from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.errors import AutoresearchError, StateError
 from autoresearch_mcp.executors.base import Executor
 from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.experiments.platforms import Fleet
@@ -105,7 +105,16 @@ class AppState:
 
     def _bind(self, repo: git.Repo, config: sessions.SessionConfig, host: Executor | None = None) -> None:
         ledger = Ledger(sessions.state_dir(Path(repo.working_dir)) / "ledger.jsonl")
-        manager = ExperimentManager(repo, config, ledger, make_fleet(repo, config, self.settings, host))
+        try:
+            env = sessions.script_env(config, self.settings)
+        except AutoresearchError as exc:  # experiments then fail with the script's own message
+            log.warning("session %s: %s", config.tag, exc)
+            env = {}
+        fleet = make_fleet(repo, config, self.settings, host)
+        first = fleet.host if isinstance(fleet, Fleet) else fleet
+        # the holdout builds in the host's own worktrees, so neither drops the other's builds
+        worktrees = getattr(first, "worktrees", None) or Worktrees(repo, self.settings.cache_dir, config.keep_builds)
+        manager = ExperimentManager(repo, config, ledger, fleet, env, worktrees)
         manager.recover()
         self.session = Session(repo, config, ledger, manager)
 
@@ -116,7 +125,7 @@ class AppState:
 
     def start_session(
         self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
-        platforms: list[Any] | None = None,
+        platforms: list[Any] | None = None, recipe: str | None = None, model: str | None = None,
     ) -> StartSessionResult:
         # One start at a time: two concurrent starts would both answer success, and only one stay bound.
         if not self._lock.acquire(blocking=False):
@@ -124,14 +133,14 @@ class AppState:
                              "then call start_session again if you still need to")
         try:
             self._starting = f"repo {repo}"
-            return self._start(repo, metric, direction, executor, tag, platforms)
+            return self._start(repo, metric, direction, executor, tag, platforms, recipe, model)
         finally:
             self._starting = ""
             self._lock.release()
 
     def _start(
         self, repo: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
-        platforms: list[Any] | None,
+        platforms: list[Any] | None, recipe: str | None = None, model: str | None = None,
     ) -> StartSessionResult:
         old = self.session
         if old is not None:
@@ -155,7 +164,8 @@ class AppState:
 
         try:
             result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
-                                                              self.settings, platforms, remote=on_worker)
+                                                              self.settings, platforms, remote=on_worker,
+                                                              recipe=recipe, model=model)
         except BaseException:
             for ex in made:  # the session is not bound: nothing could release its worker later
                 try:

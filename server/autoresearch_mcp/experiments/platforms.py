@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shlex
 import shutil
 import subprocess
@@ -223,12 +222,12 @@ def check_all(platforms: list[Platform]) -> None:
 
 
 def validate_head(platform: Platform, tree: str, content: str, build_timeout_s: float, checks_timeout_s: float,
-                  machine_lock: Path, repo_root: Path, log_path: Path) -> str:
+                  machine_lock: Path, repo_root: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> str:
     """Build the unchanged session head on `platform` (in its own worktree) and run the checks there.
 
     The build is kept: it is the baseline the platform's first experiment reuses.
     """
-    env = job_env(platform)
+    env = {**(extra_env or {}), **job_env(platform)}
     fix = (f"Fix it for that platform (the scripts see AUTORESEARCH_PLATFORM={platform.name}"
            + "".join(f", {k}={v}" for k, v in platform.env.items())
            + f", AUTORESEARCH_EMULATOR={platform.emulator!r}) or drop the platform. Log: {log_path}")
@@ -243,8 +242,9 @@ def validate_head(platform: Platform, tree: str, content: str, build_timeout_s: 
         if not checks.exists():
             return f"{platform.label}: the session head builds ({built.duration_s:.1f} s); no checks script"
         with runner.file_lock(str(machine_lock), shared=True):
+            # the head is its own baseline here: a comparing check compares it with itself
             res = runner.run_command(["bash", "./autoresearch.checks.sh"], tree, checks_timeout_s,
-                                     env={**os.environ, **env}, log=logf)
+                                     env=runner.checks_env(tree, {"env": env}), log=logf)
     if not res.ok:
         how = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
         raise StateError(f"platform {platform.name}: the checks of the session head (before any change) {how} "

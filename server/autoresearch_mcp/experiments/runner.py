@@ -577,6 +577,11 @@ def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any],
     elif not parsed.values[job["metric"]] > 0:
         problems.append(f"primary metric {job['metric']!r} is {parsed.values[job['metric']]!r}: the comparison "
                         "is a ratio, so the value must be positive")
+    else:
+        # the other metrics a verdict depends on (objectives, guards) must be in every run too
+        for name in job.get("required_metrics") or []:
+            if name not in parsed.values:
+                problems.append(f"metric {name!r} missing from the bench output")
     return Sample(index, role, position, res.exit_code, round(res.duration_s, 4), res.timed_out,
                   parsed.values, problems)
 
@@ -660,8 +665,12 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                     out.phase = "bench"
                     out.stop_reason = "invalid"
                     out.error = f"{role} run {i}: " + "; ".join(s.problems)
-                    out.durations["bench"] = round(time.monotonic() - t1, 3)
-                    return out
+                    if failed:
+                        out.durations["bench"] = round(time.monotonic() - t1, 3)
+                        return out
+                    break
+            if out.stop_reason == "invalid":
+                break
             if i + 1 in stops:
                 # a stop before the first look only measures: nothing can be decided there
                 look = _look(out.samples, job, looks[i + 1]) if i + 1 in looks else None
@@ -673,16 +682,18 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                     break
     out.durations["bench"] = round(time.monotonic() - t1, 3)
 
-    if job.get("run_checks", True) and out.stop_reason != "noisy":
+    # Every candidate that reaches a verdict (noisy and invalid ones too) gets a checks result.
+    if job.get("run_checks", True):
         emit("status", status="checking")
         t2 = time.monotonic()
         checks = Path(cand) / "autoresearch.checks.sh"
         if checks.exists():
             log.write("[autoresearch] checks\n")
             log.flush()
+            env = checks_env(base, job)
             with file_lock(job.get("machine_lock"), shared=True):
-                res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"],
-                                  env={**os.environ, **(job.get("env") or {})}, log=log)
+                res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"], env=env,
+                                  log=log)
             out.checks = {"ran": True, "passed": res.ok, "exit_code": res.exit_code,
                           "timed_out": res.timed_out, "duration_s": round(res.duration_s, 3),
                           "tail": res.tail(1500)}
@@ -692,6 +703,14 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             out.checks = {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
         out.durations["checks"] = round(time.monotonic() - t2, 3)
     return out
+
+
+def checks_env(baseline_dir: str, job: dict[str, Any]) -> dict[str, str]:
+    """The checks' environment: the baseline's built tree to compare outputs with, and the job's settings."""
+    env = {**os.environ, **(job.get("env") or {})}
+    env["AUTORESEARCH_BASELINE_TREE"] = str(Path(baseline_dir).resolve())
+    env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
+    return env
 
 
 def result_line(outcome: Outcome) -> str:

@@ -24,9 +24,10 @@ import git
 from autoresearch_mcp import limits
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.executors.base import Executor, Interrupted, Job, Released
-from autoresearch_mcp.experiments import metrics, snapshot, stats
+from autoresearch_mcp.experiments import holdout, metrics, snapshot, stats
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView, apply
+from autoresearch_mcp.experiments.worktrees import Worktrees
 from autoresearch_mcp.models import (
     FINAL_STATUSES,
     CancelResult,
@@ -35,6 +36,7 @@ from autoresearch_mcp.models import (
     ComparisonResult,
     ExperimentSummary,
     FetchResult,
+    HoldoutSummary,
     LaunchResult,
     ListExperimentsResult,
 )
@@ -52,8 +54,11 @@ MAX_WAIT_S = 600.0
 
 
 class ExperimentManager:
-    def __init__(self, repo: git.Repo, config: SessionConfig, ledger: Ledger, executor: Executor) -> None:
+    def __init__(self, repo: git.Repo, config: SessionConfig, ledger: Ledger, executor: Executor,
+                 env: dict[str, str] | None = None, worktrees: Worktrees | None = None) -> None:
         self.repo = repo
+        self.env = dict(env or {})  # added to build, bench and checks (the recipe's model)
+        self.worktrees = worktrees  # where the holdout builds and runs (this machine)
         self.config = config
         self.ledger = ledger
         self.executor = executor
@@ -176,13 +181,14 @@ class ExperimentManager:
                 if restore_worktree else None
             restored = saved is not None
             design = self._design(repeats)
+            judging = self.judging()
             self._append({
                 "type": "launch", "experiment_id": exp_id, "session_id": self.config.session_id,
                 "title": title.strip(), "hypothesis": hypothesis.strip(), "sources": sources, "source": source,
                 "base_commit": head, "candidate_commit": candidate, "candidate_tree": tree,
                 "changed_files": changed, "repeats": repeats, "design": design.__dict__,
                 "metric": self.config.metric, "direction": self.config.direction,
-                "executor": self.executor.name, "incremental": incremental,
+                "executor": self.executor.name, "incremental": incremental, **judging.record(),
                 "reapplies": reapplies.experiment_id if reapplies else None,
             })
         job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log",
@@ -207,8 +213,9 @@ class ExperimentManager:
             "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
             "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
             "seed": random.SystemRandom().randrange(2**32), "run_checks": True, "incremental": incremental,
-            "baseline_tree": base_tree, "candidate_tree": tree,
-            "env": platforms_.job_env(platform), "platform": platform.name, "measure": platform.measure,
+            "baseline_tree": base_tree, "candidate_tree": tree, "required_metrics": self.judging().required(),
+            "env": {**self.env, **platforms_.job_env(platform)}, "platform": platform.name,
+            "measure": platform.measure,
             "worktree_variant": None if platform is self.platforms[0] else platform.name,
         }
 
@@ -300,6 +307,11 @@ class ExperimentManager:
             raise InputError(f"repeats must be between 1 and max_pairs={self.config.max_pairs} (or 'auto'), not {n}")
         return n
 
+    def judging(self) -> metrics.Judging:
+        c = self.config
+        return metrics.Judging(c.metric, c.direction, c.objective_metrics(),
+                               {name: g.model_dump() for name, g in c.guards.items()})
+
     def _design(self, repeats: int | str) -> stats.Design:
         c = self.config
         return stats.make_design(repeats, alpha=c.alpha, min_effect=c.min_effect, noise_limit=c.noise_limit,
@@ -361,7 +373,7 @@ class ExperimentManager:
             if exp.continued is not None:
                 outcome = _pooled(exp, outcome)
             design = stats.Design.from_dict(exp.launch["design"])
-            analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
+            analysis = metrics.analyze(outcome, metrics.Judging.from_launch(exp.launch), design)
             # A host winner goes to the other platforms; they are queued before the result is visible, so
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
@@ -442,7 +454,7 @@ class ExperimentManager:
                 analysis: dict[str, Any] = {}
                 if platform.measure:
                     design = stats.Design.from_dict(exp.launch["design"])
-                    analysis = metrics.analyze(outcome, exp.launch["metric"], exp.launch["direction"], design)
+                    analysis = metrics.analyze(outcome, metrics.Judging.from_launch(exp.launch), design)
                     analysis["primary"] = analysis["metrics"].get(exp.launch["metric"])
                 primary = analysis.get("primary") or {}
                 passed, summary = platforms_.judge(platform, outcome, analysis.get("verdict"),
@@ -506,6 +518,7 @@ class ExperimentManager:
             candidate_commit=exp.launch["candidate_commit"], log_tail=_tail(log_path, tail_lines),
             log_path=str(log_path),
             metrics={k: ComparisonResult(**v) for k, v in exp.metrics.items()},
+            won=list(exp.analysis.get("won") or []), blocking=list(exp.analysis.get("blocking") or []),
             checks=checks, confidence_level=1 - design.alpha,
             pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
             else len({s["pair"] for s in outcome.get("samples", [])}),
@@ -641,6 +654,9 @@ class ExperimentManager:
                 raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit['commit']}")
             if exp.status not in FINAL_STATUSES:
                 raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
+            blocked = self._blocked_reason(exp)
+            if verdict != "improved" and blocked:
+                raise RefusedError(f"experiment {experiment_id} is {verdict!r}: {blocked}")
             if verdict != "improved":
                 raise RefusedError(
                     f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
@@ -666,15 +682,17 @@ class ExperimentManager:
                     f"again on the new head (launch_experiment(source='experiment', experiment_id='{experiment_id}') "
                     "re-applies its change there) and commit that")
             title = one_line(title, "title") if title is not None else exp.title
+            hidden = self._holdout(exp)
             tree = exp.launch["candidate_tree"]
             # again at commit time: the rules may have changed since the launch (they never loosen here)
             self._refuse_protected(snapshot.changed_paths(self.repo, head, exp.launch["candidate_commit"]))
-            message = self._message(exp, title)
+            message = self._message(exp, title, hidden)
             new = snapshot.commit_tree(self.repo, tree, head, message)
             updated = self._advance(head, new)
             self._append({"type": "commit", "experiment_id": experiment_id, "commit": new, "parent": head,
                           "branch": self.config.branch, "title": title})
-            return CommitResult(commit=new, branch=self.config.branch, message=message, worktree_updated=updated)
+            return CommitResult(commit=new, branch=self.config.branch, message=message, worktree_updated=updated,
+                                holdout=_holdout_summary(hidden))
 
     def _advance(self, old: str, new: str) -> bool:
         """Move the session branch from old to new; update the work tree if it is on that branch."""
@@ -699,7 +717,54 @@ class ExperimentManager:
         self.repo.git.update_ref(f"refs/heads/{self.config.branch}", new, old)
         return False
 
-    def _message(self, exp: ExperimentState, title: str) -> str:
+    @staticmethod
+    def _blocked_reason(exp: ExperimentState) -> str | None:
+        """Which objective won and which objective or guard refused it, with the figures."""
+        blocking = exp.analysis.get("blocking") or []
+        judged = {*(exp.launch.get("objectives") or []), *(exp.launch.get("guards") or {})}
+        if not blocking or len(judged) < 2:
+            return None  # one judged metric: its verdict says it all
+        won = exp.analysis.get("won") or []
+        parts = []
+        for name in blocking:
+            m = exp.metric(name)
+            what = (f"{m.get('role')} {name} {m.get('judgement')}: {_figure(m)}"
+                    + (f", tolerance {m['tolerance_pct']:g}%" if m.get("tolerance_pct") is not None else ""))
+            if m.get("judgement") == "undecided":
+                what += (" (its interval reaches beyond the tolerance: launch again with more pairs"
+                         + (f", about {m['pairs_needed']}" if m.get("pairs_needed") else "") + ")")
+            parts.append(what)
+        lead = (f"objective {', '.join(f'{n} improved ({_figure(exp.metric(n))})' for n in won)}, but "
+                if won else "")
+        return lead + "; ".join(parts) + ". A winner may regress no objective and no guard beyond its tolerance"
+
+    def _holdout(self, exp: ExperimentState) -> holdout.HoldoutOutcome | None:
+        """Run the hidden holdout's A/B and refuse the winner if it regressed; None without a holdout."""
+        c = self.config
+        if c.holdout is None:
+            return None
+        if self.worktrees is None:
+            raise StateError("the holdout needs local worktrees; restart the session with start_session")
+        launch = exp.launch
+        directions: dict[str, str] = {name: g.direction for name, g in c.guards.items()}
+        design = stats.make_design(c.holdout.pairs, alpha=c.alpha, min_effect=c.min_effect,
+                                   noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
+        outcome = holdout.run(
+            c.holdout, self.root, self.worktrees, launch["base_commit"], launch["candidate_commit"],
+            (snapshot.tree_of(self.repo, launch["base_commit"]), launch["candidate_tree"]),
+            {**self.env, **platforms_.job_env(self.platforms[0])}, directions,
+            c.direction, c.timeouts.build, c.threads, design)
+        self._append({"type": "holdout", "experiment_id": exp.experiment_id, "verdict": outcome.verdict,
+                      "pairs": outcome.pairs, "metrics": outcome.metrics})
+        if outcome.regressed:
+            shown = "; ".join(f"{n} {_figure(outcome.metrics[n])}" for n in outcome.regressed)
+            raise RefusedError(
+                f"experiment {exp.experiment_id} improved the benchmark, but the hidden holdout regressed beyond "
+                f"{c.holdout.tolerance_pct:g}% ({shown}, {outcome.pairs} pairs): the gain does not carry over, "
+                "so it is not committed. Look for a change that helps both")
+        return outcome
+
+    def _message(self, exp: ExperimentState, title: str, hidden: holdout.HoldoutOutcome | None = None) -> str:
         c = self.config
         launch = exp.launch
         design = stats.Design.from_dict(launch["design"])
@@ -715,14 +780,23 @@ class ExperimentManager:
             f"Result: {c.metric} {m['baseline']['mean']:.6g} -> {m['candidate']['mean']:.6g} "
             f"({m['delta_pct']:+.2f}%, {level}% CI [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%], "
             f"p={m['p_value']:.2g}, {m['n_pairs']} interleaved pairs; {c.direction} is better)")
+        won = exp.analysis.get("won") or []
+        if won:
+            objectives = exp.launch.get("objectives") or [c.metric]
+            lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
         for name, other in sorted(exp.metrics.items()):
             if name != c.metric and other.get("delta_pct") is not None:
-                lines.append(f"  also {name}: {other['delta_pct']:+.2f}% "
-                             f"[{other['ci_low_pct']:+.2f}%, {other['ci_high_pct']:+.2f}%]")
+                role = (f" ({other['role']}, {other['judgement']}"
+                        + (f" within {other['tolerance_pct']:g}%" if other.get("tolerance_pct") is not None else "")
+                        + ")") if other.get("role") else ""
+                lines.append(f"  also {name}: {_figure(other)}{role}")
         checks = outcome.get("checks", {})
         lines.append("Checks: " + ("passed (autoresearch.checks.sh"
                                    + (f", {checks['duration_s']:.1f} s)" if checks.get("duration_s") else ")")
                                    if checks.get("ran") else "none configured (no autoresearch.checks.sh)"))
+        if hidden is not None:
+            lines.append(f"Holdout: {hidden.verdict} over {hidden.pairs} pairs ("
+                         + "; ".join(f"{n} {_figure(m)}" for n, m in sorted(hidden.metrics.items())) + ")")
         host = outcome.get("host", {})
         if host:
             lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
@@ -741,7 +815,7 @@ class ExperimentManager:
         result = {"metric": c.metric, "direction": c.direction, "delta_pct": m["delta_pct"],
                   "ci_low_pct": m["ci_low_pct"], "ci_high_pct": m["ci_high_pct"], "confidence": 1 - design.alpha,
                   "p_value": m["p_value"], "n_pairs": m["n_pairs"], "baseline_mean": m["baseline"]["mean"],
-                  "candidate_mean": m["candidate"]["mean"], "verdict": exp.verdict,
+                  "candidate_mean": m["candidate"]["mean"], "verdict": exp.verdict, "won": won,
                   "base_commit": launch["base_commit"]}
         if platform_results:
             result["platforms"] = platform_results
@@ -823,6 +897,20 @@ def _not_continuable(exp: ExperimentState) -> str | None:
         return (f"it used the design's whole budget of {budget} pairs; more would spend a fresh alpha. Treat it as "
                 "no gain, or make the benchmark steadier")
     return None
+
+
+def _holdout_summary(hidden: holdout.HoldoutOutcome | None) -> HoldoutSummary | None:
+    if hidden is None:
+        return None
+    return HoldoutSummary(verdict=hidden.verdict, pairs=hidden.pairs,
+                          delta_pct={n: m["delta_pct"] for n, m in hidden.metrics.items()})
+
+
+def _figure(m: dict[str, Any]) -> str:
+    """`+1.23% [+0.50%, +2.00%]`, or `no interval` when a metric has none."""
+    if m.get("delta_pct") is None or m.get("ci_low_pct") is None:
+        return "no interval"
+    return f"{m['delta_pct']:+.2f}% [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%]"
 
 
 def _better(a: ExperimentSummary, b: ExperimentSummary, direction: str) -> bool:

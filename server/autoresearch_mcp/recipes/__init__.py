@@ -1,0 +1,105 @@
+"""Recipes: ready benchmark and checks scripts for projects we know (`start_session(recipe=...)`,
+`autoresearch-mcp recipe NAME [DIR]`). The generic templates stay for every other project.
+
+A recipe is a folder of files shipped in the package plus what the session needs to know about
+them: the metrics they print, which are objectives, which extra paths must be protected (the fixed
+text the checks read, the tools that measure), and whether a model file is needed.
+"""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoresearch_mcp.errors import InputError, RefusedError
+from autoresearch_mcp.models import Direction
+
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    folder: str
+    summary: str
+    metric: str
+    direction: Direction
+    objectives: tuple[str, ...]
+    files: tuple[str, ...]
+    protected: tuple[str, ...]
+    needs_model: bool
+    looks_like: tuple[str, ...]
+
+    def source(self, filename: str) -> Path:
+        return _HERE / self.folder / filename
+
+    def matches(self, root: Path) -> bool:
+        """Whether the tree at `root` looks like this recipe's project."""
+        return all((root / rel).exists() for rel in self.looks_like)
+
+
+RECIPES: dict[str, Recipe] = {
+    "llama.cpp": Recipe(
+        name="llama.cpp",
+        folder="llama_cpp",
+        summary="CPU inference: llama-bench text generation (tg_tps) and prompt processing (pp_tps), "
+                "checked by KL divergence against the baseline's outputs",
+        metric="tg_tps",
+        direction="higher",
+        objectives=("tg_tps", "pp_tps"),
+        files=("autoresearch.sh", "autoresearch.checks.sh", "autoresearch.checks.txt"),
+        # the fixed text the checks compare on, and the programs that measure and compare
+        protected=("autoresearch.checks.txt", "tools/llama-bench", "tools/perplexity"),
+        needs_model=True,
+        looks_like=("include/llama.h", "ggml/src/ggml-cpu", "tools/llama-bench"),
+    ),
+}
+
+
+def get(name: str) -> Recipe:
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        raise InputError(f"no recipe {name!r}; known recipes: {', '.join(sorted(RECIPES))}")
+    return recipe
+
+
+def detect(root: Path) -> Recipe | None:
+    """The recipe whose project the tree at `root` looks like, if any."""
+    return next((r for r in RECIPES.values() if r.matches(root)), None)
+
+
+def installed(root: Path) -> Recipe | None:
+    """The recipe whose files are all in `root`, unchanged (written by `autoresearch-mcp recipe`)."""
+    return next((r for r in RECIPES.values() if all((root / f).exists() for f in r.files)
+                 and not conflicts(r, root)), None)
+
+
+def conflicts(recipe: Recipe, dest: Path) -> list[str]:
+    """Recipe files that already exist in `dest` with other content."""
+    return [f for f in recipe.files
+            if (dest / f).exists() and (dest / f).read_bytes() != recipe.source(f).read_bytes()]
+
+
+def write(recipe: Recipe, dest: Path, overwrite: bool = False) -> list[str]:
+    """Write the recipe's files into `dest`; returns those written (identical files are left alone).
+
+    Refuses to replace a file with other content unless `overwrite`: it may be the user's own script.
+    """
+    if not dest.is_dir():
+        raise InputError(f"{dest} is not a directory; give the root of the project")
+    clash = conflicts(recipe, dest)
+    if clash and not overwrite:
+        raise RefusedError(
+            f"{', '.join(clash)} already exist in {dest} with other content; move them away (or pass "
+            f"--force to `autoresearch-mcp recipe`) to use the {recipe.name} recipe")
+    written = []
+    for name in recipe.files:
+        src, target = recipe.source(name), dest / name
+        if target.exists() and name not in clash:
+            continue
+        target.write_bytes(src.read_bytes())
+        if name.endswith(".sh"):
+            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        written.append(name)
+    return written

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# autoresearch recipe for llama.cpp: CPU inference, text generation and prompt processing.
+#
+#   ./autoresearch.sh build   CPU-only Release build of llama-bench and llama-perplexity
+#   ./autoresearch.sh bench   one llama-bench run; prints METRIC tg_tps=... and METRIC pp_tps=...
+#
+# The model is a GGUF file outside the repository: $AUTORESEARCH_MODEL (the server sets it from
+# `model` or `model_url` in .autoresearch/config.json). Settings, each with its default:
+#   AUTORESEARCH_THREADS       threads (set by the harness; pinned, so the count is not noise)
+#   LLAMA_BENCH_FA=1           flash attention on (the CPU fusions that matter most show only with -fa 1)
+#   LLAMA_BENCH_PROMPT=128     prompt tokens of the prompt-processing test (pp_tps)
+#   LLAMA_BENCH_GEN=32         generated tokens of the text-generation test (tg_tps)
+#   LLAMA_CMAKE_ARGS           extra CMake arguments for the build
+#   LLAMA_CHECK_BACKEND_OPS=0  1: also build test-backend-ops (the checks run it where a second backend exists)
+# A cross compiler in CC (e.g. aarch64-linux-gnu-gcc) gets a CMake toolchain file, and binaries
+# run through $AUTORESEARCH_EMULATOR when it is set (e.g. qemu-aarch64 -L /usr/aarch64-linux-gnu).
+# This file is protected: candidates cannot change it.
+set -euo pipefail
+cd "$(dirname "$0")"
+BUILD_DIR=build-autoresearch
+read -r -a EMULATOR <<< "${AUTORESEARCH_EMULATOR:-}"
+
+# The target triple of a cross compiler whose architecture differs from this machine's, else empty.
+cross_target() {
+  local cc="${CC:-}" target host
+  [ -n "$cc" ] || return 0
+  target=$("$cc" -dumpmachine 2>/dev/null) || return 0
+  host=$(uname -m)
+  case "${target%%-*}" in
+    "$host") ;;
+    arm64) [ "$host" = aarch64 ] || echo "$target" ;;
+    *) echo "$target" ;;
+  esac
+}
+
+toolchain_file() {
+  local target="$1" file="$BUILD_DIR/autoresearch-toolchain.cmake" sysroot
+  sysroot="/usr/$target"
+  mkdir -p "$BUILD_DIR"
+  {
+    echo "set(CMAKE_SYSTEM_NAME Linux)"
+    echo "set(CMAKE_SYSTEM_PROCESSOR ${target%%-*})"
+    echo "set(CMAKE_C_COMPILER ${CC})"
+    echo "set(CMAKE_CXX_COMPILER ${CXX:-${CC%gcc}g++})"
+    [ -d "$sysroot" ] && echo "set(CMAKE_FIND_ROOT_PATH $sysroot)"
+    echo "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)"
+    echo "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)"
+    echo "set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)"
+    [ ${#EMULATOR[@]} -gt 0 ] && echo "set(CMAKE_CROSSCOMPILING_EMULATOR ${EMULATOR[*]})"
+  } > "$file"
+  echo "$file"
+}
+
+# llama's model sources are compiled in unity batches whose generated files include every source
+# by its absolute path, so a compiler cache could never reuse them in another worktree and every
+# candidate would recompile them all. After each configure, include them by a relative path.
+relative_unity_includes() {
+  local file rel
+  while IFS= read -r -d '' file; do
+    grep -q "^#include \"$PWD/" "$file" || continue
+    rel=$(realpath --relative-to="$(dirname "$file")" "$PWD")
+    sed -i "s|^#include \"$PWD/|#include \"$rel/|" "$file"
+  done < <(find "$BUILD_DIR" -path '*/Unity/unity_*' -type f -print0)
+}
+
+build() {
+  local launcher="${AUTORESEARCH_CCACHE:-$(command -v ccache || true)}" target
+  local args=(
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
+    # CPU only: every GPU and accelerator backend off, so the CPU backend is what runs.
+    -DGGML_CUDA=OFF -DGGML_HIP=OFF -DGGML_MUSA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF
+    -DGGML_SYCL=OFF -DGGML_OPENCL=OFF -DGGML_WEBGPU=OFF -DGGML_CANN=OFF -DGGML_BLAS=OFF -DGGML_RPC=OFF
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF --no-warn-unused-cli
+  )
+  if [ -n "$launcher" ]; then
+    args+=("-DCMAKE_C_COMPILER_LAUNCHER=$launcher" "-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher")
+  fi
+  target=$(cross_target)
+  if [ -n "$target" ]; then
+    # -march=native would describe this machine, not the target.
+    args+=("-DCMAKE_TOOLCHAIN_FILE=$PWD/$(toolchain_file "$target")" -DGGML_NATIVE=OFF)
+  else
+    args+=(-DGGML_NATIVE=ON)
+  fi
+  # shellcheck disable=SC2206
+  args+=(${LLAMA_CMAKE_ARGS:-})
+  local targets=(llama-bench llama-perplexity)
+  if [ "${LLAMA_CHECK_BACKEND_OPS:-0}" = 1 ]; then
+    args+=(-DLLAMA_BUILD_TESTS=ON)
+    targets+=(test-backend-ops)
+  fi
+  cmake -S . -B "$BUILD_DIR" "${args[@]}" >/dev/null
+  relative_unity_includes
+  cmake --build "$BUILD_DIR" --config Release -j "$(nproc)" --target "${targets[@]}"
+}
+
+model() {
+  local m="${AUTORESEARCH_MODEL:-}"
+  if [ -z "$m" ]; then
+    echo "autoresearch.sh: AUTORESEARCH_MODEL is not set: set \"model\" (a GGUF path) or \"model_url\" in .autoresearch/config.json" >&2
+    exit 1
+  fi
+  if [ ! -f "$m" ]; then
+    echo "autoresearch.sh: model file not found: $m" >&2
+    exit 1
+  fi
+  echo "$m"
+}
+
+bench() {
+  local m out
+  m=$(model)
+  out=$("${EMULATOR[@]}" "$BUILD_DIR/bin/llama-bench" -m "$m" -ngl 0 -t "${AUTORESEARCH_THREADS:-$(nproc)}" \
+        -fa "${LLAMA_BENCH_FA:-1}" -p "${LLAMA_BENCH_PROMPT:-128}" -n "${LLAMA_BENCH_GEN:-32}" -r 1 -o json)
+  # Each test is one JSON record; pick each by its fields, never by position or by a default:
+  # reading the wrong record once reported 14 t/s of text generation as 52 t/s.
+  python3 - "$out" <<'PY'
+import json, sys
+try:
+    records = json.loads(sys.argv[1])
+except ValueError:
+    sys.exit(f"autoresearch.sh: llama-bench did not print JSON records: {sys.argv[1][:300]!r}")
+tests = {"tg_tps": lambda r: r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0,
+         "pp_tps": lambda r: r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0}
+for name, match in tests.items():
+    found = [r for r in records if match(r)]
+    if len(found) != 1 or not isinstance(found[0].get("avg_ts"), (int, float)):
+        sys.exit(f"autoresearch.sh: expected one llama-bench record with avg_ts for {name}, found {len(found)}")
+    print(f"METRIC {name}={found[0]['avg_ts']}")
+PY
+}
+
+case "${1:-}" in
+  build) build ;;
+  bench) bench ;;
+  *) echo "usage: $0 build|bench" >&2; exit 2 ;;
+esac

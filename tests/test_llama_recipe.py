@@ -1,0 +1,147 @@
+"""The llama.cpp recipe on a real llama.cpp tree (vendored in the llama-cpp-python sdist) with a
+tiny GGUF model generated here, through the real MCP client: the baseline shows both metrics with
+their raw lines; a change that breaks RMS norm's numerics is `checks_failed` with the KL figures; a
+no-op passes the checks; a candidate that speeds text generation and slows prompt processing beyond
+tolerance is refused by the guard.
+
+Slow: the first build of llama-bench and llama-perplexity takes about 8 minutes on 2 cores; then
+ccache and the shared build cache of this module keep each candidate to about a minute.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+import realtree
+import tinymodel
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.session import config_path
+from conftest import git, init_repo
+from helpers import call, error, wait_final
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+BUILD_TIMEOUT = 1800.0
+CONTEXT = "src/llama-context.cpp"
+OPS = "ggml/src/ggml-cpu/ops.cpp"
+# A fixed cost per single-token decode in the baseline: the test's "slow text generation" that a
+# candidate can win back (and pay for in prompt processing), so the guard has something to refuse.
+# The sleeps dwarf the tiny model's compute, so the effects hold even on a loaded shared machine.
+DECODE_HOOK = "int llama_context::decode(const llama_batch_ext & batch_inp) {\n"
+SLOW_TG = ("    // test fixture: a fixed cost per decode call of one token\n"
+           "    if (batch_inp.tokens.size() == 1) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }\n")
+SLOW_PP = SLOW_TG.replace("of one token", "of several tokens").replace("size() == 1", "size() > 1") \
+    .replace("milliseconds(20)", "milliseconds(200)")
+RMS_SUM = "for (int64_t i00 = 0; i00 < ne00; i00++) {\n                    sum += (ggml_float)(x[i00] * x[i00]);"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """One llama.cpp repository (with the test fixture's slow single-token decode committed), one
+    tiny model and one cache directory for the module: builds are reused across tests by content."""
+    try:
+        tree = realtree.llama_cpp_tree(realtree.CURRENT)
+    except realtree.TreeUnavailable as exc:
+        pytest.skip(f"no llama.cpp tree: {exc}")
+    root = tmp_path_factory.mktemp("llama")
+    repo = root / "llama.cpp"
+    shutil.copytree(tree, repo)
+    context = repo / CONTEXT
+    text = context.read_text().replace("#include <cinttypes>", "#include <chrono>\n#include <cinttypes>\n"
+                                       "#include <thread>", 1)
+    assert DECODE_HOOK in text
+    context.write_text(text.replace(DECODE_HOOK, DECODE_HOOK + SLOW_TG, 1))
+    init_repo(repo)
+    model = tinymodel.write_model(repo, root / "tiny.gguf")
+    yield {"repo": repo, "model": model, "cache": root / "cache"}
+
+
+@pytest.fixture
+def llama(shared: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AUTORESEARCH_CACHE_DIR", str(shared["cache"]))
+    repo = shared["repo"]
+    git(repo, "checkout", "-q", "main")
+    return repo
+
+
+def file_patch(repo: Path, rel: str, old: str, new: str) -> str:
+    """A unified diff of `rel` at the session head with `old` replaced by `new`."""
+    before = (repo / rel).read_text()
+    assert old in before, f"{old!r} not in {rel}"
+    after = before.replace(old, new, 1)
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}", f"b/{rel}"))
+
+
+async def start(c: Client, repo: Path, model: Path, tag: str) -> dict[str, Any]:
+    return await call(c, "start_session", repo=str(repo), metric="tg_tps", direction="higher", tag=tag,
+                      recipe="llama.cpp", model=str(model))
+
+
+async def run(c: Client, repo: Path, title: str, rel: str, old: str, new: str, repeats: int = 5) -> dict[str, Any]:
+    exp = await call(c, "launch_experiment", title=title, source="patch", repeats=repeats,
+                     patch=file_patch(repo, rel, old, new))
+    return await wait_final(c, exp["experiment_id"], timeout=BUILD_TIMEOUT)
+
+
+async def test_the_baseline_shows_both_metrics_with_their_raw_lines(llama: Path, shared: dict[str, Path]) -> None:
+    async with Client(build_server()) as c:
+        res = await start(c, llama, shared["model"], "baseline")
+    assert res["recipe"] == "llama.cpp" and res["objectives"] == ["tg_tps", "pp_tps"]
+    for name in ("tg_tps", "pp_tps"):
+        assert res["baseline"][name]["n"] == 2 and res["baseline"][name]["mean"] > 0
+        assert sum(line.startswith(f"METRIC {name}=") for line in res["raw_metric_lines"]) == 2
+    # the decode fixture makes single-token decodes slow: text generation is the slower of the two
+    assert res["baseline"]["tg_tps"]["mean"] < res["baseline"]["pp_tps"]["mean"]
+
+
+async def test_a_broken_rms_norm_fails_the_checks_with_its_kl_figures(llama: Path, shared: dict[str, Path]) -> None:
+    broken = RMS_SUM.replace("i00 < ne00;", "i00 < ne00 - 1;")  # each row's last element left out
+    async with Client(build_server()) as c:
+        await start(c, llama, shared["model"], "rms")
+        res = await run(c, llama, "rms norm without the last element", OPS, RMS_SUM, broken, repeats=3)
+        refused = await error(c, "commit_winner", experiment_id=res["experiment_id"])
+    assert res["status"] == "checks_failed", res["checks"]
+    tail = res["checks"]["tail"]
+    assert "FAIL: the candidate's outputs differ from the baseline's" in tail
+    figure = float(tail.split("mean KLD ")[1].split()[0])
+    assert figure > 0.01, tail  # measured 0.12-0.37 on this model; the limit is 0.001
+    assert "checks did not pass" in refused or "not 'improved'" in refused
+
+
+async def test_a_no_op_passes_the_checks(llama: Path, shared: dict[str, Path]) -> None:
+    async with Client(build_server()) as c:
+        await start(c, llama, shared["model"], "noop")
+        res = await run(c, llama, "comment only", OPS, RMS_SUM, RMS_SUM.replace("{", "{ // same sum", 1), repeats=3)
+    assert res["checks"]["passed"], res["checks"]
+    assert "mean KLD 0.00000 (limit 0.001)" in res["checks"]["tail"]
+    assert res["verdict"] in ("no_change", "inconclusive", "noisy")  # 3 pairs decide nothing here
+
+
+async def test_a_tg_win_that_slows_pp_beyond_tolerance_is_refused_by_the_guard(
+    llama: Path, shared: dict[str, Path]
+) -> None:
+    async with Client(build_server()) as c:
+        await start(c, llama, shared["model"], "guard")
+        config = json.loads(config_path(llama).read_text())
+        # one thread: no OpenMP barrier spinning against the neighbours of a shared machine
+        config.update(objectives=["tg_tps"], guards={"pp_tps": {"direction": "higher", "tolerance_pct": 5}},
+                      threads=1)
+        config_path(llama).write_text(json.dumps(config))
+        resumed = await start(c, llama, shared["model"], "guard")
+        assert resumed["guards"] == ["pp_tps"] and resumed["objectives"] == ["tg_tps"]
+        res = await run(c, llama, "decode cost moved to prompt batches", CONTEXT, SLOW_TG, SLOW_PP, repeats=14)
+        refused = await error(c, "commit_winner", experiment_id=res["experiment_id"])
+    tg, pp = res["metrics"]["tg_tps"], res["metrics"]["pp_tps"]
+    assert tg["judgement"] == "improved" and tg["role"] == "objective"
+    assert pp["judgement"] == "regressed" and pp["role"] == "guard" and pp["tolerance_pct"] == 5
+    assert res["verdict"] == "regressed" and res["won"] == ["tg_tps"] and res["blocking"] == ["pp_tps"]
+    assert res["checks"]["passed"]  # the outputs are the same: only the guard refuses it
+    assert "objective tg_tps improved" in refused and "guard pp_tps regressed" in refused

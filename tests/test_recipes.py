@@ -1,0 +1,313 @@
+"""The llama.cpp recipe on a small stand-in tree: a CMake project whose `llama-bench` and
+`llama-perplexity` are tiny C programs printing what the real ones print (JSON records; the
+per-chunk KL-divergence table), so the recipe's own scripts run for real in seconds: build with
+CMake, pick records by field, pass the model, compare with the baseline, cross-build for aarch64.
+The real llama.cpp tree runs in test_llama_recipe.py (slow)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from autoresearch_mcp import recipes
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.session import config_path
+from conftest import git, init_repo
+from helpers import call, error, wait_final
+
+pytestmark = pytest.mark.anyio
+
+CMAKE = """cmake_minimum_required(VERSION 3.14)
+project(standin C)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(llama-bench tools/llama-bench/bench.c)
+add_executable(llama-perplexity tools/perplexity/ppl.c)
+"""
+
+# llama-bench -o json: one record per test. The prompt-processing record comes first, as in the
+# real tool: a parser that takes the first avg_ts reports 500 t/s of "text generation".
+BENCH_C = r"""#include <stdio.h>
+#include <string.h>
+#include "../../src/speed.h"
+int main(int argc, char **argv) {
+    const char *model = 0;
+    FILE *args = fopen("bench-args.txt", "w");
+    for (int i = 1; i < argc; i++) { fprintf(args, "%s ", argv[i]); if (!strcmp(argv[i], "-m")) model = argv[i + 1]; }
+    fclose(args);
+    FILE *m = model ? fopen(model, "rb") : 0;
+    if (!m) { fprintf(stderr, "cannot open model\n"); return 1; }
+    fclose(m);
+    printf("[\n  {\"n_prompt\": 128, \"n_gen\": 0, \"avg_ts\": %.3f}\n", PP_TPS);
+    if (TG_TPS > 0) printf("  ,{\"n_prompt\": 0, \"n_gen\": 32, \"avg_ts\": %.3f}\n", TG_TPS);
+    printf("]\n");
+    return 0;
+}
+"""
+
+# llama-perplexity: with --kl-divergence-base alone it saves a file of --chunks chunks; with
+# --kl-divergence it prints the per-chunk table with running figures (KLD and same-top % from
+# src/speed.h), dropping the last LOST lines the way the real tool sometimes loses output at exit.
+PPL_C = r"""#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../../src/speed.h"
+int main(int argc, char **argv) {
+    const char *base = 0; int compare = 0, chunks = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--kl-divergence-base")) base = argv[i + 1];
+        if (!strcmp(argv[i], "--kl-divergence")) compare = 1;
+        if (!strcmp(argv[i], "--chunks")) chunks = atoi(argv[i + 1]);
+    }
+    if (!base) return 2;
+    if (!compare) {
+        printf("perplexity: calculating perplexity over %d chunks, n_ctx=128\n", chunks);
+        FILE *f = fopen(base, "wb"); fprintf(f, "_logits_%d", chunks); fclose(f); return 0;
+    }
+    FILE *f = fopen(base, "rb"); fscanf(f, "_logits_%d", &chunks); fclose(f);
+    printf("chunk    PPL    ln(PPL(Q)/PPL(base))    KL Divergence    Δp RMS    Same top p\n");
+    for (int c = 1; c <= chunks - LOST; c++)
+        printf("%4d    %9.4lf ± %9.4lf    %10.5lf ± %10.5lf    %10.5lf ± %10.5lf"
+               "    %6.3lf ± %6.3lf %%    %6.3lf ± %6.3lf %%\n",
+               c, 300.0, 1.0, 0.0, 0.0, KLD, 0.0, 0.1, 0.0, TOP, 0.0);
+    return 0;
+}
+"""
+
+
+def speed(pp: float = 500.0, tg: float = 14.0, kld: float = 0.0, top: float = 100.0, lost: int = 0) -> str:
+    return (f"#define PP_TPS {pp}\n#define TG_TPS {tg}\n#define KLD {kld}\n#define TOP {top}\n"
+            f"#define LOST {lost}\n")
+
+
+def standin_tree(root: Path) -> Path:
+    """A git repository that looks like llama.cpp to the recipe and to `recipes.detect`."""
+    for rel, text in {"CMakeLists.txt": CMAKE, "tools/llama-bench/bench.c": BENCH_C,
+                      "tools/perplexity/ppl.c": PPL_C, "src/speed.h": speed(),
+                      "include/llama.h": "/* stand-in */\n", "ggml/src/ggml-cpu/README": "stand-in\n",
+                      ".gitignore": "build-autoresearch/\nbench-args.txt\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return init_repo(root)
+
+
+def speed_patch(old: str, new: str) -> str:
+    return "--- a/src/speed.h\n+++ b/src/speed.h\n@@ -1,5 +1,5 @@\n" + "".join(
+        f"-{line}\n" for line in old.splitlines()) + "".join(f"+{line}\n" for line in new.splitlines())
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "models" / "tiny.gguf"
+    path.parent.mkdir()
+    path.write_bytes(b"GGUF" + bytes(64))
+    return path
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return standin_tree(tmp_path / "llama.cpp")
+
+
+async def start(c: Client, tree: Path, **kw: Any) -> dict[str, Any]:
+    return await call(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="t", **kw)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoresearch_mcp", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+# --- writing the recipe ----------------------------------------------------------------------------
+
+
+def test_the_recipe_command_writes_ready_scripts_and_never_replaces_the_users(tmp_path: Path) -> None:
+    done = cli("recipe", "llama.cpp", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "autoresearch.sh, autoresearch.checks.sh, autoresearch.checks.txt" in done.stdout
+    for name in ("autoresearch.sh", "autoresearch.checks.sh"):
+        assert (tmp_path / name).stat().st_mode & 0o111
+        assert subprocess.run(["bash", "-n", str(tmp_path / name)], check=False).returncode == 0
+    assert "nothing" in cli("recipe", "llama.cpp", str(tmp_path)).stdout  # identical files stay
+    (tmp_path / "autoresearch.sh").write_text("#!/bin/sh\necho mine\n")
+    refused = cli("recipe", "llama.cpp", str(tmp_path))
+    assert refused.returncode == 1 and "autoresearch.sh already exist" in refused.stderr
+    assert (tmp_path / "autoresearch.sh").read_text() == "#!/bin/sh\necho mine\n"
+    assert cli("recipe", "llama.cpp", str(tmp_path), "--force").returncode == 0
+    assert "llama-bench" in (tmp_path / "autoresearch.sh").read_text()
+    unknown = cli("recipe", "nope", str(tmp_path))
+    assert unknown.returncode == 1 and "known recipes: llama.cpp" in unknown.stderr
+
+
+def test_the_shipped_recipe_is_in_the_wheel(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(root)], check=True, timeout=300, capture_output=True)
+    import zipfile
+
+    names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
+    for name in recipes.get("llama.cpp").files:
+        assert f"autoresearch_mcp/recipes/llama_cpp/{name}" in names
+
+
+async def test_a_llama_cpp_tree_without_scripts_is_offered_the_recipe(tree: Path) -> None:
+    async with Client(build_server()) as c:
+        res = await start(c, tree)
+    assert res["recipe_suggested"] == "llama.cpp" and res["templates_created"] == []
+    assert any("recipe='llama.cpp'" in step for step in res["next_steps"])
+    assert not (tree / "autoresearch.sh").exists()  # no blank template in the way of the recipe
+
+
+# --- the benchmark --------------------------------------------------------------------------------
+
+
+async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, model: Path) -> None:
+    async with Client(build_server()) as c:
+        res = await start(c, tree, recipe="llama.cpp", model=str(model))
+    assert res["recipe"] == "llama.cpp" and res["objectives"] == ["tg_tps", "pp_tps"]
+    assert set(res["templates_created"]) == set(recipes.get("llama.cpp").files)
+    assert res["baseline"]["tg_tps"]["mean"] == 14.0 and res["baseline"]["pp_tps"]["mean"] == 500.0
+    assert "METRIC tg_tps=14.0" in res["raw_metric_lines"] and "METRIC pp_tps=500.0" in res["raw_metric_lines"]
+    # committed on the session branch, the user's branch untouched, and the tools that measure protected
+    assert git(tree, "log", "-1", "--format=%s", "autoresearch/t") == \
+        "autoresearch: llama.cpp recipe (benchmark and checks)"
+    assert "autoresearch.sh" not in git(tree, "ls-tree", "--name-only", "main")
+    assert git(tree, "status", "--porcelain") == ""
+    config = json.loads(config_path(tree).read_text())
+    assert config["model"] == str(model)
+    assert {"tools/llama-bench", "tools/perplexity", "autoresearch.checks.txt"} <= set(config["protected"])
+    used = next(Path(p) for p in (Path(config["repo"]).parent / "cache").rglob("bench-args.txt"))
+    args = used.read_text().split()
+    assert args[args.index("-ngl") + 1] == "0" and args[args.index("-fa") + 1] == "1"
+    assert args[args.index("-m") + 1] == str(model) and "-t" in args
+
+
+async def test_a_missing_record_is_an_error_never_a_default(tree: Path, model: Path) -> None:
+    (tree / "src/speed.h").write_text(speed(tg=0))  # no text-generation record at all
+    git(tree, "commit", "-qam", "no tg")
+    async with Client(build_server()) as c:
+        msg = await error(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="t",
+                          recipe="llama.cpp", model=str(model))
+    assert "expected one llama-bench record with avg_ts for tg_tps, found 0" in msg
+
+
+async def test_without_a_model_the_session_says_how_to_give_one(tree: Path, model: Path) -> None:
+    async with Client(build_server()) as c:
+        res = await start(c, tree, recipe="llama.cpp")
+        assert res["baseline"] == {} and "model=" in res["next_steps"][0]
+        again = await start(c, tree, recipe="llama.cpp", model=str(model))  # resume, now with a model
+    assert again["resumed"] and again["baseline"]["tg_tps"]["mean"] == 14.0
+
+
+async def test_a_file_that_is_not_gguf_is_refused(tree: Path, tmp_path: Path) -> None:
+    (tmp_path / "page.html").write_text("<html>not a model</html>")
+    async with Client(build_server()) as c:
+        msg = await error(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="t",
+                          recipe="llama.cpp", model=str(tmp_path / "page.html"))
+    assert "is not a GGUF file" in msg
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server over tmp_path/www that records the paths it was asked for."""
+    www = tmp_path / "www"
+    www.mkdir()
+    asked: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, directory=str(www), **kw)
+
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+
+
+async def test_model_url_is_downloaded_once_into_the_cache(
+    tree: Path, model: Path, tmp_path: Path, http_server: tuple[str, list[str]]
+) -> None:
+    url, asked = http_server
+    shutil.copy(model, tmp_path / "www" / "tiny.gguf")
+    (tmp_path / "www" / "fake.gguf").write_text("<html>404 page served as 200</html>")
+    async with Client(build_server()) as c:
+        first = await start(c, tree, recipe="llama.cpp", model=f"{url}/tiny.gguf")
+        again = await start(c, tree)
+        bad = await error(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="u",
+                          model=f"{url}/fake.gguf")
+        missing = await error(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="v",
+                              model=f"{url}/absent.gguf")
+    assert first["baseline"]["tg_tps"]["mean"] == 14.0 and again["resumed"]
+    assert asked.count("/tiny.gguf") == 1
+    cached = list((tmp_path / "cache" / "models").rglob("tiny.gguf"))
+    assert len(cached) == 1 and cached[0].read_bytes() == model.read_bytes()
+    assert "did not answer a GGUF file" in bad and "HTTP 404" in missing
+
+
+# --- the checks -------------------------------------------------------------------------------------
+
+
+async def checked(c: Client, tree: Path, new: str, title: str) -> dict[str, Any]:
+    exp = await call(c, "launch_experiment", title=title, source="patch", repeats=3,
+                     patch=speed_patch(speed(), new))
+    return await wait_final(c, exp["experiment_id"], timeout=180)
+
+
+async def test_checks_compare_the_candidate_with_the_baseline_and_name_the_figures(tree: Path, model: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, tree, recipe="llama.cpp", model=str(model))
+        same = await checked(c, tree, speed(tg=15.0), "faster, same outputs")
+        broken = await checked(c, tree, speed(tg=16.0, kld=0.25, top=71.5), "faster, wrong outputs")
+        late = await checked(c, tree, speed(tg=17.0, lost=1), "the extra chunk's line lost at exit")
+        lost = await checked(c, tree, speed(tg=18.0, lost=2), "a judged line lost at exit")
+    assert same["status"] == "done" and same["checks"]["passed"]
+    assert "mean KLD 0.00000 (limit 0.001), same top token 100.000%" in same["checks"]["tail"]
+    assert broken["status"] == "checks_failed"
+    assert "mean KLD 0.25000 (limit 0.001), same top token 71.500% (limit 98%)" in broken["checks"]["tail"]
+    # the figures are read one chunk before the end, so losing the last line costs nothing ...
+    assert late["status"] == "done" and late["checks"]["passed"]
+    # ... but a figure that is missing is never a pass
+    assert lost["status"] == "checks_failed"
+    assert "reported 5 of 6 chunks (-fa 1) in 3 attempts" in lost["checks"]["tail"]
+
+
+# --- the cross path ----------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")),
+                    reason="needs gcc-aarch64-linux-gnu and qemu-user")
+def test_a_cross_compiler_gets_a_toolchain_file_and_binaries_run_through_the_emulator(
+    tree: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipes.write(recipes.get("llama.cpp"), tree)
+    env = {"CC": "aarch64-linux-gnu-gcc", "AUTORESEARCH_EMULATOR": "qemu-aarch64 -L /usr/aarch64-linux-gnu",
+           "AUTORESEARCH_MODEL": str(model), "PATH": "/usr/bin:/bin"}
+    built = subprocess.run(["bash", "autoresearch.sh", "build"], cwd=tree, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert built.returncode == 0, built.stderr
+    toolchain = (tree / "build-autoresearch/autoresearch-toolchain.cmake").read_text()
+    assert "CMAKE_SYSTEM_PROCESSOR aarch64" in toolchain and "aarch64-linux-gnu-gcc" in toolchain
+    binary = (tree / "build-autoresearch/bin/llama-bench").read_bytes()
+    assert binary[18] == 0xB7  # ELF e_machine EM_AARCH64
+    bench = subprocess.run(["bash", "autoresearch.sh", "bench"], cwd=tree, env=env, capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert bench.returncode == 0, bench.stderr
+    assert "METRIC tg_tps=14.0" in bench.stdout
