@@ -12,8 +12,9 @@
 #   LLAMA_BENCH_GEN=32         generated tokens of the text-generation test (tg_tps)
 #   LLAMA_CMAKE_ARGS           extra CMake arguments for the build
 #   LLAMA_CHECK_BACKEND_OPS=0  1: also build test-backend-ops (the checks run it where a second backend exists)
-# A cross compiler in CC (e.g. aarch64-linux-gnu-gcc) gets a CMake toolchain file, and binaries
-# run through $AUTORESEARCH_EMULATOR when it is set (e.g. qemu-aarch64 -L /usr/aarch64-linux-gnu).
+# A platform's CMAKE_TOOLCHAIN_FILE is used as given; otherwise a cross compiler in CC (e.g.
+# aarch64-linux-gnu-gcc) gets a generated CMake toolchain file. Binaries run through
+# $AUTORESEARCH_EMULATOR when it is set (e.g. qemu-aarch64 -L /usr/aarch64-linux-gnu).
 # This file is protected: candidates cannot change it.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -77,8 +78,11 @@ build() {
     args+=("-DCMAKE_C_COMPILER_LAUNCHER=$launcher" "-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher")
   fi
   target=$(cross_target)
-  if [ -n "$target" ]; then
-    # -march=native would describe this machine, not the target.
+  if [ -n "${CMAKE_TOOLCHAIN_FILE:-}" ]; then
+    # a platform's own toolchain file (the aarch64-qemu preset ships one); -march=native would
+    # describe this machine, not the target
+    args+=("-DCMAKE_TOOLCHAIN_FILE=$CMAKE_TOOLCHAIN_FILE" -DGGML_NATIVE=OFF)
+  elif [ -n "$target" ]; then
     args+=("-DCMAKE_TOOLCHAIN_FILE=$PWD/$(toolchain_file "$target")" -DGGML_NATIVE=OFF)
   else
     args+=(-DGGML_NATIVE=ON)
