@@ -14,6 +14,7 @@ import anyio
 import git as gitpython
 import pytest
 
+from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
@@ -902,3 +903,29 @@ async def test_a_benchmark_that_fails_on_the_worker_fails_start_session_and_down
                                                 "executor": "sky", "tag": "onvm"})
         assert r.is_error and "missing" in str(r.content[0]) and "no METRIC line" in str(r.content[0])
     assert fake.vms == {} and [op for op, _ in fake.calls] == ["launch", "down"]
+
+
+def test_the_cost_record_is_never_read_or_written_through_a_link(tmp_path: Path) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    cand = commit(repo, "c", {"x.txt": "x"})
+    outside = tmp_path / "outside.json"
+    outside.write_text("not yours\n")
+    state = repo / ".autoresearch" / f"sky-{SESSION}.json"
+    state.parent.mkdir()
+    state.symlink_to(outside)  # planted by a candidate, or by hand
+    with pytest.raises(StateError, match="is a link"):
+        SkyPool(repo, config(tmp_path), FakeSky(tmp_path / "vms"), tmp_path / "staging", state_path=state)
+    state.unlink()
+    (repo / ".autoresearch").rename(tmp_path / "elsewhere")
+    (repo / ".autoresearch").symlink_to(tmp_path / "elsewhere")  # the whole session folder a link
+    fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
+    p = SkyPool(repo, config(tmp_path), fake, tmp_path / "staging", poll_s=0.02, state_path=state, clock=fake.clock)
+    try:
+        p.submit(job(repo, "e1", cand), events)
+        outcome = events.final("e1")["outcome"]
+        assert outcome["status"] == "failed" and "link" in outcome["error"]
+    finally:
+        p.close()
+        for name in list(fake.vms):
+            fake.down(name)
+    assert outside.read_text() == "not yours\n" and not list((tmp_path / "elsewhere").iterdir())

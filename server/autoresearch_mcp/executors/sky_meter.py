@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp import safefs
 from autoresearch_mcp.errors import StateError
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,13 @@ class _State:
 
 
 class Meter:
-    """Cluster time at catalog prices, persisted as JSON at `path` (None: in memory only)."""
+    """Cluster time at catalog prices, persisted as JSON at `path` (None: in memory only), written
+    from `anchor` (the repository; default the file's folder) without following a link below it."""
 
-    def __init__(self, path: Path | None, idle_minutes: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path | None, idle_minutes: float, clock: Callable[[], float] = time.time,
+                 anchor: Path | None = None) -> None:
         self.path = path
+        self.anchor = anchor if anchor is not None else (path.parent if path is not None else None)
         self.idle_s = idle_minutes * 60.0
         self.clock = clock
         self._lock = threading.Lock()
@@ -158,8 +161,11 @@ class Meter:
         return None
 
     def _load(self) -> _State:
-        if self.path is None or not self.path.exists():
+        if self.path is None or not (self.path.exists() or self.path.is_symlink()):
             return _State()
+        if self.path.is_symlink():
+            raise StateError(f"{self.path} is a link: the session's cost record is never read or written through "
+                             "one. Remove it (it is not part of your code; the session folder is the server's)")
         try:
             raw: dict[str, Any] = json.loads(self.path.read_text())
             pin = raw.get("pin")
@@ -171,9 +177,7 @@ class Meter:
                              "after checking `sky cost-report` for what the session's clusters cost") from None
 
     def _save(self) -> None:
-        if self.path is None:
+        if self.path is None or self.anchor is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self._state), indent=1))
-        os.replace(tmp, self.path)
+        self.anchor.mkdir(parents=True, exist_ok=True)
+        safefs.write_text(self.anchor, self.path, json.dumps(asdict(self._state), indent=1))

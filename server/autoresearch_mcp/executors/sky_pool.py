@@ -220,7 +220,8 @@ class SkyPool(Executor):
         self.clock = clock
         self.names = [sky_task.cluster_name(config.session_id, i) for i in range(max(1, config.sky.workers))]
         self.scheduler = Scheduler(self.names)
-        self.meter = Meter(state_path, config.sky.idle_minutes_to_autostop, clock)
+        self.meter = Meter(state_path, config.sky.idle_minutes_to_autostop, clock,
+                           anchor=repo_dir if state_path is not None and state_path.is_relative_to(repo_dir) else None)
         self.earlier_usd = spent_usd  # spend recorded before this session had a meter
         self.noisy_workers: list[dict[str, Any]] = []
         self._retired: list[str] = []
