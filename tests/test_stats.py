@@ -112,21 +112,41 @@ def test_a_value_that_cannot_be_a_ratio_makes_the_comparison_invalid(bad: float)
 
 
 def test_the_stored_boundaries_keep_false_improved_under_one_percent_on_a_fresh_simulation() -> None:
-    looks, bounds = DESIGN.looks, np.array(DESIGN.bounds)
-    wplus = calibrate.simulate_wplus(looks, 20_000, seed=99)
-    crossed = (wplus >= bounds).any(axis=1).mean()
+    looks = DESIGN.looks
+    wplus, signs = calibrate.simulate(looks, 20_000, seed=99)
+    crossed = ((wplus >= np.array(DESIGN.bounds)) | (signs >= np.array(DESIGN.sign_bounds))).any(axis=1).mean()
     assert crossed <= 0.0100  # one side; the stored figure came from 400,000 simulations
-    assert [float(calibrate.null_survival(n)[w]) for n, w in zip(looks, bounds, strict=True)] == DESIGN.levels
+    assert [float(calibrate.null_survival(n)[w]) for n, w in zip(looks, DESIGN.bounds, strict=True)] == DESIGN.levels
+    assert [float(sps.binom.sf(b - 1, n, 0.5)) for n, b in zip(looks, DESIGN.sign_bounds, strict=True)] == \
+        DESIGN.sign_levels
 
 
-def test_the_interval_excludes_zero_exactly_when_the_signed_rank_count_reaches_the_boundary() -> None:
+def test_the_interval_excludes_zero_exactly_when_a_count_reaches_its_boundary() -> None:
     rng = np.random.default_rng(4)
+    k = DESIGN.looks.index(26)
     for _ in range(50):
         d = list(rng.normal(0.02, 0.03, 26))
-        k = DESIGN.looks.index(26)
         look = runner.look_at(d, k, DESIGN.job())
         wplus = sum(d[i] + d[j] > 0 for i in range(26) for j in range(i, 26))
-        assert (look.low > 0) == (wplus >= DESIGN.bounds[k])
+        positive = sum(x > 0 for x in d)
+        assert (look.low > 0) == (wplus >= DESIGN.bounds[k] or positive >= DESIGN.sign_bounds[k])
+
+
+def test_a_bimodal_machine_is_decided_by_the_clean_pairs() -> None:
+    # each run at full speed or 15% slower: half the pairs mix the two and their ranks drown the rest,
+    # but the sign count sees the clean half's +5% plainly
+    rng = random.Random(21)
+    base, cand = [], []
+    for _ in range(60):
+        b, c = (100.0 if rng.random() < 0.5 else 85.0), (100.0 if rng.random() < 0.5 else 85.0)
+        base.append(round(b * math.exp(rng.gauss(0, 0.002)), 2))
+        cand.append(round(c * 1.05 * math.exp(rng.gauss(0, 0.002)), 2))
+    d = runner.log_ratios(list(zip(base, cand, strict=True)), "higher") or []
+    k = DESIGN.looks.index(60)
+    wplus = sum(d[i] + d[j] > 0 for i in range(60) for j in range(i, 60))
+    assert wplus < DESIGN.bounds[k]  # the signed-rank count alone would not decide
+    cmp = stats.paired(base, cand, "higher", DESIGN)
+    assert cmp.verdict == "improved" and 4.0 < (cmp.delta_pct or 0) < 6.0
 
 
 def test_runner_and_server_reach_the_same_verdict_at_every_look() -> None:

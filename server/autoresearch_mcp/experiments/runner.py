@@ -300,10 +300,12 @@ def bench_env(role: str, index: int, threads: int | None, extra: dict[str, str] 
 # --- the decision rule (shared with stats.py) ------------------------------------------------------
 #
 # Per pair d = log(candidate / baseline), oriented so that + is better. The estimate is the
-# Hodges-Lehmann estimator (the median of the Walsh averages (d_i + d_j) / 2, i <= j); its interval at
-# a look with boundary w is [A[N - w], A[w - 1]] over the N sorted Walsh averages, which excludes 0
-# exactly when the Wilcoxon signed-rank count W+ = #{Walsh averages > 0} reaches w. The boundaries
-# come from the server (calibrated by simulation, see calibrate.py); this file only applies them.
+# Hodges-Lehmann estimator (the median of the Walsh averages (d_i + d_j) / 2, i <= j). Two
+# distribution-free tests decide together: the Wilcoxon signed-rank count W+ = #{Walsh averages > 0}
+# and the sign count S = #{d_i > 0}. At a look with boundaries w and s, [A[N - w], A[w - 1]] over the
+# N sorted Walsh averages excludes 0 exactly when W+ reaches w, and [d(n - s), d(s - 1)] over the
+# sorted d exactly when S reaches s; the interval is their intersection. The boundaries come from the
+# server (calibrated by simulation, see calibrate.py); this file only applies them.
 
 FUTILITY_Z = 1.96  # a 95% range of the change, for the "the budget cannot decide" test
 
@@ -365,9 +367,20 @@ def look_at(d: list[float], k: int, design: dict[str, Any], floor: float = 0.0) 
     ordered = sorted(d[:n])
     # pairwise sums of a sorted list come in n sorted runs, which sorted() merges quickly; halved below
     sums = sorted(x + y for i, x in enumerate(ordered) for y in ordered[i:])
-    total, w = len(sums), design["bounds"][k]
-    estimate = (sums[(total - 1) // 2] + sums[total // 2]) / 4
-    low, high = sums[total - w] / 2 - floor, sums[w - 1] / 2 + floor
+    signs = design.get("sign_bounds") or []  # none in a design recorded before the sign test joined
+    total, w, s = len(sums), design["bounds"][k], signs[k] if k < len(signs) else n + 1
+    lows, highs = [], []
+    if w <= total:
+        lows.append(sums[total - w] / 2)
+        highs.append(sums[w - 1] / 2)
+    if s <= n:
+        lows.append(ordered[n - s])
+        highs.append(ordered[s - 1])
+    low, high = max(lows), min(highs)
+    if low > high:  # the two intervals disagree (no shift fits both): take their hull, never a decision both lack
+        low, high = min(lows), max(highs)
+    estimate = min(max((sums[(total - 1) // 2] + sums[total // 2]) / 4, low), high)
+    low, high = low - floor, high + floor
     min_effect = design["min_effect_log"]
     verdict = classify(low, high, estimate, min_effect)
     se = (high - low) / 2 / design["z"][k]

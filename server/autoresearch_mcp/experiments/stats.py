@@ -3,15 +3,17 @@
 Method: each pair gives d = log(candidate / baseline) (negated when lower is better, so + is
 better). Pairs run in balanced blocks (AB BA or BA AB), so a first/second-run effect cancels in
 every complete block, and the data are only analyzed at complete blocks. The relative change is
-exp(HL) - 1, HL the Hodges-Lehmann estimate (median of the Walsh averages), with the matching
-Wilcoxon signed-rank interval: robust to outlier runs and bimodal machines, and distribution-free
-for any symmetric noise. The interval is widened by the error the metric's printed resolution alone
-can cause, so exact ties never give a zero-width interval.
+exp(HL) - 1, HL the Hodges-Lehmann estimate (median of the Walsh averages). Two distribution-free
+tests decide together, each with its interval: the Wilcoxon signed-rank test (the Walsh interval;
+efficient on normal noise, robust to outlier runs) and the sign test (the interval between order
+statistics of d; it wins on a bimodal machine); the reported interval is their intersection. It is
+widened by the error the metric's printed resolution alone can cause, so exact ties never give a
+zero-width interval.
 
 Sequential design: looks at planned pair counts (first at 14 pairs: the first n at which a
-distribution-free test can reach that look's level); each look's interval uses a boundary calibrated
-by simulation (calibrate.py, constants in design_constants.json) so that the chance of a false
-`improved` over all looks, including re-measuring rounds up to the budget, is at most alpha/2.
+distribution-free test can reach that look's level); the boundaries of both tests were calibrated
+together by simulation (calibrate.py, constants in design_constants.json) so that the chance of a
+false `improved` over all looks, including re-measuring rounds up to the budget, is under alpha/2.
 The runner applies the same rule (runner.look_at) while it adds pairs; the server recomputes it
 from the stored samples. `noisy` is a diagnostic: the pairs' spread is such that the budget could
 not decide this change.
@@ -19,6 +21,7 @@ not decide this change.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -64,6 +67,8 @@ class Design:
     warmup: int = 1
     statistic: str = "wilcoxon"  # "t": a design recorded before the Wilcoxon design (read-only)
     legacy_alphas: list[float] = field(default_factory=list)
+    sign_bounds: list[int] = field(default_factory=list)  # sign-count boundary per look
+    sign_levels: list[float] = field(default_factory=list)
 
     @property
     def sequential(self) -> bool:
@@ -82,6 +87,7 @@ class Design:
         return {
             "looks": self.looks,
             "bounds": self.bounds,
+            "sign_bounds": self.sign_bounds,
             "z": self.z,
             "stops": self.stops,
             "min_effect_log": math.log1p(self.min_effect),
@@ -140,9 +146,8 @@ def make_design(
             "a schedule to calibrate.py and run `python -m autoresearch_mcp.experiments.calibrate`")
     data = constants["designs"][str(max_pairs)]
     design = Design(list(data["looks"]), list(data["bounds"]), list(data["levels"]), [], min_effect, noise_limit,
-                    alpha, warmup)
-    return Design(design.looks, design.bounds, design.levels, design.round_stops(0, repeats), min_effect,
-                  noise_limit, alpha, warmup)
+                    alpha, warmup, sign_bounds=list(data["sign_bounds"]), sign_levels=list(data["sign_levels"]))
+    return dataclasses.replace(design, stops=design.round_stops(0, repeats))
 
 
 @dataclass
