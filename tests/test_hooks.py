@@ -95,6 +95,84 @@ def test_the_guard_protects_only_autoresearch_branches(
     assert ("commit_winner" in result.stderr) == denied
 
 
+@pytest.mark.parametrize(("command", "on_session_branch", "denied"), [
+    ("git commit --amend --no-edit", True, True),
+    ("git merge feature", True, True),
+    ("git merge --abort", True, False),
+    ("git merge autoresearch/x", False, False),  # into main: the session branch does not move
+    ("git rebase -i HEAD~1", True, True),
+    ("git rebase main autoresearch/x", False, True),  # checks out autoresearch/x, then rebases it
+    ("git rebase autoresearch/x", False, False),
+    ("git cherry-pick feature", True, True),
+    ("git revert --no-edit HEAD", True, True),
+    ("git am fix.patch", True, True),
+    ("git pull --rebase origin main", True, True),
+    ("git reset --soft HEAD~1", True, True),
+    ("git reset feature", True, True),  # feature is a commit ahead: the branch would move there
+    ("git reset HEAD -- a.txt", True, False),
+    ("git reset a.txt", True, False),
+    ("git stash -m 'before git rebase' && git stash pop", True, False),
+    ("git checkout -B autoresearch/x", False, True),
+    ("git checkout -Bautoresearch/x feature", False, True),
+    ("git checkout -B feature autoresearch/x", False, False),
+    ("git switch -C autoresearch/x main", False, True),
+    ("git switch --force-create=autoresearch/x", False, True),
+    ("git worktree add -B autoresearch/x ../w", False, True),
+    ("git branch -f autoresearch/x feature", False, True),
+    ("git branch -f feature autoresearch/x", False, False),
+    ("git branch -M feature autoresearch/x", False, True),
+    ("git branch -m autoresearch/x renamed", False, True),
+    ("git branch -m renamed", True, True),  # renames the branch checked out
+    ("git update-ref refs/heads/autoresearch/x HEAD~1", False, True),
+    ("git update-ref -m moved refs/heads/autoresearch/x feature", False, True),
+    ("git update-ref -d refs/autoresearch/exp/0001", False, True),
+    ("git update-ref HEAD feature", True, True),
+    ("git update-ref refs/heads/feature HEAD", False, False),
+    ("git update-ref --stdin < moves.txt", False, True),  # refs it cannot see, beside session branches
+    ("git fetch . feature:autoresearch/x", False, True),
+    ("git fetch origin +main:refs/heads/autoresearch/x", False, True),
+    ("git fetch origin autoresearch/x:refs/remotes/origin/autoresearch/x", False, False),
+    ("git push origin +HEAD", True, True),
+    ("git push --mirror origin", False, True),
+    ("git checkout main -- a.txt && git commit -m x", True, True),  # restores a file, stays on the branch
+    ("git checkout feature; git commit -m x", True, True),  # if the checkout fails, the commit lands here
+    ("git checkout autoresearch/x; git commit -m x", False, True),
+    ("git checkout - && git commit -m x", False, False),  # back on main after the fixture's checkout -
+    ("g''it commit -m x", True, True),
+    ("git -C sub commit -m x", True, True),
+    ("cd \"$NOWHERE_SET\" && git commit -m x", False, True),  # a directory it cannot resolve
+    ("git -c alias.save='commit -m' save x", True, True),
+    ("git frobnicate", True, False),  # git answers that it is no command
+    ("git log --oneline autoresearch/x && git diff main autoresearch/x", False, False),
+])
+def test_the_guard_refuses_whatever_moves_a_session_branch(
+        repo: Path, tmp_path: Path, command: str, on_session_branch: bool, denied: bool) -> None:
+    (repo / "sub").mkdir()
+    git(repo, "checkout", "-q", "feature")
+    (repo / "b.txt").write_text("b\n")
+    git(repo, "add", "b.txt")
+    git(repo, "commit", "-q", "-m", "b")
+    git(repo, "checkout", "-q", "autoresearch/x" if on_session_branch else "main")
+    result = run_hook("guard", bash_event(repo, command), tmp_path)
+    assert result.returncode == (2 if denied else 0), result.stderr
+    assert ("commit_winner" in result.stderr) == denied
+
+
+def test_the_guard_follows_aliases_and_cd_into_another_repository(repo: Path, tmp_path: Path) -> None:
+    git(repo, "config", "alias.ci", "commit -v")
+    git(repo, "config", "alias.fixup", "!git commit --amend --no-edit")
+    git(repo, "checkout", "-q", "autoresearch/x")
+    for command in ("git ci -m x", "git fixup", "git -C . ci"):
+        assert run_hook("guard", bash_event(repo, command), tmp_path).returncode == 2, command
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    init_repo(plain)
+    assert run_hook("guard", bash_event(plain, f"cd {repo} && git commit -m x"), tmp_path).returncode == 2
+    assert run_hook("guard", bash_event(plain, f"(cd {repo}; git status); git commit -m x"), tmp_path).returncode == 0
+    assert run_hook("guard", bash_event(repo, f"cd {plain} && git commit -m x"), tmp_path).returncode == 0
+
+
 def test_a_failing_guard_denies_instead_of_failing_open(repo: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken-bin"
     broken.mkdir()
