@@ -732,10 +732,14 @@ def _depends(sequence: list[Item], i: int, j: int) -> list[str]:
 
 def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
     """(buffer, first, second, depends_on) for consecutive passes of a block over the same buffer."""
+    previous: Item | None = None  # the pass before `first`
     for i, first in enumerate(sequence):
         if not first.is_pass:
             continue
-        for buf in sorted({*first.reads, *first.writes}):
+        body, previous = previous, first
+        # a scalar tail is paired through its body, which it finishes: one pass, one finding
+        tail_of = {*body.reads, *body.writes} if body is not None and _continues(body.node, first.node) else set()
+        for buf in sorted({*first.reads, *first.writes} - tail_of):
             hits: list[Item] = []  # the next pass on each path: more than one after an if/else
             for j in range(i + 1, len(sequence)):
                 second = sequence[j]
