@@ -49,6 +49,8 @@ def repo(tmp_path: Path) -> Path:
     path = tmp_path / "r"
     path.mkdir()
     (path / "a.txt").write_text("a\n")
+    for script in ("autoresearch.sh", "autoresearch.checks.sh"):  # a session past its setup
+        (path / script).write_text("#!/usr/bin/env bash\n")
     init_repo(path)
     git(path, "branch", "autoresearch/x")
     git(path, "branch", "feature")
@@ -171,6 +173,27 @@ def test_the_guard_follows_aliases_and_cd_into_another_repository(repo: Path, tm
     assert run_hook("guard", bash_event(plain, f"cd {repo} && git commit -m x"), tmp_path).returncode == 2
     assert run_hook("guard", bash_event(plain, f"(cd {repo}; git status); git commit -m x"), tmp_path).returncode == 0
     assert run_hook("guard", bash_event(repo, f"cd {plain} && git commit -m x"), tmp_path).returncode == 0
+
+
+def test_the_setup_commit_start_session_asks_for_is_allowed_and_later_commits_are_not(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    init_repo(repo)
+
+    async def start() -> dict[str, Any]:
+        async with Client(build_server()) as c:
+            return await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="s")
+
+    started = anyio.run(start)
+    assert started["templates_created"] and git(repo, "branch", "--show-current") == "autoresearch/s"
+    step = next(s for s in started["next_steps"] if "git commit" in s)
+    command = step[step.index("git add"):].rstrip(".")
+    assert run_hook("guard", bash_event(repo, command), tmp_path).returncode == 0, command
+    assert run_hook("guard", bash_event(repo, "git commit --amend -m x"), tmp_path).returncode == 2
+    subprocess.run(command, shell=True, cwd=repo, check=True, capture_output=True)
+    denied = run_hook("guard", bash_event(repo, "git commit -am 'tweak'"), tmp_path)
+    assert denied.returncode == 2 and "commit_winner" in denied.stderr
 
 
 def test_a_failing_guard_denies_instead_of_failing_open(repo: Path, tmp_path: Path) -> None:

@@ -7,6 +7,8 @@
   It fails closed: a git command it cannot place (an unknown subcommand or alias on a session branch,
   a directory it cannot resolve, `update-ref --stdin` beside session branches) is refused too.
   It reads the Bash command the agent sends; a program that runs git itself is out of its sight.
+  One commit is the agent's own: the benchmark and checks, on a session branch that lacks them
+  (start_session's setup step).
 - `session-start` (SessionStart): in a repository with a session, its state as context for the agent.
 - `stop` (Stop): a reminder when experiments still run or cloud workers may still be up.
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 PROTECTED = "autoresearch/"
+SCRIPTS = ("autoresearch.sh", "autoresearch.checks.sh")  # until both are committed, a session is being set up
 UNKNOWN = "?"  # a branch or directory the guard cannot tell: treated as a session branch (fail closed)
 DENY_EXIT = 2  # PreToolUse: exit 2 blocks the tool call and shows stderr to Claude (exit 1 would not)
 _SEPARATOR_CHARS = frozenset(";&|()\n")
@@ -159,6 +162,13 @@ class _Guard:
         current = self.current(repo)
         return _refuse(what, current) if _protected(current) else None
 
+    def commit(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+        current = self.current(repo)
+        if current is not None and _protected(current) and not _unresolved(current) and current != UNKNOWN \
+                and "--amend" not in rest and not repo.has_scripts(current):
+            return None  # setup: start_session asks for the benchmark and checks to be committed on its branch
+        return self.head_mover(repo, rest, what)
+
     def reset(self, repo: _Repo, rest: list[str], what: str) -> str | None:
         current = self.current(repo)
         if not _protected(current):
@@ -275,7 +285,7 @@ class _Guard:
 
 
 _JUDGES = {
-    "commit": _Guard.head_mover, "merge": _Guard.head_mover, "cherry-pick": _Guard.head_mover,
+    "commit": _Guard.commit, "merge": _Guard.head_mover, "cherry-pick": _Guard.head_mover,
     "revert": _Guard.head_mover, "am": _Guard.head_mover, "subtree": _Guard.head_mover,
     "reset": _Guard.reset, "rebase": _Guard.rebase, "pull": _Guard.pull, "fetch": _Guard.fetch,
     "checkout": _Guard.checkout, "switch": _Guard.switch, "branch": _Guard.branch, "worktree": _Guard.worktree,
@@ -319,6 +329,11 @@ class _Repo:
         head = self._git("rev-parse", "--verify", "-q", "HEAD^{commit}")
         return head is not None and head == self._git("rev-parse", "--verify", "-q", "--end-of-options",
                                                       f"{name}^{{commit}}")
+
+    def has_scripts(self, branch: str) -> bool:
+        """Whether the branch holds the benchmark and the checks (session.BENCH_SCRIPT, CHECKS_SCRIPT)."""
+        listed = self._git("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
+        return listed is None or len(listed.split()) == len(SCRIPTS)
 
     def has_session_refs(self) -> bool:
         found = self._git("for-each-ref", "--count=1", "refs/heads/autoresearch/", "refs/autoresearch/")
