@@ -19,6 +19,7 @@ import psutil
 import pytest
 from mcp import Client, StdioServerParameters
 
+from autoresearch_mcp import hooks
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.executors.sky_pool import SkyPool
@@ -410,6 +411,8 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is
         assert "slowpoke" in (await error(c, "commit_winner", experiment_id=exp_id))  # still running there
         listed = await call(c, "list_experiments")
         assert listed["running"] == 1 and listed["discarded"] == 0
+        reminder = hooks.stop({"cwd": str(repo), "stop_hook_active": False})  # Claude Code's Stop hook
+        assert reminder is not None and exp_id in reminder["reason"]
 
         cancelled = await call(c, "cancel_experiment", experiment_id=exp_id)
         assert cancelled["status"] == "done" and "slowpoke" in cancelled["message"]
@@ -429,7 +432,7 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is
         assert res["platforms"][0]["passed"] is None
         await call(c, "cancel_experiment", experiment_id=exp_id)
         res = await call(c, "fetch_sky_logs", experiment_id=exp_id)
-        assert res["platforms"][0]["status"] == "cancelled"
+        assert res["platforms"][0]["status"] == "cancelled", json.dumps(res["platforms"][0])
 
     def runners() -> list[psutil.Process]:  # every runner of this experiment's platform runs
         found = []
@@ -538,3 +541,15 @@ def test_a_measured_platform_whose_checks_never_ran_does_not_let_the_winner_thro
         True, "no_change +0.30% in the confirmation A/B, checks passed")
     assert platforms.judge(graviton, checked, "regressed", -4.0)[0] is False
     assert platforms.judge(graviton, {**checked, "error": "run 0: t missing"}, "invalid", None)[0] is False
+
+
+def test_the_stop_hook_counts_platform_runs_and_their_cloud_workers() -> None:
+    from autoresearch_mcp.hooks import cloud_workers
+
+    records = [
+        {"type": "launch", "experiment_id": "a", "session_id": "s1"},
+        {"type": "status", "experiment_id": "a", "status": "running", "runtime": {"cluster": "ar-s1-0"}},
+        {"type": "platform", "experiment_id": "a", "platform": "graviton", "status": "running",
+         "runtime": {"cluster": "ar-5f2c-0"}},
+    ]
+    assert cloud_workers(records, "s1") == ["ar-s1-0", "ar-5f2c-0"]

@@ -514,8 +514,10 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
     config = json.loads((state / "config.json").read_text())
     session_id = str(config.get("session_id"))
     records, _ = Ledger(state / "ledger.jsonl").records()
+    # a host winner still checked on other platforms (issue 16) is still running too
     running = [e for e in fold(records).experiments.values()
-               if e.launch.get("session_id") == session_id and e.status not in FINAL_STATUSES]
+               if e.launch.get("session_id") == session_id and (e.status not in FINAL_STATUSES or any(
+                   p.get("status") not in FINAL_STATUSES for p in e.platforms.values()))]
     workers = cloud_workers(records, session_id)
     idle_minutes = (config.get("sky") or {}).get("idle_minutes_to_autostop", "some")
     if not running and not workers:
@@ -541,7 +543,7 @@ def cloud_workers(records: list[dict[str, Any]], session_id: str) -> list[str]:
         kind = rec.get("type")
         if kind == "launch" and rec.get("session_id") == session_id:
             mine.add(str(rec.get("experiment_id")))
-        elif kind == "status" and rec.get("experiment_id") in mine:
+        elif kind in ("status", "platform") and rec.get("experiment_id") in mine:  # platform: its own workers
             cluster = (rec.get("runtime") or {}).get("cluster")
             if isinstance(cluster, str):
                 used[cluster] = None

@@ -71,6 +71,7 @@ class LocalExecutor(Executor):
         self._queued: dict[str, EventSink] = {}
         self._running: dict[str, _Running] = {}
         self._cancelled: set[str] = set()
+        self._starting: set[str] = set()  # dequeued, runner not started yet (worktrees being prepared)
         self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._work, args=(i,), name=f"autoresearch-local-{i}", daemon=True)
@@ -92,6 +93,9 @@ class LocalExecutor(Executor):
             if sink is not None:
                 self._cancelled.add(experiment_id)  # the worker that dequeues it skips it
                 sink(experiment_id, {"event": "cancelled"})
+                return True
+            if experiment_id in self._starting:
+                self._cancelled.add(experiment_id)  # _run stops the runner as soon as it has started it
                 return True
             running = self._running.get(experiment_id)
             if running is None:
@@ -146,6 +150,7 @@ class LocalExecutor(Executor):
                 if job.experiment_id in self._cancelled:
                     self._cancelled.discard(job.experiment_id)
                     continue
+                self._starting.add(job.experiment_id)
             try:
                 self._run(job, sink, slot)
             except Exception as exc:  # a job must always end with an event
@@ -153,6 +158,10 @@ class LocalExecutor(Executor):
                 sink(job.experiment_id, {"event": "result", "outcome": {
                     "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
                     "error": f"{type(exc).__name__}: {exc}"}})
+            finally:
+                with self._lock:
+                    self._starting.discard(job.experiment_id)
+                    self._cancelled.discard(job.experiment_id)
 
     def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
@@ -182,10 +191,14 @@ class LocalExecutor(Executor):
             running = _Running(proc, marker)
             with self._lock:
                 self._running[job.experiment_id] = running
+                self._starting.discard(job.experiment_id)
+                running.cancelled = job.experiment_id in self._cancelled  # cancelled while it was prepared
             started = psutil.Process(proc.pid).create_time()
             sink(job.experiment_id, {"event": "status", "status": "building", "worker": "local",
                                      "runtime": {"pid": proc.pid, "pid_started": started, "marker": marker,
                                                  "prepare_s": round(prep_s, 3)}})
+            if running.cancelled:
+                self._stop(proc, marker)
             outcome = self._read(proc, job.experiment_id, sink)
             proc.wait()
             with self._lock:

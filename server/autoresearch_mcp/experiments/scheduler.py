@@ -632,6 +632,8 @@ class ExperimentManager:
             if not self.executor.cancel(platforms_.platform_job(experiment_id, name, exp.platforms[name])):
                 self._append({"type": "platform", "experiment_id": experiment_id, "platform": name,
                               "status": "cancelled"})
+        if checking:
+            self._wait(experiment_id, lambda e: not _platforms_running(e), timeout=15.0)
         if exp.status in FINAL_STATUSES:
             return CancelResult(experiment_id=experiment_id, status=exp.status, message=(
                 f"already {exp.status}; its runs on {', '.join(checking)} were cancelled" if checking
