@@ -401,7 +401,7 @@ async def launch_until_slowpoke_checks(c: Client) -> str:
     return exp_id
 
 
-async def test_a_cancelled_platform_run_blocks_the_commit_until_the_candidate_is_launched_again(
+async def test_a_cancelled_platform_run_blocks_the_commit_until_it_is_checked_again_on_that_platform(
         tmp_path: Path) -> None:
     repo = slow_repo(tmp_path)
     async with Client(build_server()) as c:
