@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -146,6 +147,7 @@ def test_the_guard_protects_only_autoresearch_branches(
     ("git -c alias.save='commit -m' save x", True, True),
     ("git frobnicate", True, False),  # git answers that it is no command
     ("git log --oneline autoresearch/x && git diff main autoresearch/x", False, False),
+    ("git worktree add ../w autoresearch/x && git -C ../w commit -m x", False, True),  # a directory made first
 ])
 def test_the_guard_refuses_whatever_moves_a_session_branch(
         repo: Path, tmp_path: Path, command: str, on_session_branch: bool, denied: bool) -> None:
@@ -206,6 +208,18 @@ def test_a_failing_guard_denies_instead_of_failing_open(repo: Path, tmp_path: Pa
     assert result.returncode == 2 and "refused to be safe" in result.stderr
     other = run_hook("guard", bash_event(repo, "ls -la"), tmp_path, PATH=f"{broken}{os.pathsep}{os.environ['PATH']}")
     assert other.returncode == 0  # commands without git never reach python
+
+
+def test_a_guard_that_cannot_run_git_refuses(repo: Path, tmp_path: Path) -> None:
+    tools = tmp_path / "no-git-bin"
+    tools.mkdir()
+    for tool in ("bash", "cat", "dirname", "python3"):
+        found = shutil.which(tool)
+        assert found is not None
+        (tools / tool).symlink_to(found)
+    git(repo, "checkout", "-q", "autoresearch/x")
+    result = run_hook("guard", bash_event(repo, "git commit -m x"), tmp_path, PATH=str(tools))
+    assert result.returncode == 2 and "refused to be safe" in result.stderr
 
 
 def test_session_start_prints_the_sessions_state_and_nothing_elsewhere(tmp_path: Path) -> None:

@@ -101,6 +101,21 @@ def test_passes_over_different_buffers_are_not_reported(tmp_path: Path) -> None:
     assert result.findings == []  # d once, and ws and ws + n are different halves of one workspace
 
 
+def test_rows_of_one_buffer_indexed_at_different_offsets_are_different_buffers(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void halves(float *ws, int n) {
+            for (int i = 0; i < n; i++) ws[i] = 0.0f;
+            for (int i = 0; i < n; i++) ws[n + i] = 1.0f;
+        }
+        void shifted(float *y, int n) {
+            for (int i = 0; i < n; i++) y[i] = 0.0f;
+            for (int i = 0; i < n - 1; i++) y[i + 1] += 1.0f;
+        }
+    """)
+    assert not [f for f in result.findings if f.function == "halves"]  # each element is written once
+    assert only(result, "shifted", "y").kind == "write_then_update"  # a literal offset stays in the row
+
+
 def test_nested_loop_nests_over_one_matrix_are_two_passes(tmp_path: Path) -> None:
     result = scan(tmp_path, """
         void fill_then_double(float *m, const float *v, int rows, int cols) {

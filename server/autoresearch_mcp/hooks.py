@@ -24,12 +24,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 PROTECTED = "autoresearch/"
 SCRIPTS = ("autoresearch.sh", "autoresearch.checks.sh")  # until both are committed, a session is being set up
 UNKNOWN = "?"  # a branch or directory the guard cannot tell: treated as a session branch (fail closed)
+STARTED = time.monotonic()
+DEADLINE_S = 20.0  # answer well within hooks.json's 30 s timeout, before Claude Code gives up on the hook
 DENY_EXIT = 2  # PreToolUse: exit 2 blocks the tool call and shows stderr to Claude (exit 1 would not)
 _SEPARATOR_CHARS = frozenset(";&|()\n")
 _SHELL_PUNCTUATION = "();<>|&\n"
@@ -302,17 +305,22 @@ class _Repo:
         self.key = f"{cwd}\0{lookup}\0{sorted(env.items())}"
 
     def _git(self, *args: str) -> str | None:
-        """git's output, None when it fails (the agent's `-c` options are never passed on)."""
+        """git's output, None when it answers no; the agent's `-c` options are never passed on.
+
+        A git that cannot run or outlasts the hook's time raises, and hooks/run refuses the command.
+        """
         if self.cwd is None:
             return None
-        try:
-            out = subprocess.run(["git", "-C", self.cwd, *self.lookup, *args], capture_output=True, text=True,
-                                 timeout=10, env=self.env)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
+        left = DEADLINE_S - (time.monotonic() - STARTED)
+        if left <= 0:
+            raise TimeoutError(f"the guard took over {DEADLINE_S:g} s (Claude Code stops it at 30 s)")
+        out = subprocess.run(["git", "-C", self.cwd, *self.lookup, *args], capture_output=True, text=True,
+                             timeout=left, env=self.env)
         return out.stdout.strip() if out.returncode == 0 else None
 
     def branch(self) -> str | None:
+        if self.cwd is not None and not os.path.isdir(self.cwd):
+            return UNKNOWN  # a directory the command itself creates first (git worktree add, mkdir)
         return self._git("symbolic-ref", "--short", "-q", "HEAD") or None
 
     def previous_branch(self) -> str | None:

@@ -17,7 +17,8 @@ accumulators), single-element copies. A loop that finishes another's range (a SI
 scalar tail) is the same pass.
 
 Two passes are reported when they touch the same buffer (pointers are followed back to what they
-were initialized from, so `y` and `dst->data` are one buffer, `VKQ32` and `VKQ32 + DV` two) with no
+were initialized from, so `y` and `dst->data` are one buffer, `VKQ32` and `VKQ32 + DV` two, as are
+`y[i]` and `y[n + i]` in loops over i) with no
 pass over that buffer, no barrier and no exclusive branch (`#if`/`#else`, `if`/`else`, switch
 cases) between them. Each report says
 whether the second pass needs a value the first one reduced (a sum, a maximum): such pairs fuse
@@ -568,7 +569,12 @@ class FunctionScan:
         if found is None and name is not None and name not in self.shapes:
             found = (name, name, name)  # an array declared outside the function
         if found is not None:
-            _record(item, found, _assignment_mode(n))
+            # `y[n + i]` walks another row than `y[i]`: the loop-invariant terms of the index are part of the
+            # buffer, as in `y + n` (a literal, `y[i + 1]`, stays within the same row)
+            inner = index.named_child(0) if index.type == "subscript_argument_list" else index
+            offsets = "".join(sign + _squash(term) for sign, term in _terms(_unwrap(inner)) if inner is not None
+                              and not (self.index.identifiers(term) & loop_vars) and term.type != "number_literal")
+            _record(item, (found[0] + offsets, found[1], found[2]), _assignment_mode(n))
 
     def _pointer_args(self, call: tree_sitter.Node, name: str, loop_vars: frozenset[str], item: Item) -> None:
         """`LOAD(x + i)` / `STORE(y + i, v)`: pointer arithmetic on a loop variable inside a call."""
