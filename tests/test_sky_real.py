@@ -176,6 +176,7 @@ def test_an_api_server_the_user_started_keeps_running(tmp_path: Path, own_api_po
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a fresh machine downloads the cloud SDKs (hundreds of MB) first
 def test_the_sky_extra_brings_the_cloud_sdks(tmp_path: Path) -> None:
     """A fresh venv with the `sky` extra as pyproject.toml pins it: `sky check aws` no longer says the
     AWS dependencies are missing (credentials may be; there are none here)."""
