@@ -243,9 +243,10 @@ def _notes(hot: list[HotFunction], event: str, rec: runner.CommandResult, total:
     elif rec.exit_code not in (0, None):
         notes.append(f"the benchmark exited with {rec.exit_code}: the profile may not describe a full run")
     if hot and not any(f.lines for f in hot[:5]):
-        notes.append("no source lines: the build has no debug info. Add -g to the compiler flags in "
-                     f"{BENCH_SCRIPT} build (CMake: -DCMAKE_BUILD_TYPE=RelWithDebInfo; keeps -O2) and commit it on "
-                     "the session branch, then profile again")
+        notes.append("no source lines: the build has no debug info. -g belongs in the compiler flags of "
+                     f"{BENCH_SCRIPT} build (CMake: -DCMAKE_BUILD_TYPE=RelWithDebInfo; keeps -O2), a change to the "
+                     "benchmark that only the person makes: ask them to commit it on the session branch (the "
+                     "plugin's hook refuses your commits there), then profile again")
     if event.startswith("cpu-clock"):
         notes.append("sampled with the cpu-clock timer (this machine exposes no hardware cycle counter): shares "
                      "are of time on CPU, which is what matters here")
