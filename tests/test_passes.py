@@ -382,3 +382,23 @@ async def test_tool_answers_and_refuses_through_both_protocol_modes(tmp_path: Pa
         assert "paths" in await error(client, "find_passes")
         assert "start_session" in await error(client, "find_passes", profile_id="0123456789")
         assert await error(client, "find_passes", paths=[str(path)], limit=0)
+
+
+@pytest.mark.anyio
+async def test_a_whole_file_system_or_home_folder_is_refused_not_walked() -> None:
+    async with Client(build_server()) as client:
+        for root in ("/", str(Path.home())):
+            assert "whole file system or home folder" in await error(client, "find_passes", paths=[root])
+
+
+def test_a_folder_with_more_files_than_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoresearch_mcp.analysis.passes as passes
+
+    monkeypatch.setattr(passes, "MAX_FILES", 3)
+    (tmp_path / "many" / "build").mkdir(parents=True)
+    for i in range(4):
+        source(tmp_path / "many", f"f{i}.c", "void f(void) {}")
+    source(tmp_path / "many" / "build", "skipped.c", "void g(void) {}")
+    with pytest.raises(InputError, match="more than 3"):
+        passes.source_files([tmp_path / "many"])
+    assert len(passes.source_files([tmp_path / "many" / "build"])) == 1

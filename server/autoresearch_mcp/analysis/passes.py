@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 import re
 import subprocess
 import time
@@ -47,6 +48,7 @@ C_SUFFIXES = {".c"}
 CPP_SUFFIXES = {".cpp", ".cc", ".cxx", ".c++", ".h", ".hpp", ".hh", ".hxx", ".inl", ".inc", ".cu", ".cuh"}
 SOURCE_SUFFIXES = C_SUFFIXES | CPP_SUFFIXES
 MAX_FILE_BYTES = 8 * 2**20
+MAX_FILES = 20_000
 SKIP_DIRS = {".git", ".autoresearch", "build", "node_modules", "third_party", "vendor"}
 
 LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
@@ -787,14 +789,24 @@ def suggestion(canonical: str, buf: str, first: Item, second: Item, depends: lis
 
 
 def source_files(paths: list[Path]) -> list[Path]:
+    """The C/C++ files of `paths` (files as given, folders walked without entering SKIP_DIRS), at most
+    MAX_FILES: a whole file system or home folder is refused rather than walked."""
     files: list[Path] = []
     for path in paths:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            for f in sorted(path.rglob("*")):
-                if f.suffix in SOURCE_SUFFIXES and f.is_file() and not (SKIP_DIRS & set(f.relative_to(path).parts)):
-                    files.append(f)
+            resolved = path.resolve()
+            if resolved == Path(resolved.anchor) or resolved == Path.home() or resolved in Path.home().parents:
+                raise InputError(f"{path} is a whole file system or home folder, not a code base: name the "
+                                 "source folders or files to scan")
+            for folder, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+                files.extend(f for n in sorted(names) if Path(n).suffix in SOURCE_SUFFIXES
+                             for f in [Path(folder, n)] if f.is_file())
+                if len(files) > MAX_FILES:
+                    raise InputError(f"more than {MAX_FILES} C/C++ files under {path}: name smaller folders, "
+                                     "files, or functions")
         else:
             raise InputError(f"{path} does not exist: give C/C++ files or folders (absolute, or relative to "
                              "the session repository)")
