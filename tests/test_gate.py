@@ -415,6 +415,18 @@ async def test_diff_backends_reads_no_whole_file_system_and_only_other_git_work_
 # --- 9. nothing an experiment started survives it ------------------------------------------------------------------
 
 
+def escaping_bench(pidfile: Path, wait: str) -> str:
+    """A benchmark that, once the candidate adds `escape`, starts a process in a session of its own
+    (out of the runner's process group) that writes its pid to `pidfile`, then waits `wait` seconds."""
+    return (f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
+            f"</dev/null >/dev/null 2>&1 & sleep {wait}; fi; {NOISY_VALUE}")
+
+
+def stdio_server(repo: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=str(repo),
+                                 env=dict(os.environ))
+
+
 def escaped_pid(marker: Path) -> int | None:
     return int(marker.read_text()) if marker.exists() and marker.read_text().strip() else None
 
@@ -428,9 +440,7 @@ def alive(pid: int) -> bool:
 
 async def test_a_process_that_leaves_its_session_does_not_survive_the_experiment(tmp_path: Path) -> None:
     pidfile = tmp_path / "escaped.pid"
-    bench = (f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
-             f"</dev/null >/dev/null 2>&1 & sleep 0.2; fi; {NOISY_VALUE}")
-    repo = script_repo(tmp_path, bench)
+    repo = script_repo(tmp_path, escaping_bench(pidfile, "0.2"))
     async with Client(build_server()) as c:
         await session(c, repo)
         launched = await call(c, "launch_experiment", title="escape", source="patch", repeats=3,
@@ -509,10 +519,8 @@ async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) 
 
 async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: Path) -> None:
     pidfile = tmp_path / "escaped.pid"
-    repo = script_repo(tmp_path, f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
-                                 f"</dev/null >/dev/null 2>&1 & sleep 60; fi; {NOISY_VALUE}")
-    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=str(repo),
-                                   env=dict(os.environ))
+    repo = script_repo(tmp_path, escaping_bench(pidfile, "60"))
+    params = stdio_server(repo)
     async with Client(params) as c:
         await session(c, repo)
         await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
@@ -528,10 +536,8 @@ async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: 
 
 async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(tmp_path: Path) -> None:
     pidfile = tmp_path / "escaped.pid"
-    repo = script_repo(tmp_path, f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
-                                 f"</dev/null >/dev/null 2>&1 & sleep 60; fi; {NOISY_VALUE}")
-    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=str(repo),
-                                   env=dict(os.environ))
+    repo = script_repo(tmp_path, escaping_bench(pidfile, "60"))
+    params = stdio_server(repo)
     with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
         async with Client(params) as c:
             await session(c, repo)

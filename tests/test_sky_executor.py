@@ -23,6 +23,7 @@ from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.experiments import runner, stats
 from autoresearch_mcp.session import SessionConfig, SkyConfig
 from conftest import git, init_repo
+from helpers import wait_final
 from sky_fake import FakeSky
 
 SESSION = "0123456789ab"
@@ -874,14 +875,8 @@ async def test_a_sky_session_validates_its_benchmark_on_a_worker_it_then_reuses(
             "title": "x", "source": "patch", "repeats": 3,
             "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-1\n+2\n"})
         assert not r.is_error, r
-        exp_id = r.structured_content["experiment_id"]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            r = await c.call_tool("fetch_sky_logs", {"experiment_id": exp_id})
-            if r.structured_content["status"] in ("done", "failed", "lost"):
-                break
-            await anyio.sleep(0.02)
-        assert r.structured_content["status"] == "done", r.structured_content
+        res = await wait_final(c, r.structured_content["experiment_id"])
+        assert res["status"] == "done", res
         assert [op for op, _ in fake.calls] == ["launch", "exec"]  # the validating worker runs the experiment
     assert "METRIC t=7" in (repo / ".autoresearch" / "logs" / "session-validation.log").read_text()
 
