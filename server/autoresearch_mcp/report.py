@@ -32,8 +32,6 @@ from typing import Any
 
 import git
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp import safefs
@@ -388,6 +386,10 @@ def render_chart(data: SessionData, secondary: list[str]) -> bytes:
     """PNG of every experiment in launch order: the primary metric vs the session start, with CI
     whiskers and the running best; one panel per requested secondary metric below it."""
     panels = 1 + len(secondary)
+    # matplotlib only where the chart is drawn: the SessionStart hook and summaries load this module too
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(11, 4.8 + 2.6 * len(secondary)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(panels, 1, sharex=True, squeeze=False, height_ratios=[1.8] + [1.0] * len(secondary))
