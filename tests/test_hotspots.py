@@ -3,7 +3,9 @@ then find_passes ranked by that profile. Real perf, real builds of the bundled e
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import git
@@ -11,14 +13,13 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.analysis import hotspots
-from autoresearch_mcp.analysis.hotspots import parse_report, profile_hotspots
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors import skypilot
 from autoresearch_mcp.executors.sky_pool import SkyPool
-from autoresearch_mcp.experiments.ledger import Ledger
-from autoresearch_mcp.experiments.scheduler import ExperimentManager
+from autoresearch_mcp.experiments import profiler
+from autoresearch_mcp.experiments.profiler import parse_report
 from autoresearch_mcp.session import SessionConfig
-from autoresearch_mcp.state import Session
 from conftest import script_repo
 from helpers import call, error, wait_final
 from sky_fake import FakeSky
@@ -44,32 +45,18 @@ def test_report_rows_add_up_to_functions_with_their_lines() -> None:
     event, functions = parse_report(RECORDED)
     assert event == "cpu-clock:ppp"
     main = functions[("t", "main")]
-    assert main.samples == 172 and dict(main.lines) == {("/tmp/p/t.c", 6): 141, ("/tmp/p/t.c", 9): 31}
-    assert functions[("libc.so.6", "__memmove_avx512_unaligned_erms")].samples == 26
+    assert main["samples"] == 172 and main["lines"] == {("/tmp/p/t.c", 6): 141, ("/tmp/p/t.c", 9): 31}
+    assert functions[("libc.so.6", "__memmove_avx512_unaligned_erms")]["samples"] == 26
     kernel = functions[("[kernel.kallsyms]", "clear_page_erms")]
-    assert kernel.samples == 4 and not kernel.lines  # sym+offset: no source line
-    assert not functions[("t", "helper")].lines  # no debug info
+    assert kernel["samples"] == 4 and not kernel["lines"]  # sym+offset: no source line
+    assert not functions[("t", "helper")]["lines"]  # no debug info
 
 
-def test_a_refused_perf_record_says_how_to_allow_it() -> None:
-    said = ("Error:\nYou may not have permission to collect stats.\n\nConsider tweaking "
-            "/proc/sys/kernel/perf_event_paranoid, which controls use of the performance events system")
-    message = hotspots._record_failure(said)
-    assert "sysctl -w kernel.perf_event_paranoid=1" in message and "root" in message
-
-
-def test_sky_sessions_are_refused_with_the_way_to_profile(tmp_path: Path) -> None:
-    repo = script_repo(tmp_path, "echo METRIC t=1")
-    config = SessionConfig(session_id="s", tag="t", branch="autoresearch/t", repo=str(repo), metric="t",
-                           direction="lower", executor="sky", start_commit="0" * 40, created_at="now")
-    pool = SkyPool(repo, config, FakeSky(tmp_path / "vms"), tmp_path / "staging")
-    try:
-        ledger = Ledger(tmp_path / "ledger.jsonl")
-        session = Session(git.Repo(repo), config, ledger, ExperimentManager(git.Repo(repo), config, ledger, pool))
-        with pytest.raises(StateError, match="executor='local'"):
-            profile_hotspots(session, None, 5, 5)
-    finally:
-        pool.close()
+def test_a_worker_sends_back_the_hottest_rows_of_the_report_only() -> None:
+    rows = "".join(f" 1.00% \x1f {100 - i} \x1ft \x1f[.] f{i} \x1f/p/t.c:{i + 1}\n" for i in range(50))
+    sent = profiler.bounded({"report": "# Samples: 5050 of event 'cpu-clock'\n" + rows}, rows=10)
+    assert sent["report_rows_dropped"] == 40 and sent["report"].startswith("# Samples")
+    assert "[.] f9 " in sent["report"] and "[.] f10 " not in sent["report"]
 
 
 @pytest.fixture
@@ -145,7 +132,7 @@ async def test_without_perf_the_error_says_how_to_install_it(
         await call(client, "start_session", repo=str(debug_example), metric="rows_per_s", direction="higher",
                    tag="noperf")
         real_which = shutil.which
-        monkeypatch.setattr(hotspots.shutil, "which", lambda name: None if name == "perf" else real_which(name))
+        monkeypatch.setattr(profiler.shutil, "which", lambda name: None if name == "perf" else real_which(name))
         assert "apt-get install linux-perf" in await error(client, "profile_hotspots")
 
 
@@ -154,9 +141,9 @@ def test_a_line_compiled_in_another_worktree_is_shown_relative_to_this_one(tmp_p
     (tree / "backend").mkdir(parents=True)
     (tree / "backend" / "ops.c").write_text("int x;\n")
     # ccache hands out objects compiled in another worktree: their debug info names that worktree
-    assert hotspots._in_tree(tmp_path / "tree-a" / "backend" / "ops.c", tree) == Path("backend/ops.c")
-    assert hotspots._in_tree(tree / "backend" / "ops.c", tree) == Path("backend/ops.c")
-    assert hotspots._in_tree(Path("/usr/include/stdio.h"), tree) is None
+    assert profiler.in_tree(tmp_path / "tree-a" / "backend" / "ops.c", tree) == Path("backend/ops.c")
+    assert profiler.in_tree(tree / "backend" / "ops.c", tree) == Path("backend/ops.c")
+    assert profiler.in_tree(Path("/usr/include/stdio.h"), tree) is None
 
 
 @needs_perf
@@ -172,3 +159,119 @@ async def test_without_debug_info_functions_are_named_and_found_by_name(example_
         found = await call(client, "find_passes", profile_id=prof["profile_id"])
         # the hot symbols are looked up by name in the repository (git grep), then scanned
         assert {f["function"] for f in found["findings"]} & {"ns_cpu_forward", "cpu_soft_max"}
+
+
+REFUSED = ("Error:\nAccess to performance monitoring and observability operations is limited.\nConsider adjusting "
+           "/proc/sys/kernel/perf_event_paranoid setting to open\naccess to performance monitoring and observability "
+           "operations for processes\nwithout CAP_PERFMON, CAP_SYS_PTRACE or CAP_SYS_ADMIN Linux capability.\n")
+
+
+def test_a_refused_perf_record_here_says_how_to_allow_it() -> None:
+    raw = {"status": "failed", "problem": "record", "refused": True, "paranoid": "4", "detail": REFUSED}
+    with pytest.raises(StateError) as refused:
+        hotspots._check(hotspots._Run(raw, "this machine"), hotspots._Target("baseline", "a", "a"), "t")
+    assert "sysctl -w kernel.perf_event_paranoid=1" in str(refused.value) and "root" in str(refused.value)
+    assert "kernel.perf_event_paranoid is 4" in str(refused.value)
+
+
+# --- on SkyPilot workers (the fake cloud runs the generated job scripts, and perf, on this machine) ----------
+
+
+@pytest.fixture
+def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSky]:
+    """Sessions started with executor='sky' get a worker pool on a fake cloud; its VMs are downed at the end."""
+    fake = FakeSky(tmp_path / "vms")
+    pools: list[SkyPool] = []
+
+    def make(repo: git.Repo, cfg: SessionConfig, _settings: object) -> SkyPool:
+        pool = SkyPool(Path(repo.working_dir), cfg, fake, tmp_path / "staging", poll_s=0.02, bench_poll_s=0.02,
+                       log_refresh_s=0.05, clock=fake.clock)
+        pools.append(pool)
+        return pool
+
+    monkeypatch.setattr(skypilot, "SkyExecutor", make)
+    yield fake
+    for pool in pools:
+        pool.close()
+    for name in list(fake.vms):
+        fake.down(name)
+
+
+@needs_perf
+@pytest.mark.anyio
+async def test_on_a_cloud_worker_the_profile_runs_alone_and_find_passes_reads_the_commits_sources(
+        debug_example: Path, patches: Path, sky: FakeSky) -> None:
+    async with Client(build_server()) as client:
+        await call(client, "start_session", repo=str(debug_example), metric="rows_per_s", direction="higher",
+                   executor="sky", tag="skyprof")
+        launched = await call(client, "launch_experiment", title="fuse", source="patch", repeats=3,
+                              patch=(patches / "fuse-rms-norm-mul.patch").read_text())
+        # while its pairs are measured, the candidate's profile goes to another worker, never beside them
+        cand = await call(client, "profile_hotspots", experiment_id=launched["experiment_id"], top=3)
+        await wait_final(client, launched["experiment_id"], timeout=240)
+        prof = await call(client, "profile_hotspots", top=3, lines=2)
+        assert sky.overlaps == 0
+        assert cand["commit"] == launched["candidate_commit"] and cand["build"] == launched["experiment_id"]
+        assert prof["build"] == "baseline" and prof["worker"].startswith("ar-") and prof["cost_usd"] > 0
+        top = prof["functions"][0]
+        assert top["dso"] == "normsoft" and top["share_pct"] > 20 and 1 <= len(top["lines"]) <= 2
+        assert top["lines"][0]["file"] == "backend/cpu/ops-cpu.c" and top["lines"][0]["code"]
+        # the raw data stays on the worker; what came back is the parsed profile and the top of the report
+        worker, path = prof["perf_data_path"].split(":", 1)
+        assert worker == prof["worker"] and Path(path).is_relative_to(sky.vms[worker].home)
+        assert Path(path).stat().st_size > 0
+        assert Path(prof["report_path"]).read_text().count("\x1f") > 10
+        assert any("stays on it" in n for n in prof["notes"])
+
+        found = await call(client, "find_passes", profile_id=prof["profile_id"])
+        assert {"cpu_soft_max", "cpu_rms_norm"} <= {f["function"] for f in found["findings"]}
+        assert found["findings"][0]["file"] == "backend/cpu/ops-cpu.c"
+        # the candidate's lines are read in its own commit's files (from git: the worker's copy is gone)
+        found = await call(client, "find_passes", profile_id=cand["profile_id"])
+        assert "cpu_soft_max_from" in {f["function"] for f in found["findings"]}
+        kept = debug_example / ".autoresearch" / "profiles" / f"{cand['profile_id']}.src" / "backend/cpu/ops-cpu.c"
+        assert kept.read_text() == git.Repo(debug_example).git.show(f"{cand['commit']}:backend/cpu/ops-cpu.c") + "\n"
+
+
+def _path_without_perf(tmp_path: Path) -> str:
+    """A PATH with every program of this one but perf (links in one folder)."""
+    farm = tmp_path / "bin-without-perf"
+    farm.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for program in Path(folder).glob("*") if Path(folder).is_dir() else []:
+            if program.name != "perf" and not (farm / program.name).exists():
+                (farm / program.name).symlink_to(program)
+    return str(farm)
+
+
+@pytest.mark.anyio
+async def test_on_a_worker_without_perf_or_its_permission_the_error_gives_the_setup_lines(
+        tmp_path: Path, sky: FakeSky, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = script_repo(tmp_path, "echo METRIC t=1")
+    async with Client(build_server(), mode="legacy") as client:
+        await call(client, "start_session", repo=str(repo), metric="t", direction="lower", executor="sky", tag="np")
+        without_perf = _path_without_perf(tmp_path)
+        monkeypatch.setenv("PATH", without_perf)  # the worker's image has no perf
+        message = await error(client, "profile_hotspots")
+        assert "does not run on worker ar-" in message and "no perf on PATH" in message
+        assert "linux-tools-$(uname -r)" in message and "sudo sysctl -w kernel.perf_event_paranoid=1" in message
+        assert "`sky.setup`" in message and "stop_workers(mode='down') and start_session(..., tag='np')" in message
+
+        # Ubuntu's perf without the tools of the running kernel: a wrapper that says so and fails
+        wrapper = tmp_path / "ubuntu-bin"
+        wrapper.mkdir()
+        (wrapper / "perf").write_text("#!/bin/sh\necho 'WARNING: perf not found for kernel 6.8.0-1021-aws' >&2\n"
+                                      "echo '  linux-tools-6.8.0-1021-aws' >&2\nexit 2\n")
+        (wrapper / "perf").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{wrapper}{os.pathsep}{without_perf}")
+        assert "perf not found for kernel 6.8.0-1021-aws" in await error(client, "profile_hotspots")
+
+        # perf runs, but the kernel refuses the job's user (perf_event_paranoid above 1)
+        (wrapper / "perf").write_text(
+            "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'perf version 6.8.12'; exit 0; fi\n"
+            f"cat >&2 <<'EOF'\n{REFUSED}EOF\nexit 255\n")
+        message = await error(client, "profile_hotspots")
+        assert "perf may not record on worker ar-" in message and "kernel.perf_event_paranoid is " in message
+        assert '"sudo sysctl -w kernel.perf_event_paranoid=1"' in message and "`sky.setup`" in message
+        assert "Access to performance monitoring" in message
+    assert sky.overlaps == 0

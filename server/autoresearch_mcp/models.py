@@ -538,8 +538,10 @@ class ProfileResult(BaseModel):
     total_samples: int
     functions: list[HotFunction]
     report_path: str = Field(description="the full perf report (every function and line), as text")
-    perf_data_path: str
+    perf_data_path: str = Field(description="on a cloud worker: <worker>:<path there>")
     bench_exit_code: int | None
+    worker: str | None = Field(None, description="the cloud worker it ran on (None: this machine)")
+    cost_usd: float | None = Field(None, description="the worker's time for this profile, at its price")
     notes: list[str] = Field(default_factory=list)
 
 

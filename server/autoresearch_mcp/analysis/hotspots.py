@@ -1,43 +1,48 @@
 """Where the time goes: one benchmark run under `perf record`, read back as hot functions and lines.
 
 The run uses the session's own build (the baseline at the session head, or an experiment's
-candidate) in the worktree the experiments share, under the machine lock a benchmark holds, so a
-profile never overlaps a measurement. `perf report --sort dso,sym,srcline` gives samples per source
-line; summed per function they give the function's self time. Source lines need debug info (-g);
-without it the functions are still right and the result says how to get lines.
+candidate). On this machine it runs in the worktree the experiments share, under the machine lock a
+benchmark holds; on SkyPilot workers it is one more job of the worker pool, alone on its worker like
+every job, so a profile never overlaps a measurement. Both run experiments/profiler.py, so both read
+the report with the same code; a worker keeps the raw perf.data and sends back the parsed functions
+and the top of the report. Source lines need debug info (-g); without it the functions are still
+right and the result says how to get lines.
 
-The profile is saved under .autoresearch/profiles/ so find_passes can rank its findings by it.
+The profile is saved under .autoresearch/profiles/, with the hot source files as the profiled commit
+has them, so find_passes can rank its findings by it.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import signal
 import uuid
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from autoresearch_mcp import safefs
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.local import LocalExecutor
-from autoresearch_mcp.experiments import platforms, runner, snapshot
-from autoresearch_mcp.models import HotFunction, HotLine, ProfileResult
+from autoresearch_mcp.executors.sky_pool import SkyPool
+from autoresearch_mcp.experiments import platforms, profiler, runner, snapshot
+from autoresearch_mcp.models import HotFunction, ProfileResult
 from autoresearch_mcp.session import BENCH_SCRIPT, state_dir
 from autoresearch_mcp.state import Session
 
-FREQUENCY_HZ = 999
-SEPARATOR = "\x1f"
-REPORT_TIMEOUT_S = 600.0
-INTERRUPT_GRACE_S = 5.0
-SAVED_FUNCTIONS = 200
 FEW_SAMPLES = 1000
 MAX_KEPT_SOURCES = 50
 MAX_KEPT_BYTES = 8 * 2**20
-CODE_CHARS = 160
-SRCLINE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: \(discriminator \d+\))?$")
-PERMISSION_HINT = re.compile(r"perf_event_paranoid|Permission denied|No permission|not permitted", re.I)
+# What a SkyPilot worker (Ubuntu images) needs to profile: perf for its kernel (a container has no
+# package for its host's kernel: the generic tools then serve), and perf_event_paranoid at 1 for the
+# job's non-root user (Ubuntu sets 4, which refuses every unprivileged perf_event_open).
+WORKER_PERF_SETUP = [
+    "sudo apt-get update -qq",
+    "sudo apt-get install -y -qq linux-tools-common linux-tools-$(uname -r) || sudo apt-get install -y -qq "
+    "linux-tools-generic || sudo apt-get install -y -qq linux-perf",
+]
+WORKER_PARANOID_SETUP = "sudo sysctl -w kernel.perf_event_paranoid=1"
 
 
 def profiles_dir(repo_root: Path) -> Path:
@@ -49,38 +54,27 @@ def sources_dir(repo_root: Path, profile_id: str) -> Path:
     return profiles_dir(repo_root) / f"{profile_id}.src"
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The build to profile: `baseline` (the session head) or an experiment's candidate on its base."""
+
+    build: str
+    base: str
+    commit: str
+
+    @property
+    def role(self) -> str:
+        return "baseline" if self.build == "baseline" else "candidate"
+
+
 @dataclass
-class _Function:
-    name: str
-    dso: str
-    samples: int = 0
-    lines: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+class _Run:
+    """What profiler.py answered, where it ran, and what the run cost (cloud workers only)."""
 
-
-def parse_report(text: str) -> tuple[str, dict[tuple[str, str], _Function]]:
-    """The sampled event and, per (dso, symbol), its samples and samples per source line.
-
-    Reads `perf report --stdio --no-children -t <SEP> -F overhead,sample,dso,sym,srcline`.
-    """
-    event = re.search(r"of event '([^']+)'", text)
-    functions: dict[tuple[str, str], _Function] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or SEPARATOR not in line:
-            continue
-        fields = [f.strip() for f in line.split(SEPARATOR)]
-        if len(fields) < 5:
-            continue
-        try:
-            samples = int(fields[1])
-        except ValueError:
-            continue
-        dso, sym, srcline = fields[2], re.sub(r"^\[[.kgu]\]\s*", "", fields[3]), fields[4]
-        fn = functions.setdefault((dso, sym), _Function(sym, dso))
-        fn.samples += samples
-        m = SRCLINE.match(srcline)
-        if m and int(m.group("line")) > 0 and not m.group("file").startswith("??"):
-            fn.lines[(m.group("file"), int(m.group("line")))] += samples
-    return (event.group(1) if event else "unknown"), functions
+    raw: dict[str, Any]
+    where: str
+    worker: str | None = None
+    cost_usd: float | None = None
 
 
 def profile_hotspots(session: Session, experiment_id: str | None, top: int, lines: int) -> ProfileResult:
@@ -88,75 +82,136 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     executor = session.manager.executor
     if isinstance(executor, platforms.Fleet):  # other platforms: profile on the measured host
         executor = executor.host
-    if not isinstance(executor, LocalExecutor):
-        raise StateError(
-            "profile_hotspots runs the benchmark on this machine, but this session runs experiments on "
-            f"{executor.name} workers, where it cannot profile yet. Resume the session locally to profile: "
-            f"start_session(repo, metric, direction, executor='local', tag='{session.config.tag}'), then switch "
-            "back with executor='sky'")
-    perf = shutil.which("perf")
-    if perf is None:
-        raise StateError("perf is not installed: install it (Debian: apt-get install linux-perf; Ubuntu: "
-                         "apt-get install linux-tools-$(uname -r)) and call profile_hotspots again")
     repo, config = session.repo, session.config
     if experiment_id is None:
-        build, commit, role = "baseline", snapshot.head_commit(repo, config.branch), "baseline"
+        head = snapshot.head_commit(repo, config.branch)
+        target = _Target("baseline", head, head)
     else:
-        build, commit, role = experiment_id, session.manager.fetch(experiment_id, 0).candidate_commit, "candidate"
+        fetched = session.manager.fetch(experiment_id, 0)
+        target = _Target(experiment_id, fetched.base_commit, fetched.candidate_commit)
     root = Path(repo.working_dir)
     profile_id = uuid.uuid4().hex[:10]
-    out_dir = profiles_dir(root)
-    safefs.ensure_dir(root, out_dir)  # the server's files are never written through a link
-    data = out_dir / f"{profile_id}.perf.data"
-    worktrees = executor.worktrees
-    env = platforms.job_env(config.all_platforms[0])
-    tree = worktrees.acquire(commit)
-    try:
-        with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
-            built = runner.build_tree(str(tree), config.timeouts.build, log, snapshot.tree_of(repo, commit),
-                                      machine_lock=str(worktrees.machine_lock()), env=env)
-            if built.command is not None and not built.command.ok:
-                raise StateError(f"`{BENCH_SCRIPT} build` of {build} failed in {tree}:\n{built.command.tail(2000)}")
-            # The benchmark lock: a profile must not overlap a measurement, nor be disturbed by one.
-            with runner.file_lock(str(worktrees.machine_lock())):
-                rec = runner.run_command(
-                    [perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--", "bash",
-                     f"./{BENCH_SCRIPT}",
-                     "bench"], tree, config.timeouts.bench, env=runner.bench_env(role, 0, config.threads, env),
-                    log=log, stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S)
-        if not data.exists() or data.stat().st_size == 0:
-            raise StateError(_record_failure(rec.output))
-        report = runner.run_command(
-            [perf, "report", "-i", str(data), "--stdio", "--no-children", "--full-source-path", "-t", SEPARATOR,
-             "-F", "overhead,sample,dso,sym,srcline"], tree, REPORT_TIMEOUT_S)
-        event, functions = parse_report(report.output)
-        total = sum(f.samples for f in functions.values())
-        if total == 0:
-            raise StateError(f"perf recorded no samples: the benchmark ran for {rec.duration_s:.2f} s; "
-                             f"{_record_failure(rec.output)}")
-        ranked = sorted(functions.values(), key=lambda f: -f.samples)[:SAVED_FUNCTIONS]
-        hot = [_hot_function(f, total, tree, root) for f in ranked]
-        _keep_sources(hot, tree, root, sources_dir(root, profile_id))
-        report_path = out_dir / f"{profile_id}.txt"
-        safefs.write_text(root, report_path, report.output)
-    finally:
-        worktrees.release(tree)
-    notes = _notes(hot, event, rec, total)
-    saved = ProfileResult(profile_id=profile_id, build=build, commit=commit, event=event, total_samples=total,
-                          functions=hot, report_path=str(report_path), perf_data_path=str(data),
-                          bench_exit_code=rec.exit_code, notes=notes)
-    safefs.write_text(root, out_dir / f"{profile_id}.json", saved.model_dump_json())
+    safefs.ensure_dir(root, profiles_dir(root))  # the server's files are never written through a link
+    if isinstance(executor, SkyPool):
+        run = _on_worker(session, executor, target, profile_id)
+    elif isinstance(executor, LocalExecutor):
+        run = _here(session, executor, target, profile_id)
+    else:
+        raise StateError(f"profile_hotspots cannot run on the {executor.name} executor; resume the session with "
+                         "executor='local' or 'sky'")
+    hot = [HotFunction.model_validate(f) for f in run.raw["functions"]]
+    report_path = profiles_dir(root) / f"{profile_id}.txt"
+    safefs.write_text(root, report_path, run.raw.get("report") or "")
+    saved = ProfileResult(
+        profile_id=profile_id, build=target.build, commit=target.commit, event=run.raw["event"],
+        total_samples=run.raw["total_samples"], functions=hot, report_path=str(report_path),
+        perf_data_path=run.raw["perf_data"], bench_exit_code=run.raw["bench"]["exit_code"],
+        worker=run.worker, cost_usd=run.cost_usd, notes=_notes(hot, run))
+    safefs.write_text(root, profiles_dir(root) / f"{profile_id}.json", saved.model_dump_json())
     shown = [f.model_copy(update={"lines": f.lines[:lines]}) for f in hot[:top]]
     return saved.model_copy(update={"functions": shown})
 
 
-def _keep_sources(hot: list[HotFunction], tree: Path, root: Path, dest: Path) -> None:
-    """Copy the files of the hot lines out of the build tree, which may be reused or removed later."""
-    files = list(dict.fromkeys(line.file for f in hot for line in f.lines))[:MAX_KEPT_SOURCES]
+def _here(session: Session, executor: LocalExecutor, target: _Target, profile_id: str) -> _Run:
+    """Build the target in the shared worktrees and profile it on this machine."""
+    perf, seen = profiler.find_perf()
+    if perf is None:
+        raise StateError(f"perf does not run here ({seen}): install it (Debian: apt-get install linux-perf; "
+                         "Ubuntu: apt-get install linux-tools-common linux-tools-$(uname -r)) and call "
+                         "profile_hotspots again")
+    repo, config = session.repo, session.config
+    root = Path(repo.working_dir)
+    data = profiles_dir(root) / f"{profile_id}.perf.data"
+    worktrees = executor.worktrees
+    env = platforms.job_env(config.all_platforms[0])
+    tree = worktrees.acquire(target.commit)
+    try:
+        with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
+            built = runner.build_tree(str(tree), config.timeouts.build, log, snapshot.tree_of(repo, target.commit),
+                                      machine_lock=str(worktrees.machine_lock()), env=env)
+            if built.command is not None and not built.command.ok:
+                raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed in {tree}:\n"
+                                 f"{built.command.tail(2000)}")
+            raw = profiler.profile(perf, tree, data, config.timeouts.bench,
+                                   runner.bench_env(target.role, 0, config.threads, env), log,
+                                   str(worktrees.machine_lock()))
+        run = _Run({**raw, "perf_data": str(data)}, "this machine")
+        _check(run, target, config.tag)
+        _keep_sources(run.raw["functions"], lambda rel: _read_small(tree / rel), root,
+                      sources_dir(root, profile_id))
+    finally:
+        worktrees.release(tree)
+    return run
+
+
+def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str) -> _Run:
+    """One job of the worker pool builds and profiles the target on a worker; the hot files come from git."""
+    repo, config = session.repo, session.config
+    root = Path(repo.working_dir)
+    job = Job(f"profile-{profile_id}", target.base, target.commit,
+              state_dir(root) / "logs" / f"profile-{profile_id}.log", spec={
+                  "profile": profile_id, "timeouts": config.timeouts.model_dump(), "threads": config.threads,
+                  "env": platforms.job_env(config.all_platforms[0]),
+                  "baseline_tree": snapshot.tree_of(repo, target.base),
+                  "candidate_tree": snapshot.tree_of(repo, target.commit)})
+    final = pool.run_first(job)
+    outcome = final.get("outcome") or {}
+    worker = final.get("worker")
+    if final["event"] != "result" or "problem" not in outcome:
+        why = final.get("detail") or outcome.get("error") or final["event"]
+        raise StateError(f"the profile job did not finish on a cloud worker: {why}. Its log: {job.log_path}")
+    run = _Run({**outcome, "perf_data": f"{worker}:{outcome.get('perf_data')}"}, f"worker {worker}", worker,
+               final.get("cost_usd"))
+    _check(run, target, config.tag)
+    _keep_sources(run.raw["functions"], lambda rel: snapshot.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
+                  root, sources_dir(root, profile_id))
+    return run
+
+
+def _check(run: _Run, target: _Target, tag: str) -> None:
+    """Raise what went wrong in profiler.py's answer, with what to do where it ran."""
+    raw, where = run.raw, run.where
+    problem, detail = raw.get("problem"), str(raw.get("detail") or "")
+    if raw.get("status") == "done":
+        return
+    on_worker = run.worker is not None
+    relaunch = (f"; then stop_workers(mode='down') and start_session(..., tag='{tag}') again, so workers launch "
+                "anew with it (setup runs when a worker launches), and call profile_hotspots again")
+    if problem == "no_perf":  # only a worker gets here: this machine's perf is checked before the build
+        setup = ", ".join(f'"{c}"' for c in [*WORKER_PERF_SETUP, WORKER_PARANOID_SETUP])
+        raise StateError(f"perf does not run on {where} ({detail}). Add to `sky.setup` in .autoresearch/config.json: "
+                         f"{setup}{relaunch}")
+    if problem == "build":
+        raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed on {where}:\n{detail}")
+    if raw.get("refused"):
+        fix = (f'add "{WORKER_PARANOID_SETUP}" to `sky.setup` in .autoresearch/config.json{relaunch}' if on_worker
+               else "run the server as root, or lower it: sudo sysctl -w kernel.perf_event_paranoid=1 (persist it in "
+               "/etc/sysctl.d/); in a container, allow perf_event_open (CAP_PERFMON or a seccomp profile that "
+               "permits it)")
+        raise StateError(f"perf may not record on {where} (kernel.perf_event_paranoid is {raw.get('paranoid')}): "
+                         f"{fix}. perf said: {detail}")
+    if problem == "no_samples":
+        raise StateError(f"perf recorded no samples on {where}: the benchmark ran for "
+                         f"{raw['bench']['duration_s']:.2f} s; perf said: {detail}")
+    if problem == "record":
+        raise StateError(f"perf record wrote no data on {where}. Its output: {detail}")
+    raise StateError(f"the profile failed on {where}: {detail}")
+
+
+def _read_small(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() and path.stat().st_size <= MAX_KEPT_BYTES else None
+
+
+def _keep_sources(functions: list[dict[str, Any]], read: Callable[[str], bytes | None], root: Path,
+                  dest: Path) -> None:
+    """Keep copies of the files of the hot lines (the build tree may be reused, removed, or on a worker)."""
+    files = list(dict.fromkeys(line["file"] for f in functions for line in f["lines"]))[:MAX_KEPT_SOURCES]
     for rel in files:
-        source = tree / rel
-        if not Path(rel).is_absolute() and source.is_file() and source.stat().st_size <= MAX_KEPT_BYTES:
-            safefs.write_bytes(root, dest / rel, source.read_bytes())
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            continue
+        data = read(rel)
+        if data is not None:
+            safefs.write_bytes(root, dest / rel, data)
 
 
 def load_profile(session: Session, profile_id: str) -> ProfileResult:
@@ -171,85 +226,30 @@ def load_profile(session: Session, profile_id: str) -> ProfileResult:
     return ProfileResult.model_validate_json(path.read_text())
 
 
-def _hot_function(fn: _Function, total: int, tree: Path, root: Path) -> HotFunction:
-    ranked = sorted(fn.lines.items(), key=lambda kv: -kv[1])[:20]
-    hot_lines = []
-    for (file, line), samples in ranked:
-        rel = _in_tree(Path(file), tree)
-        hot_lines.append(HotLine(file=str(rel) if rel is not None else file, line=line, samples=samples,
-                                 share_pct=_pct(samples, total),
-                                 code=_source_line(tree / rel if rel is not None else Path(file), line)))
-    return HotFunction(name=fn.name, dso=fn.dso, samples=fn.samples, share_pct=_pct(fn.samples, total),
-                       lines=hot_lines)
-
-
-def _in_tree(path: Path, tree: Path) -> Path | None:
-    """The path of a source file relative to the build tree, or None for a file outside it.
-
-    Debug info can name another directory than the tree: with a shared compiler cache an object
-    compiled in another worktree keeps that worktree's path. The longest tail of the path that
-    exists in the tree is then the file.
-    """
-    if path.is_relative_to(tree):
-        return path.relative_to(tree)
-    parts = path.parts
-    for i in range(1, len(parts)):
-        tail = Path(*parts[i:])
-        if (tree / tail).is_file():
-            return tail
-    return None
-
-
-def _pct(samples: int, total: int) -> float:
-    return round(100.0 * samples / total, 2)
-
-
-def _source_line(path: Path, line: int) -> str:
-    try:
-        with open(path, errors="replace") as fh:
-            for i, text in enumerate(fh, start=1):
-                if i == line:
-                    return text.strip()[:CODE_CHARS]
-    except OSError:
-        pass
-    return ""
-
-
-def _record_failure(output: str) -> str:
-    tail = output.strip()[-800:] or "no output"
-    if PERMISSION_HINT.search(output):
-        paranoid = _paranoid()
-        return (f"perf may not record here (kernel.perf_event_paranoid is {paranoid}). Run the server as root, "
-                "or lower it: sudo sysctl -w kernel.perf_event_paranoid=1 (persist it in /etc/sysctl.d/); in a "
-                f"container, allow perf_event_open (CAP_PERFMON or a seccomp profile that permits it). perf said: "
-                f"{tail}")
-    return f"perf record wrote no data. Its output: {tail}"
-
-
-def _paranoid() -> str:
-    try:
-        return Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def _notes(hot: list[HotFunction], event: str, rec: runner.CommandResult, total: int) -> list[str]:
-    notes = []
+def _notes(hot: list[HotFunction], run: _Run) -> list[str]:
+    raw, notes = run.raw, []
+    total, event, bench = raw["total_samples"], raw["event"], raw["bench"]
     if total < FEW_SAMPLES:
-        notes.append(f"only {total} samples ({FREQUENCY_HZ} a second of CPU time): shares below a few percent "
-                     "are noise; profile a longer run (e.g. more iterations in the benchmark) for finer detail")
-    if rec.timed_out:
+        notes.append(f"only {total} samples ({profiler.FREQUENCY_HZ} a second of CPU time): shares below a few "
+                     "percent are noise; profile a longer run (e.g. more iterations in the benchmark) for finer detail")
+    if bench["timed_out"]:
         notes.append("the benchmark timed out and was stopped; the profile covers the time until then")
-    elif rec.exit_code not in (0, None):
-        notes.append(f"the benchmark exited with {rec.exit_code}: the profile may not describe a full run")
+    elif bench["exit_code"] not in (0, None):
+        notes.append(f"the benchmark exited with {bench['exit_code']}: the profile may not describe a full run")
     if hot and not any(f.lines for f in hot[:5]):
         notes.append("no source lines: the build has no debug info. -g belongs in the compiler flags of "
                      f"{BENCH_SCRIPT} build (CMake: -DCMAKE_BUILD_TYPE=RelWithDebInfo; keeps -O2), a change to the "
                      "benchmark that only the person makes: ask them to commit it on the session branch (the "
                      "plugin's hook refuses your commits there), then profile again")
     if event.startswith("cpu-clock"):
-        notes.append("sampled with the cpu-clock timer (this machine exposes no hardware cycle counter): shares "
+        notes.append(f"sampled with the cpu-clock timer ({run.where} exposes no hardware cycle counter): shares "
                      "are of time on CPU, which is what matters here")
+    if run.worker is not None:
+        dropped = raw.get("report_rows_dropped") or 0
+        notes.append(f"profiled on {run.where}, alone there; the raw perf.data stays on it (`ssh {run.worker}`, "
+                     f"`perf report -i <path>`) until it is downed" + (
+                         f"; report_path holds the top of the report ({dropped} colder rows left out)"
+                         if dropped else ""))
     notes.append("next: find_passes(profile_id=...) looks for extra passes over the same buffer in these "
                  "functions")
     return notes

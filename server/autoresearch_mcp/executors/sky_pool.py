@@ -378,6 +378,26 @@ class SkyPool(Executor):
         return ValidationRun(where, command(raw["build"], ["bash", "./autoresearch.sh", "build"]),
                              float(raw["build_s"]), [r for r in runs if r is not None], worker=where + pinned)
 
+    def run_first(self, job: Job) -> dict[str, Any]:
+        """Run `job` ahead of the queued experiments and wait for its final event. It runs as they do:
+        alone on a worker (never beside a measured pair), warm workers first, queued again if its
+        worker is lost, its time charged (`cost_usd`), and refused once the budget is spent."""
+        final: dict[str, Any] = {}
+        done = threading.Event()
+
+        def sink(_exp_id: str, event: dict[str, Any]) -> None:
+            if event["event"] in ("result", "lost", "cancelled"):
+                final.update(event)
+                done.set()
+
+        with self._lock:
+            if self._closed:
+                raise StateError("the server is shutting down; try again after it restarts")
+            self.scheduler.enqueue(Pending(job, sink), front=True)
+            self._dispatch()
+        done.wait()
+        return final
+
     def retire_base(self, commit: str) -> None:
         with self._lock:
             self._retired.append(commit)

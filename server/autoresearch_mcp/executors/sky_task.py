@@ -25,11 +25,13 @@ from typing import Any
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_meter import Pin
-from autoresearch_mcp.experiments import runner
+from autoresearch_mcp.experiments import profiler, runner
 from autoresearch_mcp.session import SkyConfig
 
 RUNNER = Path(runner.__file__).resolve()
+PROFILER = Path(profiler.__file__).resolve()
 WORK = "~/autoresearch/work"
+PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
 # The runner is standard-library Python (3.8 or newer). A compiler cache is what keeps candidate
 # builds cheap, so setup installs ccache where it can and says so where it cannot.
 SETUP = """\
@@ -188,10 +190,38 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
                          f"{(exc.stderr or b'').decode(errors='replace').strip()[:400]}") from None
     (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
     shutil.copyfile(RUNNER, inbox / "runner.py")
-    spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": base, "candidate_dir": exp,
-            "log_path": None, "machine_lock": "machine.lock"}
+    if job.spec.get("profile"):
+        shutil.copyfile(PROFILER, inbox / "profiler.py")
+        spec = profile_job(job)
+    else:
+        spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": base, "candidate_dir": exp,
+                "log_path": None, "machine_lock": "machine.lock"}
     (inbox / "job.json").write_text(json.dumps(spec))
     (inbox / "run.sh").write_text(run_script(job, retired))
+
+
+def profiled_dir(job: Job) -> str:
+    """The tree a profile job profiles: the base build itself (the one experiments reuse), or a fresh
+    copy of the candidate beside it, removed when the job ends."""
+    return base_dir(job.base_commit) if job.candidate_commit == job.base_commit else exp_dir(job.experiment_id)
+
+
+def profile_data(job: Job) -> str:
+    """Where the profile job's raw perf.data stays on the worker."""
+    return f"{PROFILES}/{job.spec['profile']}.perf.data"
+
+
+def profile_job(job: Job) -> dict[str, Any]:
+    """profiler.py's job: which tree to build and profile, with the session's timeouts and environment."""
+    timeouts = job.spec.get("timeouts", {})
+    baseline = job.candidate_commit == job.base_commit
+    return {"profile_id": job.spec["profile"], "tree": profiled_dir(job),
+            "role": "baseline" if baseline else "candidate",
+            "content": job.spec.get("baseline_tree" if baseline else "candidate_tree"),
+            "build_timeout": float(timeouts.get("build", 3600.0)),
+            "bench_timeout": float(timeouts.get("bench", 900.0)),
+            "env": job.spec.get("env"), "threads": job.spec.get("threads"), "data": profile_data(job),
+            "machine_lock": "machine.lock"}
 
 
 VALIDATION_PREFIX = "AUTORESEARCH_VALIDATION "
@@ -223,6 +253,8 @@ fi
 """
     if job.spec.get("validate"):
         return prologue + validation_part(job)
+    if job.spec.get("profile"):
+        return prologue + profile_part(job)
     return prologue + f"""\
 # Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
 "$py" - "$inbox" {base} {build_timeout!r} {content} <<'EOF' || true
@@ -235,12 +267,33 @@ runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, sys.argv[4] or No
 EOF
 # A fresh copy of the sources (a build directory cannot move: CMake records absolute paths); the
 # compiler cache, keyed on paths relative to each tree, makes its build reuse the baseline's objects.
+{unpack_candidate(job)}set +e
+"$py" "$inbox/runner.py" "$inbox/job.json"
+rc=$?
+rm -rf {exp} {exp}.build.lock "$inbox"
+exit $rc
+"""
+
+
+def unpack_candidate(job: Job) -> str:
+    """Shell lines that make `exp-<id>/` a fresh copy of the base with the candidate's changes."""
+    exp = exp_dir(job.experiment_id)
+    return f"""\
 rm -rf {exp} {exp}.build.lock && mkdir {exp}
-tar -xzf "$tars/{base}.tar.gz" -C {exp}
+tar -xzf "$tars/{base_dir(job.base_commit)}.tar.gz" -C {exp}
 if [ -e "$inbox/changes.tar.gz" ]; then tar -xzmf "$inbox/changes.tar.gz" -C {exp}; fi
 (cd {exp} && xargs -0 -r rm -f -- < "$inbox/deleted")
+"""
+
+
+def profile_part(job: Job) -> str:
+    """Profile the base build, or a fresh copy of the candidate (unpacked as an experiment's is):
+    profiler.py builds it, records the benchmark under perf and prints one result line."""
+    exp = exp_dir(job.experiment_id)
+    unpack = "" if job.candidate_commit == job.base_commit else unpack_candidate(job)
+    return unpack + f"""\
 set +e
-"$py" "$inbox/runner.py" "$inbox/job.json"
+"$py" "$inbox/profiler.py" "$inbox/job.json"
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc

@@ -76,6 +76,18 @@ def tree_of(repo: git.Repo, commit: str) -> str:
     return str(repo.git.rev_parse(f"{commit}^{{tree}}"))
 
 
+def file_at(repo: git.Repo, commit: str, path: str, max_bytes: int) -> bytes | None:
+    """A file's bytes as `commit` has it; None when it has no such file or the file is over `max_bytes`."""
+    try:
+        blob = repo.commit(commit).tree / path
+    except (KeyError, ValueError):
+        return None
+    if blob.type != "blob" or blob.size > max_bytes:
+        return None
+    data: bytes = blob.data_stream.read()
+    return data
+
+
 def with_temp_index(repo: git.Repo, base: str, fill: list[str], stdin: str | None = None) -> str:
     """Write a tree: read `base` into a throwaway index, run one `fill` command on it (fed `stdin`)."""
     with tempfile.TemporaryDirectory(prefix="autoresearch-index-") as tmp:

@@ -1,0 +1,231 @@
+"""One benchmark run under `perf record`, read back as hot functions and their hottest source lines.
+
+Standard library only, like the runner beside it, and for the same reason: the server imports it to
+profile on this machine, and the SkyPilot executor ships the very same bytes to a worker
+(`python3 profiler.py JOB.json`), where the build, its sources and the raw perf.data stay; only the
+parsed functions and a bounded part of the report come back, in the runner's result line. So both
+executors read a profile with one parser.
+
+`perf report --sort dso,sym,srcline` gives samples per source line; summed per function they give
+the function's self time. Source lines need debug info (-g); without it the functions are still right.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__:  # imported by the server
+    from . import runner
+else:  # run as a script on a worker, beside runner.py
+    import runner  # type: ignore[no-redef,import-not-found]
+
+FREQUENCY_HZ = 999
+SEPARATOR = "\x1f"
+REPORT_TIMEOUT_S = 600.0
+VERSION_TIMEOUT_S = 30.0
+INTERRUPT_GRACE_S = 5.0
+SAVED_FUNCTIONS = 200
+SAVED_LINES = 20
+REPORT_ROWS = 2000  # rows of the perf report a worker sends back (the top of it: sorted by samples)
+CODE_CHARS = 160
+TAIL_CHARS = 800
+SRCLINE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: \(discriminator \d+\))?$")
+PERMISSION_HINT = re.compile(r"perf_event_paranoid|Permission denied|No permission|not permitted", re.I)
+
+
+def find_perf() -> tuple[str | None, str]:
+    """A perf that runs here, or None and what was found instead.
+
+    Ubuntu's /usr/bin/perf (linux-tools-common) is a wrapper that fails unless the tools of the
+    running kernel are installed (linux-tools-$(uname -r)); any installed /usr/lib/linux-tools/*/perf
+    then still works (perf reads older and newer kernels' events), which is what a container gets.
+    """
+    seen = []
+    found = shutil.which("perf")
+    kernel_tools = sorted(glob.glob("/usr/lib/linux-tools/*/perf"), reverse=True)
+    for perf in ([found] if found else []) + kernel_tools:
+        try:
+            proc = subprocess.run([perf, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            seen.append(f"{perf}: {exc}")
+            continue
+        if proc.returncode == 0:
+            return perf, proc.stdout.strip()
+        seen.append(f"{perf} --version exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[:TAIL_CHARS]}")
+    return None, "; ".join(seen) or "no perf on PATH"
+
+
+def paranoid() -> str:
+    try:
+        return Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def parse_report(text: str) -> tuple[str, dict[tuple[str, str], dict[str, Any]]]:
+    """The sampled event and, per (dso, symbol), its samples and samples per (file, line).
+
+    Reads `perf report --stdio --no-children -t <SEP> -F overhead,sample,dso,sym,srcline`.
+    """
+    event = re.search(r"of event '([^']+)'", text)
+    functions: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or SEPARATOR not in line:
+            continue
+        fields = [f.strip() for f in line.split(SEPARATOR)]
+        if len(fields) < 5:
+            continue
+        try:
+            samples = int(fields[1])
+        except ValueError:
+            continue
+        dso, sym, srcline = fields[2], re.sub(r"^\[[.kgu]\]\s*", "", fields[3]), fields[4]
+        fn = functions.setdefault((dso, sym), {"name": sym, "dso": dso, "samples": 0, "lines": {}})
+        fn["samples"] += samples
+        m = SRCLINE.match(srcline)
+        if m and int(m.group("line")) > 0 and not m.group("file").startswith("??"):
+            key = (m.group("file"), int(m.group("line")))
+            fn["lines"][key] = fn["lines"].get(key, 0) + samples
+    return (event.group(1) if event else "unknown"), functions
+
+
+def in_tree(path: Path, tree: Path) -> Path | None:
+    """The path of a source file relative to the build tree, or None for a file outside it.
+
+    Debug info can name another directory than the tree: with a shared compiler cache an object
+    compiled in another worktree keeps that worktree's path. The longest tail of the path that
+    exists in the tree is then the file.
+    """
+    try:
+        return path.relative_to(tree)
+    except ValueError:
+        pass
+    parts = path.parts
+    for i in range(1, len(parts)):
+        tail = Path(*parts[i:])
+        if (tree / tail).is_file():
+            return tail
+    return None
+
+
+def summarize(report: str, tree: Path) -> dict[str, Any]:
+    """The event, the total samples and the hottest functions (as models.HotFunction reads them):
+    files relative to the tree when inside it, each hot line with its code read in the tree."""
+    event, functions = parse_report(report)
+    total = sum(f["samples"] for f in functions.values())
+    ranked = sorted(functions.values(), key=lambda f: -f["samples"])[:SAVED_FUNCTIONS]
+    hot = []
+    for fn in ranked:
+        lines = []
+        for (file, line), samples in sorted(fn["lines"].items(), key=lambda kv: -kv[1])[:SAVED_LINES]:
+            rel = in_tree(Path(file), tree)
+            lines.append({"file": str(rel) if rel is not None else file, "line": line, "samples": samples,
+                          "share_pct": _pct(samples, total),
+                          "code": _source_line(tree / rel if rel is not None else Path(file), line)})
+        hot.append({"name": fn["name"], "dso": fn["dso"], "samples": fn["samples"],
+                    "share_pct": _pct(fn["samples"], total), "lines": lines})
+    return {"event": event, "total_samples": total, "functions": hot}
+
+
+def _pct(samples: int, total: int) -> float:
+    return round(100.0 * samples / total, 2) if total else 0.0
+
+
+def _source_line(path: Path, line: int) -> str:
+    try:
+        with open(path, errors="replace") as fh:
+            for i, text in enumerate(fh, start=1):
+                if i == line:
+                    return text.strip()[:CODE_CHARS]
+    except OSError:
+        pass
+    return ""
+
+
+def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict[str, str], log: Any,
+            machine_lock: str | None) -> dict[str, Any]:
+    """Run the built tree's benchmark once under perf record and read the report back.
+
+    The benchmark holds the machine lock exclusively, as a measured run does: a profile never
+    overlaps a measurement, nor is disturbed by one. The result says what went wrong (`problem`)
+    rather than raising, so a worker can send it back in its result line.
+    """
+    data.parent.mkdir(parents=True, exist_ok=True)
+    with runner.file_lock(machine_lock):
+        rec = runner.run_command(
+            [perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--",
+             "bash", "./autoresearch.sh", "bench"], tree, bench_timeout_s, env=env, log=log,
+            stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S)
+    out: dict[str, Any] = {"status": "failed", "problem": None, "paranoid": paranoid(),
+                           "bench": {"exit_code": rec.exit_code, "timed_out": rec.timed_out,
+                                     "duration_s": round(rec.duration_s, 3)}}
+    if not data.exists() or data.stat().st_size == 0:
+        return {**out, "problem": "record", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output",
+                "refused": bool(PERMISSION_HINT.search(rec.output))}
+    report = runner.run_command(
+        [perf, "report", "-i", str(data), "--stdio", "--no-children", "--full-source-path", "-t", SEPARATOR,
+         "-F", "overhead,sample,dso,sym,srcline"], tree, REPORT_TIMEOUT_S)
+    summary = summarize(report.output, tree)
+    if summary["total_samples"] == 0:
+        return {**out, "problem": "no_samples", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output",
+                "refused": bool(PERMISSION_HINT.search(rec.output))}
+    return {**out, **summary, "status": "done", "report": report.output}
+
+
+def bounded(result: dict[str, Any], rows: int = REPORT_ROWS) -> dict[str, Any]:
+    """The result with at most `rows` rows of its report: the hottest, as perf sorts them."""
+    kept, count = [], 0
+    for line in str(result.get("report") or "").splitlines(keepends=True):
+        if not line.startswith("#"):
+            count += 1
+            if count > rows:
+                continue
+        kept.append(line)
+    return {**result, "report": "".join(kept), "report_rows_dropped": max(0, count - rows)}
+
+
+def run_job(job: dict[str, Any], log: Any) -> dict[str, Any]:
+    """A worker's profile job: build the tree (reusing a build of the same content), profile it."""
+    perf, seen = find_perf()
+    if perf is None:
+        return {"status": "failed", "problem": "no_perf", "detail": seen}
+    tree, env = Path(job["tree"]).resolve(), job.get("env") or {}
+    built = runner.build_tree(str(tree), float(job["build_timeout"]), log, job.get("content") or None,
+                              machine_lock=job.get("machine_lock"), env=env)
+    if built.command is not None and not built.command.ok:
+        return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
+    result = profile(perf, tree, Path(job["data"]).expanduser().resolve(), float(job["bench_timeout"]),
+                     runner.bench_env(str(job.get("role") or "baseline"), 0, job.get("threads"), env), log,
+                     job.get("machine_lock"))
+    return bounded({**result, "perf": seen, "perf_data": str(Path(job["data"]).expanduser().resolve())})
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: profiler.py JOB.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(argv[1]).read_text())
+    os.environ.setdefault(runner.JOB_ENV, f"{job.get('profile_id', 'profile')}.{os.getpid()}.{time.time_ns()}")
+    signal.signal(signal.SIGTERM, runner._on_term)  # a cancel takes the benchmark down with us
+    signal.signal(signal.SIGINT, runner._on_term)
+    try:
+        result = run_job(job, sys.stdout)
+    except Exception as exc:  # the result line must be printed whatever happened
+        result = {"status": "failed", "problem": "runner", "detail": f"{type(exc).__name__}: {exc}"}
+    print(runner.RESULT_PREFIX + json.dumps(result, separators=(",", ":")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
