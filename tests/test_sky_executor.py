@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import threading
 import time
@@ -228,6 +229,27 @@ def test_one_job_at_a_time_runs_on_each_worker(tmp_path: Path, pool: MakePool) -
     assert all(events.final(e, timeout=60)["outcome"]["status"] == "done" for e in ids)
     assert fake.overlaps == 0
     assert sorted(op for op, _ in fake.calls) == ["exec"] * 3 + ["launch"] * 2
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
+def test_a_profile_waits_for_the_running_experiment_and_goes_before_the_queued_ones(
+        tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    p = pool(repo, fake, workers=1)
+    cand = commit(repo, "c", {"x.txt": "x"})
+    p.submit(job(repo, "running", cand, pairs=2), events)
+    events.wait("running", "building")
+    p.submit(job(repo, "queued", cand, pairs=2), events)
+    head, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+    final = p.run_first(Job("profile-p1", head, head, tmp_path / "logs" / "profile.log", spec={
+        "profile": "p1", "timeouts": {"build": 60, "bench": 60}, "baseline_tree": tree}))
+    assert final["event"] == "result" and final["outcome"]["status"] == "done", final
+    assert final["outcome"]["functions"] and final["cost_usd"] > 0
+    assert events.final("queued")["outcome"]["status"] == "done"
+    # one job at a time on the one worker: the running experiment, then the profile, then the queued one
+    assert [t["name"] for t in fake.tasks] == ["ar-running", "ar-profile-p1", "ar-queued"] and fake.overlaps == 0
+    assert (fake.vms[p.names[0]].home / "autoresearch" / "profiles" / "p1.perf.data").stat().st_size > 0
 
 
 def test_the_scheduler_prefers_a_worker_that_is_already_up() -> None:
