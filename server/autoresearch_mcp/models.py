@@ -537,7 +537,7 @@ class ProfileResult(BaseModel):
     event: str = Field(description="the sampled event (cpu-clock where the machine has no hardware counters)")
     total_samples: int
     functions: list[HotFunction]
-    report_path: str = Field(description="the full perf report (every function and line), as text")
+    report_path: str = Field(description="the perf report as text (every row; from a cloud worker its hottest)")
     perf_data_path: str = Field(description="on a cloud worker: <worker>:<path there>")
     bench_exit_code: int | None
     worker: str | None = Field(None, description="the cloud worker it ran on (None: this machine)")
