@@ -465,6 +465,21 @@ def test_the_budget_stops_new_launches_once_it_is_spent(tmp_path: Path, pool: Ma
     assert len(fake.tasks) == 2
 
 
+def test_a_profile_job_is_charged_like_an_experiment_and_counts_against_the_budget(
+        tmp_path: Path, pool: MakePool) -> None:
+    repo = bench_repo(tmp_path, "echo METRIC t=1")
+    fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
+    p = pool(repo, fake, budget=1.1)  # each job 0.4, and a warm worker's 30 idle minutes 0.4 more
+    head = git(repo, "rev-parse", "HEAD")
+    profile = Job("profile-p1", head, head, tmp_path / "logs" / "p1.log", spec={"profile": "p1"})
+    assert p.run_first(profile)["cost_usd"] == pytest.approx(0.4, abs=1e-3)
+    p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
+    assert events.final("e1")["outcome"]["status"] == "done"
+    again = p.run_first(Job("profile-p2", head, head, tmp_path / "logs" / "p2.log", spec={"profile": "p2"}))
+    assert again["outcome"]["phase"] == "budget" and "budget_usd" in again["outcome"]["error"]
+    assert len(fake.tasks) == 2 and p.spent_usd == pytest.approx(0.8, abs=1e-3)
+
+
 def test_release_downs_every_cluster_of_the_session(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms", canned=canned_result), Events()
