@@ -166,12 +166,15 @@ REFUSED = ("Error:\nAccess to performance monitoring and observability operation
            "operations for processes\nwithout CAP_PERFMON, CAP_SYS_PTRACE or CAP_SYS_ADMIN Linux capability.\n")
 
 
-def test_a_refused_perf_record_here_says_how_to_allow_it() -> None:
+def test_a_refused_perf_record_here_or_in_a_pod_says_how_to_allow_it() -> None:
     raw = {"status": "failed", "problem": "record", "refused": True, "paranoid": "4", "detail": REFUSED}
     with pytest.raises(StateError) as refused:
         hotspots._check(hotspots._Run(raw, "this machine"), hotspots._Target("baseline", "a", "a"), "t")
     assert "sysctl -w kernel.perf_event_paranoid=1" in str(refused.value) and "root" in str(refused.value)
     assert "kernel.perf_event_paranoid is 4" in str(refused.value)
+    on_a_pod = hotspots._Run({**raw, "host": {"cloud": "Kubernetes"}}, "worker ar-x-0", "ar-x-0")
+    with pytest.raises(StateError, match=r"pod cannot lower .*capabilities.add: \[PERFMON\]"):
+        hotspots._check(on_a_pod, hotspots._Target("baseline", "a", "a"), "t")
 
 
 # --- on SkyPilot workers (the fake cloud runs the generated job scripts, and perf, on this machine) ----------

@@ -184,10 +184,16 @@ def _check(run: _Run, target: _Target, tag: str) -> None:
     if problem == "build":
         raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed on {where}:\n{detail}")
     if raw.get("refused"):
-        fix = (f'add "{WORKER_PARANOID_SETUP}" to `sky.setup` in .autoresearch/config.json{relaunch}' if on_worker
-               else "run the server as root, or lower it: sudo sysctl -w kernel.perf_event_paranoid=1 (persist it in "
-               "/etc/sysctl.d/); in a container, allow perf_event_open (CAP_PERFMON or a seccomp profile that "
-               "permits it)")
+        if not on_worker:
+            fix = ("run the server as root, or lower it: sudo sysctl -w kernel.perf_event_paranoid=1 (persist it in "
+                   "/etc/sysctl.d/); in a container, allow perf_event_open (CAP_PERFMON or a seccomp profile that "
+                   "permits it)")
+        elif str((raw.get("host") or {}).get("cloud") or "").lower() == "kubernetes":
+            fix = ("a pod cannot lower its node's setting: give the worker pods CAP_PERFMON (in ~/.sky/config.yaml, "
+                   "kubernetes.pod_config: spec.containers[0].securityContext.capabilities.add: [PERFMON]) or use "
+                   "nodes where it is 1 or lower; then stop_workers(mode='down') and call profile_hotspots again")
+        else:
+            fix = f'add "{WORKER_PARANOID_SETUP}" to `sky.setup` in .autoresearch/config.json{relaunch}'
         raise StateError(f"perf may not record on {where} (kernel.perf_event_paranoid is {raw.get('paranoid')}): "
                          f"{fix}. perf said: {detail}")
     if problem == "no_samples":
