@@ -57,6 +57,9 @@ def test_a_worker_sends_back_the_hottest_rows_of_the_report_only() -> None:
     sent = profiler.bounded({"report": "# Samples: 5050 of event 'cpu-clock'\n" + rows}, rows=10)
     assert sent["report_rows_dropped"] == 40 and sent["report"].startswith("# Samples")
     assert "[.] f9 " in sent["report"] and "[.] f10 " not in sent["report"]
+    small = profiler.bounded({"report": rows}, chars=len(rows) // 10)
+    assert 0 < len(small["report"]) <= len(rows) // 10
+    assert small["report_rows_dropped"] == 50 - small["report"].count("\n")
 
 
 @pytest.fixture

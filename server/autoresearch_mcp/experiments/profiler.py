@@ -37,6 +37,7 @@ INTERRUPT_GRACE_S = 5.0
 SAVED_FUNCTIONS = 50  # as many as the tool shows at most; find_passes reads the first 15
 SAVED_LINES = 20
 REPORT_ROWS = 2000  # rows of the perf report a worker sends back (the top of it: sorted by samples)
+REPORT_CHARS = 256_000
 CODE_CHARS = 160
 TAIL_CHARS = 800
 SRCLINE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: \(discriminator \d+\))?$")
@@ -183,16 +184,18 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
     return {**out, **summary, "status": "done", "report": report.output}
 
 
-def bounded(result: dict[str, Any], rows: int = REPORT_ROWS) -> dict[str, Any]:
-    """The result with at most `rows` rows of its report: the hottest, as perf sorts them."""
-    kept, count = [], 0
+def bounded(result: dict[str, Any], rows: int = REPORT_ROWS, chars: int = REPORT_CHARS) -> dict[str, Any]:
+    """The result with the hottest rows of its report (perf sorts them), at most `rows` and `chars`."""
+    kept, size, dropped = [], 0, 0
     for line in str(result.get("report") or "").splitlines(keepends=True):
         if not line.startswith("#"):
-            count += 1
-            if count > rows:
+            if dropped or rows <= 0 or size + len(line) > chars:
+                dropped += 1
                 continue
+            rows -= 1
+        size += len(line)
         kept.append(line)
-    return {**result, "report": "".join(kept), "report_rows_dropped": max(0, count - rows)}
+    return {**result, "report": "".join(kept), "report_rows_dropped": dropped}
 
 
 def run_job(job: dict[str, Any], log: Any) -> dict[str, Any]:
