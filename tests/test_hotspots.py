@@ -281,3 +281,18 @@ async def test_on_a_worker_without_perf_or_its_permission_the_error_gives_the_se
         assert '"sudo sysctl -w kernel.perf_event_paranoid=1"' in message and "`sky.setup`" in message
         assert "Access to performance monitoring" in message
     assert sky.overlaps == 0
+
+
+@needs_perf
+@pytest.mark.anyio
+async def test_a_candidate_that_does_not_build_on_the_worker_is_named_with_the_builds_output(
+        tmp_path: Path, sky: FakeSky) -> None:
+    repo = script_repo(tmp_path, "echo METRIC t=1", build="if [ -e broken ]; then echo 'ops.c:3: error: x' >&2; "
+                                                        "exit 1; fi")
+    async with Client(build_server()) as client:
+        await call(client, "start_session", repo=str(repo), metric="t", direction="lower", executor="sky", tag="b")
+        launched = await call(client, "launch_experiment", title="breaks", source="patch", repeats=3,
+                              patch="--- /dev/null\n+++ b/broken\n@@ -0,0 +1 @@\n+x\n")
+        assert (await wait_final(client, launched["experiment_id"]))["status"] == "failed"
+        message = await error(client, "profile_hotspots", experiment_id=launched["experiment_id"])
+    assert f"build` of {launched['experiment_id']} failed on worker ar-" in message and "ops.c:3: error" in message
