@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from autoresearch_mcp.analysis import hotspots
 from autoresearch_mcp.executors import sky_task
+from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_port import ClusterGone, NoCloudAccess
 from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.session import SkyConfig
@@ -52,6 +54,23 @@ def test_every_generated_task_is_a_valid_skypilot_task(cfg: SkyConfig, example_r
     assert res.get("cpus") == (None if cfg.instance_type else cfg.cpus) and res.get("use_spot", False) == cfg.use_spot
     assert again.get("file_mounts", {}) == cfg_dict.get("file_mounts", {})
     assert sky.Task.from_yaml_config(copy.deepcopy(again)).to_yaml_config() == again
+
+
+def test_a_profile_job_with_the_perf_setup_the_error_suggests_is_a_valid_task(
+        example_repo: Path, tmp_path: Path) -> None:
+    head = git(example_repo, "rev-parse", "HEAD")
+    j = Job("profile-0123456789", head, head, tmp_path / "p.log", spec={"profile": "0123456789"})
+    sky_task.stage(example_repo, j, tmp_path / "stage", retired=[])
+    cfg = SkyConfig(setup=[*hotspots.WORKER_PERF_SETUP, hotspots.WORKER_PARANOID_SETUP])
+    task = sky_task.task_config(cfg, j, tmp_path / "stage", example_repo)
+    again = sky.Task.from_yaml_config(copy.deepcopy(task))
+    again.validate()
+    assert again.to_yaml_config()["setup"] == task["setup"]
+    inbox = tmp_path / "stage" / "exp-profile-0123456789"
+    run = (inbox / "run.sh").read_text()
+    assert (inbox / "profiler.py").is_file() and '"$inbox/profiler.py"' in run
+    for script in (task["setup"], run):
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # the shell reads it
 
 
 def test_skypilot_rejects_cpus_beside_an_instance_type_with_fewer(example_repo: Path, tmp_path: Path) -> None:
