@@ -172,8 +172,9 @@ def test_alternative_branches_and_barriers_separate_passes(tmp_path: Path) -> No
         }
     """)
     pairs = {tuple(p.start_line for p in f.passes) for f in result.findings if f.function == "variants"}
-    # each #if branch is followed by each if branch, but branches of one conditional never pair
-    assert pairs == {(6, 11), (8, 11), (6, 13), (8, 13)}
+    # each if branch follows the #if, but branches of one conditional never pair, and the #else (the same
+    # pass for another build) is reported through its #if
+    assert pairs == {(6, 11), (6, 13)}
     assert not [f for f in result.findings if f.function == "threaded"]
 
 
@@ -402,3 +403,245 @@ def test_a_folder_with_more_files_than_the_cap_is_refused(tmp_path: Path, monkey
     with pytest.raises(InputError, match="more than 3"):
         passes.source_files([tmp_path / "many"])
     assert len(passes.source_files([tmp_path / "many" / "build"])) == 1
+
+
+# --- loop shapes beyond `for (i = 0; i < n; i++) y[i]`, aliases, lambdas, ranges, #if ----------------
+
+
+def test_pointer_walk_loops_are_passes_over_what_the_pointers_point_into(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void walk(const float *x, float *y, int n, float s) {
+            float *p = y;
+            const float *q = x;
+            int k = n;
+            while (k--) *p++ = *q++ * s;
+            for (float *e = y + n, *r = y; r != e; ++r) *r += 1.0f;
+        }
+        void once(const float *x, float *y, int n, float s) {
+            while (n--) *y++ = *x++ * s;
+        }
+    """)
+    y = only(result, "walk", "p")
+    assert y.buffer == "p (y)" and y.kind == "write_then_update" and y.fusable
+    assert [p.start_line for p in y.passes] == [6, 7]
+    assert not [f for f in result.findings if f.function == "once"]
+
+
+def test_do_while_loops_are_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void dw(float *y, int n) {
+            int i = 0;
+            do { y[i] = 0.0f; i++; } while (i < n);
+            float *p = y;
+            int k = n;
+            do { *p *= 2.0f; p++; } while (--k);
+        }
+        void single(float *y, int n) {
+            int i = 0;
+            do { y[i] = 0.0f; } while (++i < n);
+        }
+    """)
+    y = only(result, "dw", "y")
+    assert y.kind == "write_then_update" and [p.start_line for p in y.passes] == [4, 7]
+    assert not [f for f in result.findings if f.function == "single"]
+
+
+def test_range_for_and_std_algorithms_over_one_container_are_passes(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <algorithm>
+        #include <vector>
+        void ranges(std::vector<float> & v, const std::vector<float> & w, float s) {
+            std::fill(v.begin(), v.end(), 0.0f);
+            for (auto & x : v) x += 1.0f;
+            std::transform(v.begin(), v.end(), v.begin(), [s](float x) { return x * s; });
+            std::for_each(v.begin(), v.end(), [](float & x) { x = x > 0 ? x : 0; });
+            float sum = 0.0f;
+            for (const float x : w) sum += x;
+        }
+        void copies(const float *x, float *y, int n) {
+            std::copy(x, x + n, y);
+            std::for_each(y, y + n, [](float & e) { e *= 2.0f; });
+        }
+        void other_containers(std::vector<float> & a, std::vector<float> & b) {
+            for (auto & x : a) x = 0.0f;
+            std::fill(b.begin(), b.end(), 1.0f);
+            for (const auto & x : a) b[0] += x;
+        }
+    """, name="k.cpp")
+    v = [(f.kind, [p.start_line for p in f.passes]) for f in result.findings if f.function == "ranges"]
+    assert v == [("write_then_update", [5, 6]), ("update_then_update", [6, 7]), ("update_then_update", [7, 8])]
+    y = only(result, "copies", "y")
+    assert y.kind == "write_then_update" and [p.start_line for p in y.passes] == [13, 14]
+    a = only(result, "other_containers", "a")  # b is filled once; b[0] is one element
+    assert a.kind == "write_then_read"
+
+
+def test_aliases_made_by_data_casts_and_assignments_are_the_buffer(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        #include <vector>
+        struct tensor { void * data; };
+        void data_alias(std::vector<float> & v, int n) {
+            float * y = v.data();
+            for (int i = 0; i < n; i++) y[i] = 0.0f;
+            for (auto & x : v) x += 1.0f;
+        }
+        void cast_alias(const tensor * dst, const float * x, int n, int i, int nb1) {
+            auto * y = (float *) ((char *) dst->data + i*nb1);
+            memcpy(y, x, n * sizeof(float));
+            float * z = (float *) ((char *) dst->data + i*nb1);
+            for (int k = 0; k < n; k++) z[k] *= 2.0f;
+        }
+        void reassigned(const float * x, float * ws, int n) {
+            float * y;
+            y = ws;
+            for (int i = 0; i < n; i++) y[i] = x[i];
+            y = ws + n;
+            for (int i = 0; i < n; i++) y[i] = 1.0f;
+            y = ws;
+            for (int i = 0; i < n; i++) y[i] *= 2.0f;
+        }
+    """, name="k.cpp")
+    assert only(result, "data_alias", "y").kind == "write_then_update"
+    assert only(result, "cast_alias", "y").kind == "write_then_update"
+    ws = [(f.kind, [p.start_line for p in f.passes]) for f in result.findings
+          if f.function == "reassigned" and f.buffer.startswith("y")]
+    assert ws == [("write_then_update", [19, 23])]  # ws + n in between is another row
+
+
+def test_lambda_bodies_are_scanned_as_functions_of_their_own(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        template <typename F> void parallel_for(int n, F f) { f(0, n); }
+        void op(const float * x, float * y, int rows, int n, float s) {
+            parallel_for(rows, [&](int begin, int end) {
+                for (int r = begin; r < end; ++r) {
+                    float * row = y + r*n;
+                    memcpy(row, x + r*n, n * sizeof(float));
+                    for (int i = 0; i < n; i++) row[i] *= s;
+                }
+            });
+            auto one = [&](float * out) {
+                for (int i = 0; i < n; i++) out[i] = x[i];
+            };
+            auto two = [&](float * out) {
+                for (int i = 0; i < n; i++) out[i] *= s;
+            };
+            one(y);
+        }
+    """, name="k.cpp")
+    row = [f for f in result.findings if f.buffer.startswith("row")]
+    assert len(row) == 1 and row[0].function == "op::<lambda at line 5>" and row[0].kind == "write_then_update"
+    assert [p.start_line for p in row[0].passes] == [8, 9]
+    assert {f.function for f in result.findings} == {"op::<lambda at line 5>"}  # one and two: one pass each
+
+
+def test_a_single_element_store_between_loops_is_not_a_pass(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void k(const float *x, float *y, int n) {
+            for (int i = 0; i < n; i++) y[i] = x[i];
+            y[0] = 0.0f;
+        }
+        void k2(const float *x, float *y, int n) {
+            y[0] = 0.0f;
+            for (int i = 1; i < n; i++) y[i] = y[i - 1] + x[i];
+            y[n - 1] *= 0.5f;
+        }
+    """)
+    assert result.findings == []
+
+
+def test_loops_over_different_ranges_are_not_reported(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        void diag(float *d, const float *x, int i1, int n) {
+            for (int i0 = 0; i0 < i1; i0++) d[i0] = 0.0f;
+            d[i1] = x[i1];
+            for (int i0 = i1 + 1; i0 < n; i0++) d[i0] = 0.0f;
+        }
+        void pad(float *s, int m, int up, int begin) {
+            for (int i = m; i < up; ++i) s[i] = 0.0f;
+            ggml_vec_scale_f32(begin, s, 2.0f);
+        }
+        void same(float *y, const float *x, int n) {
+            memcpy(y, x, n*sizeof(float));
+            for (int i = 0; i < n; ++i) y[i] *= 2.0f;
+            ggml_vec_scale_f32(n, y, 0.5f);
+        }
+    """)
+    assert {f.function for f in result.findings} == {"same"}
+    assert [f.kind for f in result.findings if f.buffer == "y"] == ["write_then_update", "update_then_update"]
+
+
+def test_a_reduction_then_a_dependent_pass_in_a_range_for_says_what_it_needs(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <vector>
+        void normalize(std::vector<float> & v) {
+            float sum = 0.0f;
+            for (const auto & x : v) sum += x;
+            const float inv = 1.0f / sum;
+            for (auto & x : v) x *= inv;
+        }
+    """, name="k.cpp")
+    v = only(result, "normalize", "v")
+    assert v.kind == "read_then_update" and not v.fusable and v.depends_on == ["inv"]
+    assert "online" in v.suggestion
+
+
+def test_a_simd_path_and_its_scalar_alternative_are_one_pass(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void scale_then_add(float *y, int n, float v) {
+        #if defined(GGML_SIMD)
+            const int np = (n & ~(GGML_F32_STEP - 1));
+            GGML_F32_VEC vx = GGML_F32_VEC_SET1(v);
+            GGML_F32_VEC ay[GGML_F32_ARR];
+            for (int i = 0; i < np; i += GGML_F32_STEP) {
+                for (int j = 0; j < GGML_F32_ARR; j++) {
+                    ay[j] = GGML_F32_VEC_LOAD(y + i + j*GGML_F32_EPR);
+                    ay[j] = GGML_F32_VEC_MUL(ay[j], vx);
+                    GGML_F32_VEC_STORE(y + i + j*GGML_F32_EPR, ay[j]);
+                }
+            }
+            for (int i = np; i < n; ++i) {
+                y[i] *= v;
+            }
+        #else
+            for (int i = 0; i < n; ++i) {
+                y[i] *= v;
+            }
+        #endif
+            for (int i = 0; i < n; ++i) y[i] += 1.0f;
+        }
+        void simd_only(float *y, int n, float v) {
+        #if defined(__ARM_FEATURE_SVE)
+            for (int i = 0; i < n; i += 8) {
+                svbool_t pg = svwhilelt_b32(i, n);
+                svst1_f32(pg, y + i, svmul_f32_m(pg, svld1_f32(pg, y + i), v));
+            }
+        #elif defined(__riscv_v_intrinsic)
+            for (int i = 0, avl; i < n; i += avl) {
+                avl = __riscv_vsetvl_e32m8(n - i);
+                __riscv_vse32_v_f32m8(&y[i], __riscv_vfmul_vf_f32m8(__riscv_vle32_v_f32m8(&y[i], avl), v, avl), avl);
+            }
+        #endif
+        }
+    """)
+    y = [(f.kind, [p.start_line for p in f.passes]) for f in result.findings if f.function == "scale_then_add"]
+    assert y == [("update_then_update", [7, 22])]  # once, from the SIMD path, not again from the scalar one
+    assert not [f for f in result.findings if f.function == "simd_only"]
+
+
+def test_a_pass_in_a_branch_that_returns_is_not_followed_by_the_code_after_it(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <string.h>
+        void dup(const float *x, float *y, int n, int contiguous) {
+            if (contiguous) {
+                memcpy(y, x, n * sizeof(float));
+                return;
+            }
+            for (int i = 0; i < n; i++) y[i] = x[i];
+            for (int i = 0; i < n; i++) y[i] *= 2.0f;
+        }
+    """)
+    y = only(result, "dup", "y")
+    assert [p.start_line for p in y.passes] == [8, 9]

@@ -5,22 +5,29 @@ Memory-bound code pays for every pass over a row: `memcpy(y, x)` followed by an 
 file with tree-sitter (error-tolerant, so macro-heavy code such as ggml parses without its headers
 or a preprocessor), and in every function lists the passes of each block in order:
 
-- a loop nest whose trip count is not a compile-time constant and which indexes a buffer with its
-  loop variables (`x[i]`, `x + i` in a load or store), counted as one pass over what it touches;
+- a loop nest (`for`, `while`, `do`) whose trip count is not a compile-time constant and which
+  indexes a buffer with its loop variables (`x[i]`, `x + i` in a load or store) or walks a pointer
+  along it (`while (n--) *p++ = ...`), counted as one pass over what it touches;
+- a C++ range-for over a container of numbers (`for (auto & x : v)`), and `std::fill` / `copy` /
+  `transform` / `for_each` and their kin over a range (`v.begin(), v.end()` or `y, y + n`);
 - a `memcpy` / `memmove` / `memset` of more than one element;
 - a vector helper that walks a row (`ggml_vec_*(n, out, in...)`): the first buffer after the
   length is written (and read when the helper updates in place), the others are read;
 - a call of a function defined in the scanned files that walks some of its pointer parameters.
 
 Not passes: debug-only code (assert arguments, `#ifndef NDEBUG`), local arrays (register
-accumulators), single-element copies. A loop that finishes another's range (a SIMD body and its
-scalar tail) is the same pass.
+accumulators), single-element accesses (`y[0] = 0`, `memcpy(&eps, p, sizeof(float))`). A loop that
+finishes another's range (a SIMD body and its scalar tail) is the same pass. A lambda's body is
+scanned as a function of its own (named `f::<lambda at line N>`), seeing what it captures.
 
 Two passes are reported when they touch the same buffer (pointers are followed back to what they
-were initialized from, so `y` and `dst->data` are one buffer, `VKQ32` and `VKQ32 + DV` two, as are
-`y[i]` and `y[n + i]` in loops over i) with no
-pass over that buffer, no barrier and no exclusive branch (`#if`/`#else`, `if`/`else`, switch
-cases) between them. Each report says
+were last set to, by a declaration or an assignment, so `y`, `v.data()` and `dst->data` can be one
+buffer, `VKQ32` and `VKQ32 + DV` two, as are `y[i]` and `y[n + i]` in loops over i) with no pass
+over that buffer, no barrier and no exclusive branch (`if`/`else`, switch cases) between them, on
+a path that does not return in between, and over the same range when both ranges are known (the
+bound of the counted loop, the count of a helper or memcpy: `i < i1` and `i = i1 + 1` are not the
+same elements). Branches of an `#if` are the same code for other builds: a pass written as a SIMD
+path and again as a scalar `#else` is paired once, from its first version. Each report says
 whether the second pass needs a value the first one reduced (a sum, a maximum): such pairs fuse
 only with an online formulation (running max and sum, Welford), the others fuse directly.
 """
@@ -29,6 +36,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
+import math
 import os
 import re
 import subprocess
@@ -59,6 +68,24 @@ IN_PLACE = re.compile(r"scale|mad|acc")
 CONSTANT_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 CODE_CHARS = 100
 ASSERTS = {"assert", "GGML_ASSERT", "static_assert", "GGML_UNUSED"}
+# SIMD stores: x86 `_mm256_storeu_ps`, ggml `GGML_F32_VEC_STORE`, NEON `vst1q_f32`, SVE `svst1_f32`, RISC-V
+# `__riscv_vse32_v_f32m8`, POWER `vec_xst`, LoongArch `__lasx_xvst`: every pointer they take is written
+STORE = re.compile(r"(?i)store|(^|_)v?st1|^__riscv_vs|vec_xst|^__lasx?_x?vst")
+# element containers: a pass over `v` walks its elements (`std::vector<std::thread>` is not a buffer)
+CONTAINER = re.compile(r"^(std::)?(vector|valarray|span|array|deque|basic_string)<(const)?(unsigned|signed)?"
+                       r"(float|double|half|int|long|short|char|bool|u?int\d+_t|size_t|ggml_fp16_t|ggml_bf16_t|"
+                       r"ggml_float|_Float16|__fp16|__bf16|bfloat16|[A-Z]\w?)(,[^<>]*)?>$")
+ACCESSORS = {"data", "begin", "end", "cbegin", "cend"}
+# <algorithm> / <numeric> calls as passes: name -> (mode of the first range, index of an output iterator)
+ALGORITHMS = {"fill": ("write", None), "fill_n": ("write", None), "generate": ("write", None),
+              "generate_n": ("write", None), "iota": ("write", None), "copy": ("read", 2), "copy_n": ("read", 2),
+              "move": ("read", 2), "transform": ("read", -2), "for_each": ("each", None),
+              "for_each_n": ("each", None), "accumulate": ("read", None), "reduce": ("read", None),
+              "inner_product": ("read", None), "max_element": ("read", None), "min_element": ("read", None),
+              "minmax_element": ("read", None)}
+
+
+Extent = tuple[str | None, str]  # (first index, bound), normalized; a None start is unknown
 
 
 @dataclass
@@ -70,9 +97,11 @@ class Item:
     what: str = ""
     reads: dict[str, str] = field(default_factory=dict)  # canonical buffer -> name as written
     writes: dict[str, str] = field(default_factory=dict)
+    extents: dict[str, Extent | None] = field(default_factory=dict)  # buffer -> range walked (None: unknown)
     defines: set[str] = field(default_factory=set)
     uses: set[str] = field(default_factory=set)
     barrier: bool = False
+    reaches: float = math.inf  # no pass at or after this byte follows it (its branch returns before)
 
     @property
     def is_pass(self) -> bool:
@@ -185,6 +214,11 @@ def _callee(call: tree_sitter.Node) -> str:
     return re.sub(r"\s+", "", _text(fn)) if fn is not None else ""
 
 
+def _arguments(call: tree_sitter.Node) -> list[tree_sitter.Node]:
+    args = call.child_by_field_name("arguments")
+    return [a for a in args.named_children if a.type != "comment"] if args is not None else []
+
+
 def _declarator_name(decl: tree_sitter.Node | None) -> tuple[str | None, str]:
     """The declared name and its shape: 'pointer', 'array', 'fixed_array' (constant size) or 'scalar'."""
     shape = "scalar"
@@ -261,7 +295,7 @@ class Helpers:
             self._busy.discard(name)
         modes: dict[int, str] = {}
         for index, param in enumerate(_parameters(fn)):
-            if param is None or scan.shapes.get(param) not in ("pointer", "array"):
+            if param is None or scan.shapes.get(param) not in ("pointer", "array", "container"):
                 continue
             reads = any(_of(key, param) for item in items for key in item.reads)
             writes = any(_of(key, param) for item in items for key in item.writes)
@@ -290,29 +324,57 @@ def _parameters(fn: tree_sitter.Node) -> list[str | None]:
 class FunctionScan:
     """The passes of one function definition, and the pairs of them that share a buffer."""
 
-    def __init__(self, fn: tree_sitter.Node, index: NodeIndex, helpers: Helpers | None = None) -> None:
+    def __init__(self, fn: tree_sitter.Node, index: NodeIndex, helpers: Helpers | None = None,
+                 outer: FunctionScan | None = None) -> None:
         self.fn = fn
         self.index = index
         self.helpers = helpers
         self.shapes: dict[str, str] = {}
-        self.aliases: dict[str, tree_sitter.Node] = {}
+        # pointer -> (end of the statement that set it, the value it was set to), in document order
+        self.aliases: dict[str, list[tuple[int, tree_sitter.Node]]] = {}
         self._cond = 0
         self._declarations()
+        if outer is not None:  # a lambda sees what it captures from the enclosing function
+            for name, shape in outer.shapes.items():
+                if name not in self.shapes:
+                    self.shapes[name] = shape
+                    if name in outer.aliases:
+                        self.aliases[name] = outer.aliases[name]
 
     # --- symbols -----------------------------------------------------------------------------------
 
     def _declarations(self) -> None:
         for n in self.index.within(self.fn, ("parameter_declaration", "declaration")):
+            kind = re.sub(r"\s+", "", _text(n.child_by_field_name("type")))
             for d in n.children_by_field_name("declarator"):
                 name, shape = _declarator_name(d)
                 if name is None:
                     continue
                 if shape == "array" and n.type == "declaration":
                     shape = "fixed_array"  # a local array: a stack temporary (registers, L1), not a buffer
+                elif shape == "scalar" and CONTAINER.match(kind):
+                    shape = "container"
+                elif shape == "scalar" and kind == "auto":
+                    shape = "auto"  # a pointer when its initializer is one (`auto y = v.data()`)
                 self.shapes.setdefault(name, shape)
                 value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-                if value is not None and shape == "pointer":
-                    self.aliases.setdefault(name, value)
+                if value is not None and shape in ("pointer", "auto"):
+                    self.aliases.setdefault(name, []).append((d.end_byte, value))
+        for n in self.index.within(self.fn, ("assignment_expression",)):
+            left, value = n.child_by_field_name("left"), n.child_by_field_name("right")
+            if left is None or value is None or left.type != "identifier" or _operator(n) != "=":
+                continue
+            name = _text(left)
+            if self.shapes.get(name) in ("pointer", "auto") and name not in self.index.identifiers(value):
+                self.aliases.setdefault(name, []).append((n.end_byte, value))  # `p = p + 8` walks p: no alias
+        for defs in self.aliases.values():
+            defs.sort(key=lambda d: d[0])
+
+    def _alias(self, name: str, at: int) -> tree_sitter.Node | None:
+        """What pointer `name` was last set to before byte `at` (in document order)."""
+        defs = self.aliases.get(name, [])
+        i = bisect.bisect_right(defs, at, key=lambda d: d[0])
+        return defs[i - 1][1] if i > 0 else None
 
     def pointer(self, node: tree_sitter.Node, drop: frozenset[str] = frozenset(),
                 depth: int = 0) -> tuple[str, str, str] | None:
@@ -327,11 +389,26 @@ class FunctionScan:
         t = node.type
         if t == "identifier":
             name = _text(node)
-            if self.shapes.get(name) in (None, "scalar", "fixed_array"):
+            shape = self.shapes.get(name)
+            if shape in (None, "scalar", "fixed_array"):
                 return None
-            alias = self.aliases.get(name)
+            alias = self._alias(name, node.start_byte)
             origin = self.pointer(alias, drop, depth + 1) if alias is not None and depth < 8 else None
-            return (origin[0], name, origin[2]) if origin is not None else (name, name, name)
+            if origin is not None:
+                return origin[0], name, origin[2]
+            return None if shape == "auto" else (name, name, name)
+        if t == "update_expression":  # *p++
+            arg = node.child_by_field_name("argument")
+            return self.pointer(arg, drop, depth) if arg is not None else None
+        if t == "call_expression":  # v.data(), v.begin(), std::begin(v)
+            fn, args = node.child_by_field_name("function"), _arguments(node)
+            if fn is not None and fn.type == "field_expression" and not args and \
+                    _text(fn.child_by_field_name("field")) in ACCESSORS:
+                obj = fn.child_by_field_name("argument")
+                return self.pointer(obj, drop, depth) if obj is not None else None
+            if len(args) == 1 and _callee(node).removeprefix("std::") in ACCESSORS:
+                return self.pointer(args[0], drop, depth)
+            return None
         if t == "field_expression":
             text = _squash(node)
             return text, text, text
@@ -366,13 +443,19 @@ class FunctionScan:
             out.extend(self._statement(child, alts))
         return out
 
-    def _branches(self, branches: list[tree_sitter.Node | None], alts: tuple[tuple[int, int], ...]) -> list[Item]:
+    def _branches(self, branches: list[tree_sitter.Node | None], alts: tuple[tuple[int, int], ...],
+                  end: int | None = None) -> list[Item]:
+        """The items of each branch; with `end` (an if statement's), a branch that returns never reaches it."""
         self._cond += 1
         cond = self._cond  # nested conditionals take the next ids
         out: list[Item] = []
         for i, branch in enumerate(branches):
             if branch is not None:
-                out.extend(self._statement(branch, (*alts, (cond, i))))
+                items = self._statement(branch, (*alts, (cond, i)))
+                if end is not None and _leaves(branch):
+                    for item in items:
+                        item.reaches = min(item.reaches, end)
+                out.extend(items)
         return out
 
     def _statement(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
@@ -394,7 +477,7 @@ class FunctionScan:
             cons, alt = node.child_by_field_name("consequence"), node.child_by_field_name("alternative")
             cond = node.child_by_field_name("condition")
             head = [self._plain(cond, alts)] if cond is not None else []
-            return head + self._branches([cons, alt], alts)
+            return head + self._branches([cons, alt], alts, node.end_byte)
         if t == "switch_statement":
             body = node.child_by_field_name("body")
             cases = [c for c in body.named_children if c.type == "case_statement"] if body is not None else []
@@ -416,7 +499,7 @@ class FunctionScan:
     def _preproc(self, own: list[tree_sitter.Node], alternative: tree_sitter.Node | None,
                  alts: tuple[tuple[int, int], ...]) -> list[Item]:
         self._cond += 1
-        cond = self._cond
+        cond = -self._cond  # negative: the branches of an #if are builds, not paths of one build
         out: list[Item] = []
         for c in own:
             out.extend(self._statement(c, (*alts, (cond, 0))))
@@ -473,8 +556,7 @@ class FunctionScan:
                    drop: frozenset[str] = frozenset()) -> Item | None:
         """memcpy/memmove/memset of more than one element, a ggml_vec_* helper, or a call of a function
         of the scanned files that walks its pointer parameters, as a pass."""
-        args_node = call.child_by_field_name("arguments")
-        args = [a for a in args_node.named_children if a.type != "comment"] if args_node is not None else []
+        args = _arguments(call)
         item = Item(call, alts)
         if name in COPIES or name in FILLS:
             if len(args) < 3 or _unwrap(args[-1]).type in ("sizeof_expression", "number_literal"):
@@ -482,13 +564,17 @@ class FunctionScan:
             dst = self.pointer(args[0], drop)
             if dst is None:
                 return None
-            _record(item, dst, "write")
+            counted = _byte_count(args[2])
+            _record(item, dst, "write", counted)
             src = self.pointer(args[1], drop) if name in COPIES else None
             if src is not None:
-                _record(item, src, "read")
+                _record(item, src, "read", counted)
             return item
+        if name.startswith("std::") and name.split("::")[-1] in ALGORITHMS:
+            return self._algorithm_pass(item, name.split("::")[-1], args, drop, ranged=name.startswith("std::ranges::"))
         if not VECTOR_HELPER.match(name) or len(args) < 2:
             return self._helper_pass(item, name, args, drop)
+        extent: Extent | None = ("0", _bound(args[0]))
         buffers: list[tuple[int, tuple[str, str, str]]] = []
         for i, arg in enumerate(args[1:], start=1):
             a = _unwrap(arg)
@@ -505,11 +591,75 @@ class FunctionScan:
         if buffers[0][0] == 1:  # ggml's convention: (n, out, in...)
             out = buffers[0][1]
             in_place = (len(buffers) == 1 and "set" not in name) or bool(IN_PLACE.search(name))
-            _record(item, out, "update" if in_place else "write")
+            _record(item, out, "update" if in_place else "write", extent)
             rest = buffers[1:]
         for _, found in rest:
-            _record(item, found, "read")
+            _record(item, found, "read", extent)
         return item
+
+    def _algorithm_pass(self, item: Item, name: str, args: list[tree_sitter.Node], drop: frozenset[str],
+                        ranged: bool) -> Item | None:
+        """`std::fill(y, y + n, 0)`, `std::transform(v.begin(), v.end(), v.begin(), f)`, `std::ranges::fill(v, 0)`:
+        a pass over each range; the extent is the whole container, [first, last), or first's n elements."""
+        step = 1 if ranged else 2  # a range is one argument, an iterator pair two
+        if len(args) < step:
+            return None
+        mode, out = ALGORITHMS[name]
+        first = self.pointer(args[0], drop)
+        if first is None:
+            return None
+        if ranged:
+            extent: Extent | None = ("0", f"size({first[0]})")
+        elif name.endswith("_n"):
+            extent = ("0", _bound(args[1]))
+        else:
+            extent = self._span(first, args[1], drop)
+        if mode == "each":
+            fn = _unwrap(args[-1])
+            mode = self._element_mode(fn) if fn.type == "lambda_expression" else "read"
+        _record(item, first, mode, extent)
+        inputs, outputs = [], []
+        if out is not None:  # (first, last, d_first), (first, last, first2, d_first, op), (range, d_first, op)
+            at = step if name != "transform" or len(args) - step < 3 else step + 1
+            inputs, outputs = args[step:at], args[at:at + 1]
+        for arg, how in [*((a, "read") for a in inputs), *((a, "write") for a in outputs)]:
+            found = self.pointer(arg, drop)
+            if found is not None:
+                _record(item, found, how, extent)
+        return item
+
+    def _span(self, first: tuple[str, str, str], last: tree_sitter.Node, drop: frozenset[str]) -> Extent | None:
+        """The extent of [first, last): `v.end()` is the whole of v, `y + n` is n elements from y."""
+        last = _unwrap(last)
+        end = self.pointer(last, drop)
+        if end is None:
+            return None
+        if end[0] == first[0]:
+            return ("0", f"size({first[0]})") if last.type == "call_expression" else None
+        terms = _terms(last)
+        rest = [(sign, t) for sign, t in terms if self.pointer(t, drop) is None]
+        if len(rest) != len(terms) - 1:
+            return None
+        return ("0", "".join(sign + _squash(t) for sign, t in rest if _unwrap(t).type != "number_literal") or "0")
+
+    def _element_mode(self, owner: tree_sitter.Node) -> str:
+        """How a range-for body or a for_each lambda uses its element (the loop's variable, the lambda's
+        first parameter): written, updated, or only read (also when taken by value: nothing is written back)."""
+        if owner.type == "lambda_expression":
+            decl = owner.child_by_field_name("declarator")
+            plist = decl.child_by_field_name("parameters") if decl is not None else None
+            param = plist.named_children[0] if plist is not None and plist.named_children else None
+            element = param.child_by_field_name("declarator") if param is not None else None
+        else:
+            element = owner.child_by_field_name("declarator")
+        var = _declarator_name(element)[0] if element is not None else None
+        body = owner.child_by_field_name("body")
+        if var is None or body is None or element is None or element.type != "reference_declarator":
+            return "read"
+        modes = [_assignment_mode(n) for n in self.index.within(body, ("identifier",)) if _text(n) == var]
+        if "write" not in modes and "update" not in modes:
+            return "read"
+        return "write" if all(m == "write" for m in modes) else "update"
 
     def _helper_pass(self, item: Item, name: str, args: list[tree_sitter.Node], drop: frozenset[str]) -> Item | None:
         """A call of a function defined in the scanned files that walks some of its pointer parameters."""
@@ -521,33 +671,48 @@ class FunctionScan:
         return item if item.is_pass else None
 
     def _loop(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
-        """A loop nest as one item: a pass when a non-constant loop in it indexes a buffer."""
+        """A loop nest as one item: a pass when a non-constant loop in it indexes a buffer, walks a pointer
+        over one (`*p++`), or ranges over a container (`for (auto & x : v)`)."""
         item = Item(node, alts, what=_code(node))
         names: set[str] = set()
-        walking = False
+        spans: dict[str, Extent | None] = {}  # loop variable -> the range its loop walks
+        lanes: set[str] = set()  # variables of constant-trip loops: SIMD registers, not a walk
         for n in self.index.within(node, LOOPS, code=True):
-            own = _loop_vars(n)
+            if n.type == "for_range_loop":
+                names |= self._range_pass(n, item)
+                continue
+            own = _loop_vars(n) | self._advanced(n)
             names |= own
-            walking = walking or (bool(own) and not _constant_trip(n))
+            if _constant_trip(n):
+                lanes |= own
+                continue
+            counted = _loop_extent(n)
+            for var in own:
+                spans[var] = counted[1] if counted is not None and counted[0] == var else None
         loop_vars = frozenset(names)
+        if len(spans) > 1:  # a nest walks rows of rows (often through row pointers): its range is not one bound
+            spans = dict.fromkeys(spans)
+        walk = _Walk(loop_vars, spans, lanes)
         for n in self.index.within(node, ("call_expression",), code=True):
             name = _callee(n)
             if "barrier" in name.lower():
                 item.barrier = True
             call_item = self._call_pass(n, name, alts, loop_vars)
             if call_item is not None:
+                if self.index.identifiers(n) & loop_vars:  # a call per row: the loop's range is more
+                    call_item.extents = dict.fromkeys(call_item.extents)
                 _merge(item, call_item)
-            elif walking:
-                self._pointer_args(n, name, loop_vars, item)
-        if walking:
+            elif spans:
+                self._pointer_args(n, name, walk, item)
+        if spans:
             for n in self.index.within(node, ("subscript_expression",), code=True):
-                self._subscript(n, loop_vars, item)
+                self._subscript(n, walk, item)
             for n in self.index.within(node, ("pointer_expression",), code=True):
                 arg = n.child_by_field_name("argument")
                 if _operator(n) == "*" and arg is not None and self.index.identifiers(arg) & loop_vars:
                     found = self.pointer(arg, loop_vars)
                     if found is not None:
-                        _record(item, found, _assignment_mode(n))
+                        _record(item, found, _assignment_mode(n), walk.extent(self.index.identifiers(arg)))
         declared_inside = {
             name for n in self.index.within(node, ("declaration", "parameter_declaration"))
             for d in n.children_by_field_name("declarator") for name in [_declarator_name(d)[0]] if name}
@@ -558,16 +723,47 @@ class FunctionScan:
             item.writes.clear()
         return item
 
-    def _subscript(self, n: tree_sitter.Node, loop_vars: frozenset[str], item: Item) -> None:
-        """`x[i]` with a loop variable in the index: the loop walks x."""
+    def _range_pass(self, loop: tree_sitter.Node, item: Item) -> set[str]:
+        """`for (auto & x : v)` over a container of numbers: a pass over all of v. Returns the element's name."""
+        element = loop.child_by_field_name("declarator")
+        var = _declarator_name(element)[0] if element is not None else None
+        right = loop.child_by_field_name("right")
+        r = _unwrap(right) if right is not None else None
+        if r is not None and r.type == "identifier" and self.shapes.get(_text(r)) in ("container", "auto"):
+            found = self.pointer(r)
+            if found is not None:
+                _record(item, found, self._element_mode(loop), ("0", f"size({found[0]})"))
+        return {var} if var else set()
+
+    def _advanced(self, loop: tree_sitter.Node) -> set[str]:
+        """Pointers the loop moves along a buffer: `p++`, `p += 8`, `p = p + stride`."""
+        moved: set[str] = set()
+        for n in self.index.within(loop, ("update_expression", "assignment_expression"), code=True):
+            target = n.child_by_field_name("argument" if n.type == "update_expression" else "left")
+            if target is None or target.type != "identifier":
+                continue
+            name = _text(target)
+            if self.shapes.get(name) not in ("pointer", "auto"):
+                continue
+            value = n.child_by_field_name("right")
+            if n.type == "update_expression" or _operator(n) in ("+=", "-=") or (
+                    value is not None and name in self.index.identifiers(value)):
+                moved.add(name)
+        return moved
+
+    def _subscript(self, n: tree_sitter.Node, walk: _Walk, item: Item) -> None:
+        """`x[i]` with a loop variable in the index, or `p[k]` with p moved by the loop: the loop walks x."""
         base, index = n.child_by_field_name("argument"), _index(n)
-        if base is None or index is None or not (self.index.identifiers(index) & loop_vars):
+        if base is None or index is None:
             return
         b = _unwrap(base)
         name = _text(b) if b.type == "identifier" else None
+        in_index = self.index.identifiers(index) & walk.vars
+        if not in_index and name not in walk.vars:
+            return
         if name is not None and self.shapes.get(name) in ("scalar", "fixed_array"):
             return
-        found = self.pointer(base, loop_vars)
+        found = self.pointer(base, walk.vars)
         if found is None and name is not None and name not in self.shapes:
             found = (name, name, name)  # an array declared outside the function
         if found is not None:
@@ -575,22 +771,24 @@ class FunctionScan:
             # buffer, as in `y + n` (a literal, `y[i + 1]`, stays within the same row)
             inner = index.named_child(0) if index.type == "subscript_argument_list" else index
             offsets = "".join(sign + _squash(term) for sign, term in _terms(_unwrap(inner)) if inner is not None
-                              and not (self.index.identifiers(term) & loop_vars) and term.type != "number_literal")
-            _record(item, (found[0] + offsets, found[1], found[2]), _assignment_mode(n))
+                              and not (self.index.identifiers(term) & walk.vars) and term.type != "number_literal")
+            moved = {name} if name in walk.vars else set()
+            _record(item, (found[0] + offsets, found[1], found[2]), _assignment_mode(n), walk.extent(in_index | moved))
 
-    def _pointer_args(self, call: tree_sitter.Node, name: str, loop_vars: frozenset[str], item: Item) -> None:
-        """`LOAD(x + i)` / `STORE(y + i, v)`: pointer arithmetic on a loop variable inside a call."""
-        args_node = call.child_by_field_name("arguments")
-        if args_node is None:
-            return
-        store = "store" in name.lower()
-        for i, arg in enumerate(args_node.named_children):
+    def _pointer_args(self, call: tree_sitter.Node, name: str, walk: _Walk, item: Item) -> None:
+        """`LOAD(x + i)` / `STORE(y + i, v)` / `svst1_f32(pg, y + i, v)`: pointer arithmetic on a loop variable
+        inside a call; every pointer a SIMD store takes is written."""
+        store = bool(STORE.search(name))
+        for arg in _arguments(call):
             a = _unwrap(arg)
-            if a.type != "binary_expression" or not (self.index.identifiers(a) & loop_vars):
+            if a.type not in ("binary_expression", "pointer_expression"):
                 continue
-            found = self.pointer(a, loop_vars)
+            used = self.index.identifiers(a) & walk.vars
+            if not used or (a.type == "pointer_expression" and (_operator(a) != "&" or not store)):
+                continue  # `&y[i]` as a load's argument is already read as a subscript
+            found = self.pointer(a, walk.vars)
             if found is not None:
-                _record(item, found, "write" if store and i == 0 else "read")
+                _record(item, found, "write" if store else "read", walk.extent(used))
 
     # --- pairs -------------------------------------------------------------------------------------
 
@@ -607,13 +805,84 @@ class FunctionScan:
                     yield self.items(inner) if inner.type == "compound_statement" else self._statement(inner, ())
 
 
-def _record(item: Item, found: tuple[str, str, str], mode: str) -> None:
+@dataclass
+class _Walk:
+    """The variables a loop nest walks with, and the range each walks (None: unknown)."""
+
+    vars: frozenset[str]
+    spans: dict[str, Extent | None]
+    lanes: set[str]
+
+    def extent(self, used: set[str]) -> Extent | None:
+        """The range an access indexed by `used` covers: known when one counted loop alone drives it (with a
+        register lane or a second loop in the index, `y[i + j*EPR]`, it is more than that loop's bound)."""
+        return self.spans.get(next(iter(used))) if len(used) == 1 else None
+
+
+def _record(item: Item, found: tuple[str, str, str], mode: str, extent: Extent | None = None) -> None:
     identity, name, base = found
     label = name if name == base else f"{name} ({base})"
     if mode in ("write", "update"):
         item.writes.setdefault(identity, label)
     if mode in ("read", "update"):
         item.reads.setdefault(identity, label)
+    _extend(item, identity, extent)
+
+
+def _extend(item: Item, identity: str, extent: Extent | None) -> None:
+    """One item walking a buffer over two different ranges: its extent is unknown."""
+    if identity in item.extents and item.extents[identity] != extent:
+        item.extents[identity] = None
+    else:
+        item.extents[identity] = extent
+
+
+def _bound(node: tree_sitter.Node) -> str:
+    """A loop bound or element count as compared between passes: casts, parentheses, whitespace and literal
+    terms dropped (`n - 1` is `n`: the same row), `v.size()` and `std::size(v)` as size(v)."""
+    node = _unwrap(node)
+    if node.type == "call_expression":
+        fn, args = node.child_by_field_name("function"), _arguments(node)
+        if fn is not None and fn.type == "field_expression" and _text(fn.child_by_field_name("field")) == "size":
+            return f"size({_squash(fn.child_by_field_name('argument') or fn)})"
+        if _callee(node) in ("std::size", "size") and len(args) == 1:
+            return f"size({_squash(args[0])})"
+    return "".join(sign + _squash(t) for sign, t in _terms(node) if _unwrap(t).type != "number_literal") or "0"
+
+
+def _byte_count(size: tree_sitter.Node) -> Extent | None:
+    """`n * sizeof(float)` is n elements; a count of bytes alone (`nb1`) cannot be compared with a loop's."""
+    size = _unwrap(size)
+    if size.type == "binary_expression" and _operator(size) == "*":
+        left, right = size.child_by_field_name("left"), size.child_by_field_name("right")
+        for a, b in ((left, right), (right, left)):
+            if a is not None and b is not None and _unwrap(a).type == "sizeof_expression":
+                return ("0", _bound(b))
+    return None
+
+
+def _loop_extent(loop: tree_sitter.Node) -> tuple[str, Extent] | None:
+    """(variable, (start, bound)) of a counted for loop: `for (int i = s; i < n; ...)`."""
+    cond = loop.child_by_field_name("condition")
+    if loop.type != "for_statement" or cond is None or cond.type != "binary_expression":
+        return None
+    left, right, op = cond.child_by_field_name("left"), cond.child_by_field_name("right"), _operator(cond)
+    if left is None or right is None:
+        return None
+    if op in (">", ">="):
+        left, right = right, left
+    elif op not in ("<", "<=", "!="):
+        return None
+    if _unwrap(left).type != "identifier":
+        return None
+    var, start = _text(_unwrap(left)), None
+    for n in loop.children_by_field_name("initializer"):
+        for m in _walk(n):
+            if m.type == "init_declarator" and _declarator_name(m.child_by_field_name("declarator"))[0] == var:
+                start = m.child_by_field_name("value")
+            elif m.type == "assignment_expression" and _text(m.child_by_field_name("left")) == var:
+                start = m.child_by_field_name("right")
+    return var, (_bound(start) if start is not None else None, _bound(right))
 
 
 def _squash(node: tree_sitter.Node) -> str:
@@ -644,6 +913,8 @@ def _merge(into: Item, other: Item) -> None:
         into.reads.setdefault(k, v)
     for k, v in other.writes.items():
         into.writes.setdefault(k, v)
+    for k, e in other.extents.items():
+        _extend(into, k, e)
     into.defines |= other.defines
 
 
@@ -682,7 +953,8 @@ def _loop_vars(loop: tree_sitter.Node) -> set[str]:
         if cond is None or body is None:
             return set()
         updated = {
-            _text(t) for n in _walk(body) if n.type in ("update_expression", "assignment_expression")
+            _text(t) for part in (body, cond) for n in _walk(part)
+            if n.type in ("update_expression", "assignment_expression")
             for t in [n.child_by_field_name("argument") or n.child_by_field_name("left")]
             if t is not None and t.type == "identifier"}
         return updated & _identifiers(cond)
@@ -721,6 +993,20 @@ def _code(node: tree_sitter.Node) -> str:
     return first if len(first) <= CODE_CHARS else first[: CODE_CHARS - 3] + "..."
 
 
+def _leaves(branch: tree_sitter.Node) -> bool:
+    """Whether a branch ends by leaving the block: `return`, `break`, `continue`, `GGML_ABORT(...)`."""
+    last = branch
+    while last.type in ("compound_statement", "else_clause"):
+        body = [c for c in last.named_children if c.type != "comment"]
+        if not body:
+            return False
+        last = body[-1]
+    if last.type in ("return_statement", "break_statement", "continue_statement", "goto_statement"):
+        return True
+    call = last.named_children[0] if last.type == "expression_statement" and last.named_children else None
+    return call is not None and call.type == "call_expression" and _callee(call) in ("GGML_ABORT", "abort", "exit")
+
+
 def _compatible(a: Item, b: Item) -> bool:
     """False when a and b lie in different branches of the same #if or if: never both executed."""
     branch = dict(a.alts)
@@ -738,8 +1024,42 @@ def _depends(sequence: list[Item], i: int, j: int) -> list[str]:
     return sorted(sequence[j].uses & tainted)
 
 
+def _builds_apart(a: Item, b: Item) -> bool:
+    """Whether a and b lie in different branches of one #if: the same pass written for another build."""
+    branch = dict(a.alts)
+    return any(cond < 0 and branch.get(cond, index) != index for cond, index in b.alts)
+
+
+def _different_ranges(a: Extent | None, b: Extent | None) -> bool:
+    """Known and different: another bound, or another non-literal start (`i0 < i1` then `i0 = i1 + 1`).
+    A whole container (`size(v)`) may well be `n` elements: only another container's size differs from it."""
+    if a is None or b is None:
+        return False
+    whole = a[1].startswith("size(") + b[1].startswith("size(")
+    return (a[1] != b[1] and whole != 1) or (a[0] is not None and b[0] is not None and a[0] != b[0])
+
+
 def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
-    """(buffer, first, second, depends_on) for consecutive passes of a block over the same buffer."""
+    """(buffer, first, second, depends_on) for consecutive passes of a block over the same buffer.
+
+    Passes over different ranges of a buffer are not paired, and a pass written once per build (an #if
+    with a SIMD path, an #else with the scalar loop) is paired once, from its first version.
+    """
+    following = {i: j for i, j in itertools.pairwise(k for k, item in enumerate(sequence) if item.is_pass)}
+
+    def extent(i: int, buf: str) -> Extent | None:
+        """The range pass i walks over buf, with the scalar tail that finishes a SIMD body."""
+        found = sequence[i].extents.get(buf)
+        j = i
+        while found is not None and j in following and _continues(sequence[j].node, sequence[following[j]].node):
+            j = following[j]
+            tail = sequence[j]
+            if buf in tail.reads or buf in tail.writes:
+                end = tail.extents.get(buf)
+                found = (found[0], end[1]) if end is not None else None
+        return found
+
+    reported: dict[tuple[str, int], list[Item]] = {}  # (buffer, second) -> the firsts it was paired with
     previous: Item | None = None  # the pass before `first`
     for i, first in enumerate(sequence):
         if not first.is_pass:
@@ -751,15 +1071,23 @@ def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
             hits: list[Item] = []  # the next pass on each path: more than one after an if/else
             for j in range(i + 1, len(sequence)):
                 second = sequence[j]
-                if not _compatible(first, second) or any(_compatible(h, second) for h in hits):
+                if second.node.start_byte >= first.reaches:
+                    break
+                if not _compatible(first, second) or any(_compatible(h, second) or _builds_apart(h, second)
+                                                         for h in hits):
                     continue
                 if second.barrier:
                     break
                 if second.node == first.node or _continues(first.node, second.node):
                     continue  # calls within one statement (often the arms of a ?:), or a loop's tail
                 if buf in second.reads or buf in second.writes:
-                    yield buf, first, second, _depends(sequence, i, j)
                     hits.append(second)
+                    earlier = reported.setdefault((buf, j), [])
+                    if _different_ranges(extent(i, buf), extent(j, buf)) or \
+                            any(_builds_apart(e, first) for e in earlier):
+                        continue
+                    earlier.append(first)
+                    yield buf, first, second, _depends(sequence, i, j)
 
 
 def suggestion(canonical: str, buf: str, first: Item, second: Item, depends: list[str]) -> str:
@@ -875,8 +1203,13 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
             if selective and share is None and name not in (functions or ()):
                 continue
             found_names.add(name)
-            scanned += 1
-            findings.extend(_scan(FunctionScan(fn, index, helpers), name, shown, share))
+            scan = FunctionScan(fn, index, helpers)
+            findings.extend(_scan(scan, name, shown, share))
+            lambdas = index.within(fn, ("lambda_expression",))
+            for lam in lambdas:  # a lambda body is a function of its own: its passes are not the caller's
+                inner = FunctionScan(lam, index, helpers, outer=scan)
+                findings.extend(_scan(inner, f"{name}::<lambda at line {lam.start_point.row + 1}>", shown, share))
+            scanned += 1 + len(lambdas)
     if functions is not None:
         missing = sorted(functions - found_names)
         if missing:
