@@ -467,6 +467,12 @@ def test_range_for_and_std_algorithms_over_one_container_are_passes(tmp_path: Pa
             std::fill(b.begin(), b.end(), 1.0f);
             for (const auto & x : a) b[0] += x;
         }
+        void ranges_lib(std::vector<float> & v, std::vector<std::thread> & pool) {
+            std::ranges::fill(v, 0.0f);
+            for (float & x : v) x += 1.0f;
+            for (auto & t : pool) t.join();
+            for (auto & t : pool) t.detach();
+        }
     """, name="k.cpp")
     v = [(f.kind, [p.start_line for p in f.passes]) for f in result.findings if f.function == "ranges"]
     assert v == [("write_then_update", [5, 6]), ("update_then_update", [6, 7]), ("update_then_update", [7, 8])]
@@ -474,6 +480,8 @@ def test_range_for_and_std_algorithms_over_one_container_are_passes(tmp_path: Pa
     assert y.kind == "write_then_update" and [p.start_line for p in y.passes] == [13, 14]
     a = only(result, "other_containers", "a")  # b is filled once; b[0] is one element
     assert a.kind == "write_then_read"
+    # threads are not numbers in memory: walking them twice is not a pass to fuse
+    assert [(f.buffer, f.kind) for f in result.findings if f.function == "ranges_lib"] == [("v", "write_then_update")]
 
 
 def test_aliases_made_by_data_casts_and_assignments_are_the_buffer(tmp_path: Path) -> None:
@@ -492,6 +500,12 @@ def test_aliases_made_by_data_casts_and_assignments_are_the_buffer(tmp_path: Pat
             float * z = (float *) ((char *) dst->data + i*nb1);
             for (int k = 0; k < n; k++) z[k] *= 2.0f;
         }
+        void cast_offset(const tensor * dst, int n, int i, int nb1, float s) {
+            auto * y = (float *) dst->data + i*nb1;
+            for (int k = 0; k < n; k++) y[k] = 0.0f;
+            ggml_vec_scale_f32(n, (float *) dst->data + i*nb1, s);
+            ggml_vec_scale_f32(n, (float *) dst->data + (i + 1)*nb1, s);
+        }
         void reassigned(const float * x, float * ws, int n) {
             float * y;
             y = ws;
@@ -504,9 +518,11 @@ def test_aliases_made_by_data_casts_and_assignments_are_the_buffer(tmp_path: Pat
     """, name="k.cpp")
     assert only(result, "data_alias", "y").kind == "write_then_update"
     assert only(result, "cast_alias", "y").kind == "write_then_update"
+    offset = only(result, "cast_offset", "y")  # the next row, (i + 1)*nb1, is another buffer
+    assert offset.buffer == "y (dst->data)" and offset.kind == "write_then_update"
     ws = [(f.kind, [p.start_line for p in f.passes]) for f in result.findings
           if f.function == "reassigned" and f.buffer.startswith("y")]
-    assert ws == [("write_then_update", [19, 23])]  # ws + n in between is another row
+    assert ws == [("write_then_update", [25, 29])]  # ws + n in between is another row
 
 
 def test_lambda_bodies_are_scanned_as_functions_of_their_own(tmp_path: Path) -> None:
@@ -528,12 +544,16 @@ def test_lambda_bodies_are_scanned_as_functions_of_their_own(tmp_path: Path) -> 
                 for (int i = 0; i < n; i++) out[i] *= s;
             };
             one(y);
+            two(y);
         }
     """, name="k.cpp")
     row = [f for f in result.findings if f.buffer.startswith("row")]
     assert len(row) == 1 and row[0].function == "op::<lambda at line 5>" and row[0].kind == "write_then_update"
     assert [p.start_line for p in row[0].passes] == [8, 9]
-    assert {f.function for f in result.findings} == {"op::<lambda at line 5>"}  # one and two: one pass each
+    # one and two make one pass each; called one after the other on y, they are two passes of op
+    assert {f.function for f in result.findings} == {"op::<lambda at line 5>", "op"}
+    y = only(result, "op", "y")
+    assert y.kind == "write_then_update" and [p.code for p in y.passes] == ["one(y);", "two(y);"]
 
 
 def test_a_single_element_store_between_loops_is_not_a_pass(tmp_path: Path) -> None:

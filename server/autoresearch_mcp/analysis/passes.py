@@ -288,21 +288,26 @@ class Helpers:
         fn, nodes = found
         self._busy.add(name)
         try:
-            scan = FunctionScan(fn, nodes, self)
-            body = fn.child_by_field_name("body")
-            items = scan.items(body) if body is not None else []
+            modes = walked_parameters(FunctionScan(fn, nodes, self))
         finally:
             self._busy.discard(name)
-        modes: dict[int, str] = {}
-        for index, param in enumerate(_parameters(fn)):
-            if param is None or scan.shapes.get(param) not in ("pointer", "array", "container"):
-                continue
-            reads = any(_of(key, param) for item in items for key in item.reads)
-            writes = any(_of(key, param) for item in items for key in item.writes)
-            if reads or writes:
-                modes[index] = "update" if reads and writes else "write" if writes else "read"
         self._modes[name] = modes
         return modes
+
+
+def walked_parameters(scan: FunctionScan) -> dict[int, str]:
+    """Parameter index -> read / write / update, for the pointer parameters a function (or lambda) walks."""
+    body = scan.fn.child_by_field_name("body")
+    items = scan.items(body) if body is not None else []
+    modes: dict[int, str] = {}
+    for index, param in enumerate(_parameters(scan.fn)):
+        if param is None or scan.shapes.get(param) not in ("pointer", "array", "container"):
+            continue
+        reads = any(_of(key, param) for item in items for key in item.reads)
+        writes = any(_of(key, param) for item in items for key in item.writes)
+        if reads or writes:
+            modes[index] = "update" if reads and writes else "write" if writes else "read"
+    return modes
 
 
 def _of(key: str, param: str) -> bool:
@@ -312,7 +317,7 @@ def _of(key: str, param: str) -> bool:
 
 def _parameters(fn: tree_sitter.Node) -> list[str | None]:
     decl = fn.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
+    while decl is not None and decl.type not in ("function_declarator", "abstract_function_declarator"):
         decl = decl.child_by_field_name("declarator")
     plist = decl.child_by_field_name("parameters") if decl is not None else None
     if plist is None:
@@ -333,6 +338,8 @@ class FunctionScan:
         # pointer -> (end of the statement that set it, the value it was set to), in document order
         self.aliases: dict[str, list[tuple[int, tree_sitter.Node]]] = {}
         self._cond = 0
+        self.lambdas: dict[str, tree_sitter.Node] = {}  # local lambdas by name: helpers of this function
+        self._lambda_modes: dict[str, dict[int, str]] = {}
         self._declarations()
         if outer is not None:  # a lambda sees what it captures from the enclosing function
             for name, shape in outer.shapes.items():
@@ -358,7 +365,9 @@ class FunctionScan:
                     shape = "auto"  # a pointer when its initializer is one (`auto y = v.data()`)
                 self.shapes.setdefault(name, shape)
                 value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-                if value is not None and shape in ("pointer", "auto"):
+                if value is not None and value.type == "lambda_expression":
+                    self.lambdas.setdefault(name, value)
+                elif value is not None and shape in ("pointer", "auto"):
                     self.aliases.setdefault(name, []).append((d.end_byte, value))
         for n in self.index.within(self.fn, ("assignment_expression",)):
             left, value = n.child_by_field_name("left"), n.child_by_field_name("right")
@@ -663,7 +672,14 @@ class FunctionScan:
 
     def _helper_pass(self, item: Item, name: str, args: list[tree_sitter.Node], drop: frozenset[str]) -> Item | None:
         """A call of a function defined in the scanned files that walks some of its pointer parameters."""
-        modes = self.helpers.modes(name) if self.helpers is not None else {}
+        lam = self.lambdas.get(name)
+        if lam is not None:  # `auto body = [&](float * out) {...}; body(y);`
+            if name not in self._lambda_modes:
+                self._lambda_modes[name] = {}  # a lambda that calls itself is not followed
+                self._lambda_modes[name] = walked_parameters(FunctionScan(lam, self.index, self.helpers, outer=self))
+            modes = self._lambda_modes[name]
+        else:
+            modes = self.helpers.modes(name) if self.helpers is not None else {}
         for index, mode in modes.items():
             found = self.pointer(args[index], drop) if index < len(args) else None
             if found is not None:
