@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.core.config import SessionConfig, save_config
+from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.report import write_report
-from autoresearch_mcp.session import SessionConfig, save_config
 
 PAIRS = 10
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",

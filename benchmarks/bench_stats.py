@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from autoresearch_mcp.experiments import runner, stats
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.measure import stats
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.session import config_path
+from autoresearch_mcp.core.config import config_path
 from conftest import git, script_repo
 from helpers import call, error, wait_final
 

@@ -21,10 +21,10 @@ from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp import hooks
 from autoresearch_mcp.app import build_server
+from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, resolve
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.experiments import platforms
-from autoresearch_mcp.session import SessionConfig
 from conftest import git, init_repo
 from helpers import FINAL, call, error
 from sky_fake import FakeSky
@@ -254,30 +254,30 @@ async def test_a_missing_emulator_or_compiler_is_a_clear_error_at_start_session(
 
 def test_platform_lists_that_cannot_work_are_refused_with_the_reason() -> None:
     with pytest.raises(InputError, match="host where experiments are measured"):
-        platforms.resolve(["aarch64-qemu"], None)
+        resolve(["aarch64-qemu"], None)
     with pytest.raises(InputError, match="timings mean nothing"):
-        platforms.resolve(["host", {"name": "arm", "emulator": "qemu-aarch64", "measure": True}], None)
+        resolve(["host", {"name": "arm", "emulator": "qemu-aarch64", "measure": True}], None)
     with pytest.raises(InputError, match="not a preset"):
-        platforms.resolve(["host", "riscv"], None)
+        resolve(["host", "riscv"], None)
     with pytest.raises(InputError, match="unique"):
-        platforms.resolve(["host", "aarch64-qemu", "aarch64-qemu"], None)
+        resolve(["host", "aarch64-qemu", "aarch64-qemu"], None)
     with pytest.raises(InputError, match="same machine"):
-        platforms.resolve(["host"], "sky")
+        resolve(["host"], "sky")
 
 
 def test_a_preset_can_be_extended_without_losing_its_toolchain() -> None:
-    host, arm = platforms.resolve(["host", {"name": "aarch64-qemu", "env": {"CFLAGS": "-O3"}}], None)
+    host, arm = resolve(["host", {"name": "aarch64-qemu", "env": {"CFLAGS": "-O3"}}], None)
     assert host.measure and not host.emulator
     assert arm.env["CFLAGS"] == "-O3"
     assert arm.env["CC"] == "aarch64-linux-gnu-gcc" and arm.env["CXX"] == "aarch64-linux-gnu-g++"
     assert Path(arm.env["CMAKE_TOOLCHAIN_FILE"]).is_file()
     assert arm.emulator == "qemu-aarch64 -L /usr/aarch64-linux-gnu" and not arm.measure
-    assert platforms.job_env(arm)["AUTORESEARCH_EMULATOR"] == arm.emulator
-    assert platforms.job_env(host) == {"AUTORESEARCH_PLATFORM": "host", "AUTORESEARCH_EMULATOR": ""}
+    assert job_env(arm)["AUTORESEARCH_EMULATOR"] == arm.emulator
+    assert job_env(host) == {"AUTORESEARCH_PLATFORM": "host", "AUTORESEARCH_EMULATOR": ""}
 
 
 def test_an_emulated_platform_is_unmeasured_unless_told_otherwise() -> None:
-    _, emulated = platforms.resolve(["host", {"name": "arm", "emulator": "qemu-aarch64"}], None)
+    _, emulated = resolve(["host", {"name": "arm", "emulator": "qemu-aarch64"}], None)
     assert emulated.measure is False
 
 
@@ -527,7 +527,7 @@ async def test_a_cmake_project_cross_compiles_for_aarch64_through_the_presets_to
 
 
 def test_a_measured_platform_whose_checks_never_ran_does_not_let_the_winner_through() -> None:
-    graviton = platforms.Platform(name="graviton", executor="sky")
+    graviton = Platform(name="graviton", executor="sky")
     # the runner skips the checks of a run it stops as noisy: no verdict of correctness there
     passed, why = platforms.judge(graviton, {"status": "done", "stop_reason": "noisy"}, "noisy", None)
     assert not passed and "checks did not run" in why

@@ -15,14 +15,15 @@ import anyio
 import git as gitpython
 import pytest
 
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.config import SessionConfig, SkyConfig
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
-from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
 from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo, SkyError
 from autoresearch_mcp.executors.skypilot import SdkPort
-from autoresearch_mcp.experiments import runner, stats
-from autoresearch_mcp.session import SessionConfig, SkyConfig
+from autoresearch_mcp.measure import stats
 from conftest import git, init_repo
 from helpers import wait_final
 from sky_fake import FakeSky
@@ -506,9 +507,9 @@ def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path, pool: Make
 
 
 def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, pool: MakePool) -> None:
-    from autoresearch_mcp.experiments.ledger import Ledger
-    from autoresearch_mcp.experiments.scheduler import ExperimentManager
-    from autoresearch_mcp.session import state_dir
+    from autoresearch_mcp.core.config import state_dir
+    from autoresearch_mcp.core.ledger import Ledger
+    from autoresearch_mcp.experiments.manager import ExperimentManager
 
     repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
     git(repo, "checkout", "-q", "-b", "autoresearch/t")

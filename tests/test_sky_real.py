@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from autoresearch_mcp.analysis import hotspots
+from autoresearch_mcp.core.config import SkyConfig
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.executors import sky_task
-from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_port import ClusterGone, NoCloudAccess
 from autoresearch_mcp.executors.skypilot import SdkPort
-from autoresearch_mcp.session import SkyConfig
 from conftest import git
 from test_sky_executor import commit, job
 

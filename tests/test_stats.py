@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from autoresearch_mcp.core import runner
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.experiments import calibrate, runner, stats
+from autoresearch_mcp.measure import calibrate, stats
 
 DESIGN = stats.make_design("auto")
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import git
 
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.experiments import snapshot
-from autoresearch_mcp.experiments.ledger import Ledger
 from autoresearch_mcp.models import FinalizeResult, ReviewBranch
-from autoresearch_mcp.session import SessionConfig, load_config, state_dir
 
 RECORDS = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
 
@@ -53,7 +53,7 @@ def committed_experiments(root: Path, session_id: str) -> dict[str, str]:
 
 
 def finalize(repo_path: str) -> FinalizeResult:
-    repo = snapshot.open_repo(repo_path)
+    repo = gitops.open_repo(repo_path)
     root = Path(repo.working_dir)
     config = load_config(root)
     if config is None:
@@ -104,7 +104,7 @@ def _finalize(repo: git.Repo, config: SessionConfig) -> FinalizeResult:
 
 def _resolve(repo: git.Repo, ref: str, what: str) -> str:
     try:
-        return snapshot.head_commit(repo, ref)
+        return gitops.head_commit(repo, ref)
     except StateError:
         raise StateError(f"{what} ({ref}) is not a commit in {repo.working_dir}; finalize needs the session's "
                          "history (was the branch deleted, or the repository re-cloned?)") from None
@@ -212,22 +212,22 @@ def _group(commits: list[_Commit]) -> tuple[list[list[_Commit]], list[str]]:
 def _replay(repo: git.Repo, commit: _Commit, onto: str) -> str:
     """`commit`'s changes on top of `onto`, as a new commit with the same message and identity."""
     info = "".join(f"{mode} {blob}\t{path}\x00" for mode, blob, path in commit.changes)
-    tree = snapshot.with_temp_index(repo, onto, ["update-index", "-z", "--index-info"], stdin=info)
-    return snapshot.commit_tree(repo, tree, onto, commit.message, identity=commit.identity)
+    tree = gitops.with_temp_index(repo, onto, ["update-index", "-z", "--index-info"], stdin=info)
+    return gitops.commit_tree(repo, tree, onto, commit.message, identity=commit.identity)
 
 
 def _verify(repo: git.Repo, start: str, tips: list[str], head: str) -> tuple[bool, str]:
     """Three-way merge every tip onto the start in a throwaway index; compare with the head's tree."""
-    base = snapshot.tree_of(repo, start)
+    base = gitops.tree_of(repo, start)
     merged = base
     for tip in tips:
         try:
-            merged = snapshot.with_temp_index(
-                repo, merged, ["read-tree", "-m", "-i", "--aggressive", base, merged, snapshot.tree_of(repo, tip)])
+            merged = gitops.with_temp_index(
+                repo, merged, ["read-tree", "-m", "-i", "--aggressive", base, merged, gitops.tree_of(repo, tip)])
         except git.GitCommandError as exc:
             detail = str(exc.stderr or exc).strip()[:600]
             return False, f"merging {tip[:12]} onto the others conflicts: {detail}"
-    expected = snapshot.tree_of(repo, head)
+    expected = gitops.tree_of(repo, head)
     if merged != expected:
         diff = repo.git.diff_tree("-r", "--name-only", merged, expected)
         return False, f"the merged branches differ from the head in: {', '.join(diff.splitlines()[:10])}"

@@ -513,7 +513,7 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
     root = _session_root(event)
     if root is None:
         return None
-    from autoresearch_mcp.experiments.ledger import Ledger, fold
+    from autoresearch_mcp.core.ledger import Ledger, fold
     from autoresearch_mcp.models import FINAL_STATUSES
 
     # Stop runs at the end of every turn: the config is read as JSON, since the package's config model

@@ -12,8 +12,8 @@ import datetime as dt
 from pathlib import Path
 
 from autoresearch_mcp import safefs
+from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.session import state_dir
 
 NOTES_FILE = "notes.md"
 MAX_NOTE_CHARS = 4000

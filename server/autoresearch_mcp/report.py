@@ -35,11 +35,12 @@ import numpy as np
 
 from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp import safefs
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.experiments import snapshot, stats
-from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView
+from autoresearch_mcp.measure import stats
 from autoresearch_mcp.models import FINAL_STATUSES, ReportResult
-from autoresearch_mcp.session import SessionConfig, load_config, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ def write_report(repo_path: str, secondary: list[str] | None = None) -> ReportRe
 
 
 def load(repo_path: str) -> SessionData:
-    root = Path(snapshot.open_repo(repo_path).working_dir)
+    root = Path(gitops.open_repo(repo_path).working_dir)
     if not (root / ".autoresearch").is_dir():
         raise StateError(f"{root} has no .autoresearch/ directory: no session ran there. Pass the repository "
                          "where start_session ran (or run start_session first)")

@@ -17,170 +17,40 @@ from pathlib import Path
 from typing import Any
 
 import git
-from pydantic import BaseModel, Field, field_validator
 
 from autoresearch_mcp import limits, recipes, resources, safefs
+from autoresearch_mcp.core import gitops, runner
+from autoresearch_mcp.core.config import (
+    BENCH_SCRIPT,
+    CHECKS_SCRIPT,
+    KEPT_ON_RESUME,
+    STATE_DIR,
+    Platform,
+    SessionConfig,
+    SkyConfig,
+    config_path,
+    job_env,
+    judged_metrics,
+    load_config,
+    resolve,
+    save_config,
+    state_dir,
+)
+from autoresearch_mcp.core.ledger import Ledger
+from autoresearch_mcp.core.port import VALIDATION_RUNS, RemoteValidator, ValidationRun
+from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.experiments import runner, snapshot, stats
-from autoresearch_mcp.experiments.ledger import Ledger
-from autoresearch_mcp.experiments.worktrees import Worktrees
+from autoresearch_mcp.experiments.manager import ExperimentManager
+from autoresearch_mcp.measure import stats
 from autoresearch_mcp.models import BenchRun, Direction, ExecutorName, MetricSummary, StartSessionResult
 from autoresearch_mcp.recipes import model_file
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = ".autoresearch"
-BENCH_SCRIPT, CHECKS_SCRIPT = snapshot.SCRIPTS
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SPREAD_WARN_PCT = 5.0
-VALIDATION_RUNS = 2
-
-
-class Timeouts(BaseModel):
-    build: float = 3600.0
-    bench: float = 900.0
-    checks: float = 1800.0
-
-
-class SkyConfig(BaseModel):
-    """Resources of the SkyPilot worker pool (used by the `sky` executor).
-
-    Without `instance_type`, the first worker is launched for `cpus`/`memory` and every later worker
-    of the session gets the instance type (and cloud) it got, so all pairs run on the same hardware.
-    """
-
-    workers: int = 2
-    cpus: str | None = "8+"
-    memory: str | None = None
-    instance_type: str | None = None
-    infra: str | None = None
-    region: str | None = None
-    use_spot: bool = False
-    idle_minutes_to_autostop: int = 30
-    setup: list[str] = Field(default_factory=list, description="shell commands run once on each new worker")
-    setup_script: str | None = Field(None, description="a committed script (path in the repo) run on each new worker")
-    file_mounts: dict[str, str] = Field(
-        default_factory=dict, description="path on the worker -> local path or bucket URL, copied once per worker")
-
-
-class Guard(BaseModel):
-    """A metric a winner must not regress beyond `tolerance_pct` (judged with its own interval)."""
-
-    direction: Direction
-    tolerance_pct: float = Field(ge=0, le=100)
-
-
-class Holdout(BaseModel):
-    """A benchmark the agent never runs: `commit_winner` runs a short A/B of it before committing.
-
-    `command` lives outside the repository (so no candidate can change it); it runs in each side's
-    built tree like `autoresearch.sh bench` and prints METRIC lines. Only its verdict and change are
-    ever returned, never its output.
-    """
-
-    command: str
-    pairs: int = Field(14, ge=14, le=100, description="at least the statistics' first look (14 pairs)")
-    tolerance_pct: float = Field(2.0, ge=0, le=100)
-    timeout_s: float = Field(900.0, gt=0)
-
-
-class SessionConfig(BaseModel):
-    """`.autoresearch/config.json`. Values a person may tune by editing the file are kept on resume."""
-
-    session_id: str
-    tag: str
-    branch: str
-    repo: str
-    metric: str
-    direction: Direction
-    executor: ExecutorName
-    start_commit: str
-    created_at: str
-    protected: list[str] = Field(default_factory=lambda: [BENCH_SCRIPT, CHECKS_SCRIPT])
-    min_effect: float = stats.DEFAULT_MIN_EFFECT
-    noise_limit: float = stats.DEFAULT_NOISE_LIMIT
-    alpha: float = stats.DEFAULT_ALPHA
-    max_pairs: int = stats.DEFAULT_MAX_PAIRS
-    default_repeats: int | str = "auto"
-    warmup: int = 1
-    drift_limit: float = 0.05
-    incremental: bool = Field(
-        False, description="build candidates incrementally in a persistent worktree per slot; winners are "
-                           "then confirmed on a clean, cache-backed build before they can be committed")
-    keep_builds: int = Field(4, description="built worktrees kept for reuse beyond those in use")
-    build_parallelism: int = 2
-    threads: int | None = None
-    timeouts: Timeouts = Field(default_factory=Timeouts)
-    budget_usd: float | None = None
-    sky: SkyConfig = Field(default_factory=SkyConfig)
-    platforms: list[platforms_.Platform] = Field(
-        default_factory=list, description="the host first, then every platform a winner must also work on")
-
-    @property
-    def all_platforms(self) -> list[platforms_.Platform]:
-        """The configured platforms, or the host alone on the session's executor."""
-        return platforms_.effective(self.platforms, self.executor)
-
-    def sky_for(self, platform: platforms_.Platform) -> SkyConfig:
-        """The worker settings of a sky platform: the session's `sky`, with the platform's overrides."""
-        return SkyConfig.model_validate({**self.sky.model_dump(), **platform.sky})
-
-    recipe: str | None = None
-    objectives: list[str] = Field(
-        default_factory=list, description="metrics a winner may improve (default: the primary metric)")
-    guards: dict[str, Guard] = Field(default_factory=dict)
-    holdout: Holdout | None = None
-    model: str | None = Field(None, description="model file for recipes that run one (AUTORESEARCH_MODEL)")
-    model_url: str | None = Field(None, description="downloaded once into the cache when `model` is not set")
-
-    @field_validator("protected")
-    @classmethod
-    def _plain_paths(cls, entries: list[str]) -> list[str]:
-        """Entries as git names paths ('./x' is 'x'); the session folder is protected whatever they say."""
-        return list(dict.fromkeys(snapshot.normalize_protected(e) for e in entries))
-
-    @field_validator("holdout", mode="before")
-    @classmethod
-    def _holdout_command(cls, value: object) -> object:
-        return {"command": value} if isinstance(value, str) else value
-
-    def objective_metrics(self) -> list[str]:
-        return list(self.objectives) or [self.metric]
-
-
-def judged_metrics(config: SessionConfig) -> list[str]:
-    """Every metric a verdict depends on: the primary, the objectives and the guards."""
-    return list(dict.fromkeys([config.metric, *config.objective_metrics(), *config.guards]))
-
-
-# Settings a person may edit in config.json; a new session on the same repository keeps them.
-_KEPT = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
-         "build_parallelism", "threads", "drift_limit", "warmup", "default_repeats", "incremental", "keep_builds",
-         "recipe", "objectives", "guards", "holdout", "model", "model_url"}
-
-
-def state_dir(repo_root: Path) -> Path:
-    return repo_root / STATE_DIR
-
-
-def config_path(repo_root: Path) -> Path:
-    return state_dir(repo_root) / "config.json"
-
-
-def load_config(repo_root: Path) -> SessionConfig | None:
-    path = config_path(repo_root)
-    if not path.exists():
-        return None
-    try:
-        return SessionConfig.model_validate_json(path.read_text())
-    except ValueError as exc:
-        raise StateError(f"{path} is not a valid session config ({exc}); fix or delete it") from None
-
-
-def save_config(repo_root: Path, config: SessionConfig) -> None:
-    safefs.write_text(repo_root, config_path(repo_root), config.model_dump_json(indent=2) + "\n")
 
 
 def _copy_templates(root: Path, names: list[str], created: list[str]) -> None:
@@ -211,9 +81,9 @@ def _validate_args(repo: git.Repo, metric: str, tag: str | None) -> str:
 
 
 def _platforms(given: list[Any] | None, executor: ExecutorName | None,
-               previous: SessionConfig | None) -> list[platforms_.Platform]:
+               previous: SessionConfig | None) -> list[Platform]:
     """The platforms the session will use (given ones replace the config's), checked to run here."""
-    chosen = (platforms_.resolve(given, executor) if given is not None
+    chosen = (resolve(given, executor) if given is not None
               else list(previous.platforms) if previous else [])
     if given is None and chosen and executor is not None and chosen[0].executor != executor:
         raise InputError(f"executor={executor!r} but the session's first platform ({chosen[0].name}) runs on "
@@ -265,17 +135,17 @@ def plan_session(
     """Check everything start_session needs and decide what it will do, changing nothing (except adding
     the session folder to .git/info/exclude). A resumed session keeps its executor and platforms unless
     given."""
-    repo = snapshot.open_repo(repo_path)
+    repo = gitops.open_repo(repo_path)
     tag = _validate_args(repo, metric, tag)
     root = Path(repo.working_dir)
-    snapshot.ensure_excluded(repo)
-    head = snapshot.head_commit(repo)
+    gitops.ensure_excluded(repo)
+    head = gitops.head_commit(repo)
     if _tracks(repo, head, STATE_DIR) or (os.path.lexists(root / STATE_DIR) and not (root / STATE_DIR).is_dir()):
         raise StateError(
             f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
             "then start the session again")
-    snapshot.refuse_if_dirty(repo, "starting a session")
+    gitops.refuse_if_dirty(repo, "starting a session")
     recipe = recipe or recipes.installed(root)
     if recipe is not None:
         _check_recipe(recipe, root, metric)
@@ -300,14 +170,14 @@ def plan_session(
         if elsewhere:
             raise StateError(f"branch {branch} is checked out in another worktree ({elsewhere}); switch that "
                              f"worktree to another branch (git -C {elsewhere} checkout --detach) and start again")
-        head = snapshot.head_commit(repo, branch)
+        head = gitops.head_commit(repo, branch)
         if _tracks(repo, head, STATE_DIR):
             raise StateError(f"branch {branch} tracks {STATE_DIR}/, the session's private folder; remove it from "
                              "the branch (git rm -r --cached) before resuming")
         config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root),
                                              "platforms": chosen})
     else:
-        kept = previous.model_dump(include=_KEPT) if previous else {}
+        kept = previous.model_dump(include=KEPT_ON_RESUME) if previous else {}
         kept["platforms"] = chosen
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
@@ -356,8 +226,8 @@ def _recipe_commit(repo: git.Repo, head: str, recipe: recipes.Recipe) -> tuple[s
         return head, []
     blobs = [(f, repo.git.hash_object("-w", str(recipe.source(f)))) for f in missing]
     index = "".join(f"{'100755' if f.endswith('.sh') else '100644'} {sha}\t{f}\n" for f, sha in blobs)
-    tree = snapshot.with_temp_index(repo, head, ["update-index", "--index-info"], stdin=index)
-    commit = snapshot.commit_tree(repo, tree, head, f"autoresearch: {recipe.name} recipe (benchmark and checks)\n\n"
+    tree = gitops.with_temp_index(repo, head, ["update-index", "--index-info"], stdin=index)
+    commit = gitops.commit_tree(repo, tree, head, f"autoresearch: {recipe.name} recipe (benchmark and checks)\n\n"
                                   f"{recipe.summary}.\n")
     return commit, missing
 
@@ -367,7 +237,7 @@ def apply_plan(plan: Plan) -> list[str]:
     failure, undo all of it, so a failed start leaves no branch, no config and no files behind."""
     repo, config, root = plan.repo, plan.config, Path(plan.repo.working_dir)
     before = None if repo.head.is_detached else repo.active_branch.name
-    before_sha = snapshot.head_commit(repo)
+    before_sha = gitops.head_commit(repo)
     path = config_path(root)
     old_config = path.read_bytes() if path.is_file() and not path.is_symlink() else None
     created: list[str] = []
@@ -376,7 +246,7 @@ def apply_plan(plan: Plan) -> list[str]:
         if plan.resumed:
             repo.git.checkout(config.branch)
             if plan.recipe_files:
-                moved = snapshot.head_commit(repo, config.branch)
+                moved = gitops.head_commit(repo, config.branch)
                 repo.git.merge("--ff-only", "--quiet", plan.head)
         else:
             repo.git.checkout("-b", config.branch, plan.head)
@@ -400,22 +270,6 @@ def apply_plan(plan: Plan) -> list[str]:
         raise
 
 
-@dataclass
-class ValidationRun:
-    """The raw results of building the session head once and benching it VALIDATION_RUNS times
-    (fewer when a run fails), wherever that ran: `where` names the machine in messages."""
-
-    where: str
-    build: runner.CommandResult | None  # None when an existing build was reused
-    build_s: float
-    runs: list[runner.CommandResult]
-    worker: str | None = None  # the cloud worker it ran on, as start_session reports it
-
-
-# Runs the validation somewhere other than this machine: (head commit, its git tree) -> raw results.
-RemoteValidator = Callable[[str, str], ValidationRun]
-
-
 def validate_benchmark(
     repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees, extra_env: dict[str, str],
 ) -> tuple[list[BenchRun], float, list[str]]:
@@ -426,7 +280,7 @@ def validate_benchmark(
     """
     tree = worktrees.acquire(head)
     try:
-        return judge_validation(_validate_in(tree, snapshot.tree_of(repo, head), config, worktrees, extra_env),
+        return judge_validation(_validate_in(tree, gitops.tree_of(repo, head), config, worktrees, extra_env),
                                 config)
     finally:
         worktrees.release(tree)
@@ -435,7 +289,7 @@ def validate_benchmark(
 def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
                  extra_env: dict[str, str] | None = None) -> ValidationRun:
     root = Path(config.repo)
-    env = {**(extra_env or {}), **platforms_.job_env(config.all_platforms[0])}
+    env = {**(extra_env or {}), **job_env(config.all_platforms[0])}
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()), env=env)
@@ -523,7 +377,7 @@ def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktre
                        extra_env: dict[str, str]) -> list[str]:
     """Build the session head on every extra local platform and run the checks there, so a platform
     where the unchanged code already fails is an error now, not a refused winner later."""
-    content = snapshot.tree_of(repo, head)
+    content = gitops.tree_of(repo, head)
     lines = [config.all_platforms[0].label + ": validated above"]
     for p in config.all_platforms[1:]:
         if p.executor != "local":
@@ -610,7 +464,7 @@ def start_session(
     validator = remote(repo, config) if remote is not None else None
     worker = None
     if validator is not None:
-        done = validator(head, snapshot.tree_of(repo, head))
+        done = validator(head, gitops.tree_of(repo, head))
         worker = done.worker
         runs, build_s, warnings = judge_validation(done, config)
     else:
@@ -656,3 +510,19 @@ def baseline_mean(ledger: Ledger, session_id: str, metric: str) -> float | None:
                 return float(sum(values) / len(values))
     return None
 
+
+@dataclass
+class Session:
+    """A bound repository: its config, ledger and experiment manager."""
+
+    repo: git.Repo
+    config: SessionConfig
+    ledger: Ledger
+    manager: ExperimentManager
+
+    @property
+    def root(self) -> Path:
+        return Path(self.repo.working_dir)
+
+    def baseline_mean(self, metric: str) -> float | None:
+        return baseline_mean(self.ledger, self.config.session_id, metric)

@@ -13,12 +13,13 @@ import git
 
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
+from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.core.ledger import Ledger
+from autoresearch_mcp.core.port import Executor, RemoteValidator
+from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import AutoresearchError, StateError
-from autoresearch_mcp.executors.base import Executor
-from autoresearch_mcp.experiments.ledger import Ledger
+from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.experiments.platforms import Fleet
-from autoresearch_mcp.experiments.scheduler import ExperimentManager
-from autoresearch_mcp.experiments.worktrees import Worktrees
 from autoresearch_mcp.models import (
     AddNoteResult,
     Direction,
@@ -31,24 +32,7 @@ from autoresearch_mcp.settings import Settings
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Session:
-    """A bound repository: its config, ledger and experiment manager."""
-
-    repo: git.Repo
-    config: sessions.SessionConfig
-    ledger: Ledger
-    manager: ExperimentManager
-
-    @property
-    def root(self) -> Path:
-        return Path(self.repo.working_dir)
-
-    def baseline_mean(self, metric: str) -> float | None:
-        return sessions.baseline_mean(self.ledger, self.config.session_id, metric)
-
-
-def make_executor(name: str, repo: git.Repo, config: sessions.SessionConfig, settings: Settings) -> Executor:
+def make_executor(name: str, repo: git.Repo, config: SessionConfig, settings: Settings) -> Executor:
     if name == "sky":
         from autoresearch_mcp.executors.skypilot import SkyExecutor  # imports nothing of sky until used
 
@@ -58,7 +42,7 @@ def make_executor(name: str, repo: git.Repo, config: sessions.SessionConfig, set
     return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
 
 
-def make_fleet(repo: git.Repo, config: sessions.SessionConfig, settings: Settings,
+def make_fleet(repo: git.Repo, config: SessionConfig, settings: Settings,
                host: Executor | None = None) -> Executor:
     """The host's executor (`host` when it exists already), plus one per other platform when the
     session has any.
@@ -85,7 +69,7 @@ def make_fleet(repo: git.Repo, config: sessions.SessionConfig, settings: Setting
 @dataclass
 class AppState:
     settings: Settings
-    session: Session | None = None
+    session: sessions.Session | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _starting: str = ""
 
@@ -94,7 +78,7 @@ class AppState:
         """The state at server start; a session left in the working directory is bound again."""
         state = cls(settings=Settings.from_env())
         root = cwd or Path.cwd()
-        config = sessions.load_config(root) if (root / ".git").exists() else None
+        config = load_config(root) if (root / ".git").exists() else None
         if config is not None:
             try:
                 state._bind(git.Repo(root), config)
@@ -103,8 +87,8 @@ class AppState:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
 
-    def _bind(self, repo: git.Repo, config: sessions.SessionConfig, host: Executor | None = None) -> None:
-        ledger = Ledger(sessions.state_dir(Path(repo.working_dir)) / "ledger.jsonl")
+    def _bind(self, repo: git.Repo, config: SessionConfig, host: Executor | None = None) -> None:
+        ledger = Ledger(state_dir(Path(repo.working_dir)) / "ledger.jsonl")
         try:
             env = sessions.script_env(config, self.settings)
         except AutoresearchError as exc:  # experiments then fail with the script's own message
@@ -116,9 +100,9 @@ class AppState:
         worktrees = getattr(first, "worktrees", None) or Worktrees(repo, self.settings.cache_dir, config.keep_builds)
         manager = ExperimentManager(repo, config, ledger, fleet, env, worktrees)
         manager.recover()
-        self.session = Session(repo, config, ledger, manager)
+        self.session = sessions.Session(repo, config, ledger, manager)
 
-    def require_session(self) -> Session:
+    def require_session(self) -> sessions.Session:
         if self.session is None:
             raise StateError("no session: call start_session(repo, metric, direction) first")
         return self.session
@@ -152,7 +136,7 @@ class AppState:
         # the bound session stays usable if the new one cannot be opened or validated
         made: list[Executor] = []
 
-        def on_worker(git_repo: git.Repo, config: sessions.SessionConfig) -> sessions.RemoteValidator | None:
+        def on_worker(git_repo: git.Repo, config: SessionConfig) -> RemoteValidator | None:
             """A sky session validates on one of its own workers, which it then keeps."""
             if config.executor != "sky":
                 return None

@@ -21,7 +21,7 @@ from autoresearch_mcp.models import (
     Precision,
     Roofline,
 )
-from autoresearch_mcp.state import AppState, Session
+from autoresearch_mcp.session import Session
 
 # A workload at half of a roof or more is "at" that roof: well-tuned streaming code reaches
 # 60-90% of STREAM, and dense kernels 50-90% of the FMA peak. Below half of both roofs, the time
@@ -236,7 +236,8 @@ def _model_bytes(model_path: str) -> float:
 
 
 def analyze_bounds(
-    state: AppState,
+    session: Session | None,
+    cache_dir: Path,
     *,
     bytes_per_unit: float | None = None,
     flops_per_unit: float | None = None,
@@ -254,7 +255,6 @@ def analyze_bounds(
     _check_inputs(bytes_per_unit, flops_per_unit, model_path, units_per_second, metric)
     if threads is not None and threads < 1:
         raise InputError(f"threads must be 1 or more, got {threads}")
-    session = state.session
     warnings: list[str] = []
     if model_path is not None:
         bytes_per_unit = _model_bytes(model_path)
@@ -265,7 +265,7 @@ def analyze_bounds(
     else:
         rate, rate_source = session_rate(session, str(metric), metric_unit)
 
-    peaks = cached_peaks(state.settings.cache_dir, remeasure=remeasure)
+    peaks = cached_peaks(cache_dir, remeasure=remeasure)
     used_threads = threads or peaks.threads
     roofs, roof_warnings = roofs_for(peaks, used_threads, precision)
     result = assess(roofs, rate, bytes_per_unit, flops_per_unit)

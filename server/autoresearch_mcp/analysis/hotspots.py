@@ -3,7 +3,7 @@
 The run uses the session's own build (the baseline at the session head, or an experiment's
 candidate). On this machine it runs in the worktree the experiments share, under the machine lock a
 benchmark holds; on SkyPilot workers it is one more job of the worker pool, alone on its worker like
-every job, so a profile never overlaps a measurement. Both run experiments/profiler.py, so both read
+every job, so a profile never overlaps a measurement. Both run core/profiler.py, so both read
 the report with the same code; a worker keeps the raw perf.data and sends back the parsed functions
 and the top of the report. Source lines need debug info (-g); without it the functions are still
 right and the result says how to get lines.
@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import safefs
+from autoresearch_mcp.core import gitops, profiler, runner
+from autoresearch_mcp.core.config import BENCH_SCRIPT, job_env, state_dir
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.executors.sky_pool import SkyPool
-from autoresearch_mcp.experiments import platforms, profiler, runner, snapshot
+from autoresearch_mcp.experiments import platforms
 from autoresearch_mcp.models import HotFunction, ProfileResult
-from autoresearch_mcp.session import BENCH_SCRIPT, state_dir
-from autoresearch_mcp.state import Session
+from autoresearch_mcp.session import Session
 
 FEW_SAMPLES = 1000
 MAX_KEPT_SOURCES = 50
@@ -84,7 +85,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
         executor = executor.host
     repo, config = session.repo, session.config
     if experiment_id is None:
-        head = snapshot.head_commit(repo, config.branch)
+        head = gitops.head_commit(repo, config.branch)
         target = _Target("baseline", head, head)
     else:
         fetched = session.manager.fetch(experiment_id, 0)
@@ -123,11 +124,11 @@ def _here(session: Session, executor: LocalExecutor, target: _Target, profile_id
     root = Path(repo.working_dir)
     data = profiles_dir(root) / f"{profile_id}.perf.data"
     worktrees = executor.worktrees
-    env = platforms.job_env(config.all_platforms[0])
+    env = job_env(config.all_platforms[0])
     tree = worktrees.acquire(target.commit)
     try:
         with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
-            built = runner.build_tree(str(tree), config.timeouts.build, log, snapshot.tree_of(repo, target.commit),
+            built = runner.build_tree(str(tree), config.timeouts.build, log, gitops.tree_of(repo, target.commit),
                                       machine_lock=str(worktrees.machine_lock()), env=env)
             if built.command is not None and not built.command.ok:
                 raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed in {tree}:\n"
@@ -151,9 +152,9 @@ def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str
     job = Job(f"profile-{profile_id}", target.base, target.commit,
               state_dir(root) / "logs" / f"profile-{profile_id}.log", spec={
                   "profile": profile_id, "timeouts": config.timeouts.model_dump(), "threads": config.threads,
-                  "env": platforms.job_env(config.all_platforms[0]),
-                  "baseline_tree": snapshot.tree_of(repo, target.base),
-                  "candidate_tree": snapshot.tree_of(repo, target.commit)})
+                  "env": job_env(config.all_platforms[0]),
+                  "baseline_tree": gitops.tree_of(repo, target.base),
+                  "candidate_tree": gitops.tree_of(repo, target.commit)})
     final = pool.run_first(job)
     outcome = final.get("outcome") or {}
     worker = final.get("worker")
@@ -163,7 +164,7 @@ def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str
     run = _Run({**outcome, "perf_data": f"{worker}:{outcome.get('perf_data')}"}, f"worker {worker}", worker,
                final.get("cost_usd"))
     _check(run, target, config.tag)
-    _keep_sources(run.raw["functions"], lambda rel: snapshot.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
+    _keep_sources(run.raw["functions"], lambda rel: gitops.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
                   root, sources_dir(root, profile_id))
     return run
 

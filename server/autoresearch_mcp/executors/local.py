@@ -25,9 +25,9 @@ import git
 import psutil
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job
-from autoresearch_mcp.experiments import runner
-from autoresearch_mcp.experiments.worktrees import Worktrees
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job
+from autoresearch_mcp.core.worktrees import Worktrees
 
 log = logging.getLogger(__name__)
 RUNNER = Path(runner.__file__).resolve()

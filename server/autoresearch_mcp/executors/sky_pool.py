@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from autoresearch_mcp import safefs
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.config import SessionConfig, job_env, state_dir
+from autoresearch_mcp.core.port import VALIDATION_RUNS, EventSink, Executor, Interrupted, Job, Released, ValidationRun
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
-from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job, Released
 from autoresearch_mcp.executors.sky_meter import Meter, Pin
 from autoresearch_mcp.executors.sky_port import (
     ApiServerDown,
@@ -52,9 +54,6 @@ from autoresearch_mcp.executors.sky_port import (
     SkyPort,
     Transient,
 )
-from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.experiments import runner
-from autoresearch_mcp.session import VALIDATION_RUNS, SessionConfig, ValidationRun, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +341,7 @@ class SkyPool(Executor):
         log_path = state_dir(self.repo_dir) / "logs" / "session-validation.log"
         job = Job(f"validate-{commit[:12]}", commit, commit, log_path, spec={
             "validate": VALIDATION_RUNS, "metric": cfg.metric, "threads": cfg.threads, "baseline_tree": content,
-            "timeouts": cfg.timeouts.model_dump(), "env": platforms_.job_env(cfg.all_platforms[0])})
+            "timeouts": cfg.timeouts.model_dump(), "env": job_env(cfg.all_platforms[0])})
         worker = self.scheduler.workers[self.names[0]]
         a = _Attempt(worker, Pending(job, lambda _exp, _event: None))
         self._ready.wait()

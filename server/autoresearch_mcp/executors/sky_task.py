@@ -22,11 +22,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp.core import profiler, runner
+from autoresearch_mcp.core.config import SkyConfig
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.executors.base import Job
 from autoresearch_mcp.executors.sky_meter import Pin
-from autoresearch_mcp.experiments import profiler, runner
-from autoresearch_mcp.session import SkyConfig
 
 RUNNER = Path(runner.__file__).resolve()
 PROFILER = Path(profiler.__file__).resolve()

@@ -32,6 +32,9 @@ from typing import IO, Any
 
 import git
 
+from autoresearch_mcp.core.config import SessionConfig, state_dir
+from autoresearch_mcp.core.ledger import Ledger
+from autoresearch_mcp.core.worktrees import repo_key
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.executors.sky_port import (
     ApiServerDown,
@@ -45,9 +48,6 @@ from autoresearch_mcp.executors.sky_port import (
     SkyError,
     Transient,
 )
-from autoresearch_mcp.experiments.ledger import Ledger
-from autoresearch_mcp.experiments.worktrees import repo_key
-from autoresearch_mcp.session import SessionConfig, state_dir
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.config import Holdout
+from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.experiments import runner, stats
-from autoresearch_mcp.experiments.worktrees import Worktrees
-from autoresearch_mcp.session import Holdout
+from autoresearch_mcp.measure import stats
 
 
 @dataclass

@@ -23,13 +23,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
-
-from autoresearch_mcp import resources, safefs
-from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.executors.base import EventSink, Executor, Interrupted, Job, Released
-from autoresearch_mcp.experiments import runner
-from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, ExecutorName, PlatformResult
+from autoresearch_mcp import safefs
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.config import Platform, job_env
+from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, Released
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, PlatformResult
 
 log = logging.getLogger(__name__)
 
@@ -39,104 +38,6 @@ HOST = "host"
 COMPILER_VARS = ("CC", "CXX")
 PROBE_TIMEOUT_S = 60.0
 TAIL_CHARS = 1500
-
-
-class Platform(BaseModel):
-    """One entry of `platforms` in `.autoresearch/config.json`."""
-
-    name: str = Field(pattern=NAME_PATTERN)
-    executor: ExecutorName = "local"
-    env: dict[str, str] = Field(default_factory=dict)
-    emulator: str = Field("", description="command that runs the platform's binaries, e.g. qemu-aarch64 -L ...")
-    measure: bool = Field(True, description="benchmark here (the host always is; emulated platforms never are)")
-    sky: dict[str, Any] = Field(default_factory=dict,
-                                description="overrides of the session's `sky` settings for this platform's workers")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _emulated_is_not_measured(cls, data: Any) -> Any:
-        # An emulated platform's timings mean nothing, so it is unmeasured unless someone insists
-        # (which `resolve` then refuses with the reason).
-        if isinstance(data, dict) and data.get("emulator") and "measure" not in data:
-            return {**data, "measure": False}
-        return data
-
-    @property
-    def label(self) -> str:
-        kind = "emulated" if self.emulator else ("sky" if self.executor == "sky" else "local")
-        return f"{self.name} ({kind}, {'measured' if self.measure else 'build and checks'})"
-
-
-PRESETS: dict[str, Platform] = {
-    HOST: Platform(name=HOST),
-    "aarch64-qemu": Platform(
-        name="aarch64-qemu",
-        env={"CC": "aarch64-linux-gnu-gcc", "CXX": "aarch64-linux-gnu-g++",
-             # read by CMake >= 3.21 when it configures a new build directory: CMake projects cross-compile
-             "CMAKE_TOOLCHAIN_FILE": str(resources.toolchain("aarch64-linux-gnu.cmake"))},
-        emulator="qemu-aarch64 -L /usr/aarch64-linux-gnu",
-        measure=False,
-    ),
-}
-
-
-def resolve(raw: list[Any], executor: str | None) -> list[Platform]:
-    """Platforms from `start_session(platforms=...)` or the config: preset names or objects.
-
-    An object named like a preset starts from the preset (its `env` merged over the preset's), so
-    `{"name": "aarch64-qemu", "env": {"CFLAGS": "-O3"}}` keeps the cross compilers and the emulator.
-    """
-    if not raw:
-        raise InputError("platforms is empty: leave it out for the host alone, or list the host first, "
-                         "e.g. ['host', 'aarch64-qemu']")
-    out: list[Platform] = []
-    for i, item in enumerate(raw):
-        if isinstance(item, Platform):
-            out.append(item)
-            continue
-        if isinstance(item, str):
-            item = {"name": item}
-        if not isinstance(item, dict):
-            raise InputError(f"platforms[{i}] must be a preset name ({', '.join(PRESETS)}) or an object "
-                             "{name, executor, env, emulator, measure, sky}")
-        preset = PRESETS.get(str(item.get("name")))
-        if preset is not None:
-            item = {**preset.model_dump(), **item, "env": {**preset.env, **(item.get("env") or {})}}
-        elif len(item) == 1:
-            raise InputError(f"platforms[{i}]: {item.get('name')!r} is not a preset ({', '.join(PRESETS)}); "
-                             "describe it as {name, executor, env, emulator, measure, sky}")
-        try:
-            out.append(Platform.model_validate(item))
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
-            raise InputError(f"platforms[{i}] is not a valid platform ({problems}); expected "
-                             "{name, executor: local|sky, env: {VAR: value}, emulator, measure, sky}") from None
-    names = [p.name for p in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InputError(f"platform names must be unique; {dupes} appear more than once")
-    for p in out:
-        if p.emulator and p.measure:
-            raise InputError(f"platform {p.name} runs under an emulator ({p.emulator}), where timings mean "
-                             "nothing: set measure to false (it then builds and runs the checks)")
-    host = out[0]
-    if not host.measure:
-        raise InputError(f"the first platform is the host where experiments are measured, but {host.name} is "
-                         f"not measured; put a measured platform first, e.g. ['host', {', '.join(names)!s}]")
-    if executor is not None and host.executor != executor:
-        raise InputError(f"executor={executor!r} but the first platform ({host.name}) runs on "
-                         f"{host.executor!r}: they are the same machine; make them agree")
-    return out
-
-
-def effective(configured: list[Platform], executor: str) -> list[Platform]:
-    """The session's platforms; without any configured, the host alone on the session's executor."""
-    return list(configured) if configured else [Platform.model_validate({"name": HOST, "executor": executor})]
-
-
-def job_env(platform: Platform) -> dict[str, str]:
-    """The environment every build, bench and checks run of `platform` gets, beside the process's."""
-    return {**platform.env, "AUTORESEARCH_PLATFORM": platform.name, "AUTORESEARCH_EMULATOR": platform.emulator}
 
 
 def job_id(experiment_id: str, platform: str, attempt: int = 1) -> str:

@@ -31,14 +31,11 @@ from typing import Any, overload
 import numpy as np
 from scipy import stats as sps
 
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.config import DEFAULT_ALPHA, DEFAULT_MAX_PAIRS, DEFAULT_MIN_EFFECT, DEFAULT_NOISE_LIMIT
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.experiments import runner
-from autoresearch_mcp.experiments.calibrate import CONSTANTS
+from autoresearch_mcp.measure.calibrate import CONSTANTS
 
-DEFAULT_ALPHA = 0.02
-DEFAULT_MIN_EFFECT = 0.01
-DEFAULT_NOISE_LIMIT = 0.10
-DEFAULT_MAX_PAIRS = 100
 POWER = 0.8  # the power `pairs_needed` plans for
 
 
@@ -143,7 +140,7 @@ def make_design(
         raise InputError(
             f"no calibrated design for alpha={alpha:g} and max_pairs={max_pairs}: the calibrated ones are alpha="
             f"{constants['alpha']:g} with max_pairs in {calibrated}. Set those in .autoresearch/config.json, or add "
-            "a schedule to calibrate.py and run `python -m autoresearch_mcp.experiments.calibrate`")
+            "a schedule to calibrate.py and run `python -m autoresearch_mcp.measure.calibrate`")
     data = constants["designs"][str(max_pairs)]
     design = Design(list(data["looks"]), list(data["bounds"]), list(data["levels"]), [], min_effect, noise_limit,
                     alpha, warmup, sign_bounds=list(data["sign_bounds"]), sign_levels=list(data["sign_levels"]))

@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoresearch_mcp.experiments import runner, stats
+from autoresearch_mcp.core import runner
+from autoresearch_mcp.measure import stats
 
 
 @dataclass(frozen=True)

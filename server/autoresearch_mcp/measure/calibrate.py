@@ -1,6 +1,6 @@
 """Calibrate the sequential boundaries of the signed-rank and sign design by simulation.
 
-    python -m autoresearch_mcp.experiments.calibrate [--simulations 400000]
+    python -m autoresearch_mcp.measure.calibrate [--simulations 400000]
 
 writes `design_constants.json` beside this file; `stats.make_design` reads it. Two statistics
 decide together: the Wilcoxon signed-rank count W+ (efficient on normal noise and robust to outlier
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261130)
     args = parser.parse_args()
     designs = {str(b): calibrate(b, args.simulations, args.seed + b) for b in SCHEDULES}
-    head = {"generated_by": "python -m autoresearch_mcp.experiments.calibrate", "alpha": ALPHA,
+    head = {"generated_by": "python -m autoresearch_mcp.measure.calibrate", "alpha": ALPHA,
             "target_one_sided": TARGET, "rho": RHO, "simulations": args.simulations, "seed": args.seed}
     lines = [f' "{k}": {json.dumps(v)},' for k, v in head.items()]
     lines += [' "designs": {'] + [f'  "{b}": {json.dumps(d)},' for b, d in designs.items()]

@@ -22,12 +22,15 @@ from typing import Any
 import git
 
 from autoresearch_mcp import limits
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
+from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
+from autoresearch_mcp.core.port import Executor, Interrupted, Job, Released
+from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
-from autoresearch_mcp.executors.base import Executor, Interrupted, Job, Released
-from autoresearch_mcp.experiments import holdout, metrics, snapshot, stats
+from autoresearch_mcp.experiments import holdout
 from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.experiments.ledger import ExperimentState, Ledger, LedgerView, apply
-from autoresearch_mcp.experiments.worktrees import Worktrees
+from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.models import (
     FINAL_STATUSES,
     CancelResult,
@@ -40,7 +43,6 @@ from autoresearch_mcp.models import (
     LaunchResult,
     ListExperimentsResult,
 )
-from autoresearch_mcp.session import SessionConfig, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class ExperimentManager:
         return exp
 
     def session_head(self) -> str:
-        return snapshot.head_commit(self.repo, self.config.branch)
+        return gitops.head_commit(self.repo, self.config.branch)
 
     def recover(self) -> None:
         """After a restart: experiments the ledger shows unfinished are `lost`; clean up after them."""
@@ -152,7 +154,7 @@ class ExperimentManager:
         exp_id = uuid.uuid4().hex[:10]
         with self._lock:
             head = self.session_head()
-            base_tree = snapshot.tree_of(self.repo, head)
+            base_tree = gitops.tree_of(self.repo, head)
             if reapplies is not None:
                 tree = self._reapplied_tree(reapplies, head)
                 parent_note = f"source: experiment {reapplies.experiment_id}"
@@ -162,11 +164,11 @@ class ExperimentManager:
                 raise RefusedError(
                     "the candidate is identical to the session head: there is nothing to measure. "
                     "Edit the code first (or pass source='commit' / 'patch')")
-            candidate = snapshot.commit_tree(self.repo, tree, head, f"autoresearch candidate {exp_id}: {title}"
+            candidate = gitops.commit_tree(self.repo, tree, head, f"autoresearch candidate {exp_id}: {title}"
                                              f"\n\n{parent_note}")
-            changed = snapshot.changed_paths(self.repo, head, candidate)
+            changed = gitops.changed_paths(self.repo, head, candidate)
             self._refuse_protected(changed)
-            nested = snapshot.new_gitlinks(self.repo, head, tree) if source == "worktree" else []
+            nested = gitops.new_gitlinks(self.repo, head, tree) if source == "worktree" else []
             if nested:
                 raise RefusedError(
                     f"{', '.join(nested[:5])} is a nested git repository (it has its own .git): a snapshot would "
@@ -176,8 +178,8 @@ class ExperimentManager:
             for other in self._mine():
                 if self._measured(other, head, tree, incremental):
                     raise RefusedError(_duplicate(other))
-            snapshot.set_ref(self.repo, snapshot.EXP_REF + exp_id, candidate)
-            saved = snapshot.reset_saving(self.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
+            gitops.set_ref(self.repo, gitops.EXP_REF + exp_id, candidate)
+            saved = gitops.reset_saving(self.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
                 if restore_worktree else None
             restored = saved is not None
             design = self._design(repeats)
@@ -207,14 +209,14 @@ class ExperimentManager:
         )
 
     def _spec(self, design: stats.Design, base_tree: str, tree: str, incremental: bool,
-              platform: platforms_.Platform) -> dict[str, Any]:
+              platform: Platform) -> dict[str, Any]:
         """The runner job of one experiment on one platform (the host's first)."""
         return {
             "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
             "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
             "seed": random.SystemRandom().randrange(2**32), "run_checks": True, "incremental": incremental,
             "baseline_tree": base_tree, "candidate_tree": tree, "required_metrics": self.judging().required(),
-            "env": {**self.env, **platforms_.job_env(platform)}, "platform": platform.name,
+            "env": {**self.env, **job_env(platform)}, "platform": platform.name,
             "measure": platform.measure,
             "worktree_variant": None if platform is self.platforms[0] else platform.name,
         }
@@ -248,7 +250,7 @@ class ExperimentManager:
                           "repeats": repeats})
             self._pairs_done[exp_id] = done
         base_commit, candidate = exp.launch["base_commit"], exp.launch["candidate_commit"]
-        spec = self._spec(design, snapshot.tree_of(self.repo, base_commit), exp.launch["candidate_tree"],
+        spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch["candidate_tree"],
                           bool(exp.launch.get("incremental")), self.platforms[0])
         spec.update(stops=stops, prior=list(zip(base[:done], cand[:done], strict=True)))
         self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
@@ -263,9 +265,9 @@ class ExperimentManager:
 
     def _reapplied_tree(self, exp: ExperimentState, head: str) -> str:
         """An earlier experiment's change (its candidate against its own base) applied onto `head`."""
-        diff = snapshot.diff(self.repo, exp.launch["base_commit"], exp.launch["candidate_commit"])
+        diff = gitops.diff(self.repo, exp.launch["base_commit"], exp.launch["candidate_commit"])
         try:
-            return snapshot.patch_tree(self.repo, head, diff)
+            return gitops.patch_tree(self.repo, head, diff)
         except RefusedError as exc:
             raise RefusedError(
                 f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]} (the head "
@@ -286,12 +288,12 @@ class ExperimentManager:
         return not other.launch.get("incremental") or incremental
 
     def _refuse_protected(self, changed: list[str]) -> None:
-        hit = snapshot.protected_changes(changed, self.config.protected)
+        hit = gitops.protected_changes(changed, self.config.protected)
         if hit:
             shown = hit[:10] + ([f"... {len(hit) - 10} more"] if len(hit) > 10 else [])
             raise RefusedError(
                 f"the candidate changes protected files {shown}: the benchmark, the checks, the session folder "
-                f"{snapshot.SESSION_DIR}/ and .gitattributes/.gitmodules are taken from the baseline so a candidate "
+                f"{gitops.SESSION_DIR}/ and .gitattributes/.gitmodules are taken from the baseline so a candidate "
                 "cannot change how it is measured or recorded. Revert those files (git checkout -- <file>) and "
                 "launch again")
 
@@ -331,16 +333,16 @@ class ExperimentManager:
                     f"the work tree is on {branch or 'a detached HEAD'}, not the session branch "
                     f"{self.config.branch}; check it out (git checkout {self.config.branch}) or launch "
                     "with source='commit'")
-            return snapshot.snapshot_worktree(self.repo, head), "source: working tree snapshot"
+            return gitops.snapshot_worktree(self.repo, head), "source: working tree snapshot"
         if source == "commit":
             if not commit:
                 raise InputError("source='commit' needs commit (a sha, branch or other commit-ish)")
-            sha = snapshot.resolve_commit(self.repo, commit)
-            return snapshot.tree_of(self.repo, sha), f"source: commit {sha}"
+            sha = gitops.resolve_commit(self.repo, commit)
+            return gitops.tree_of(self.repo, sha), f"source: commit {sha}"
         if source == "patch":
             if not patch:
                 raise InputError("source='patch' needs patch (a unified diff against the session head)")
-            return snapshot.patch_tree(self.repo, head, patch), "source: patch"
+            return gitops.patch_tree(self.repo, head, patch), "source: patch"
         raise InputError(f"source must be 'worktree', 'commit' or 'patch', not {source!r}")
 
     # --- events from the executor ----------------------------------------------------------------
@@ -367,7 +369,7 @@ class ExperimentManager:
 
     def _record_result(self, exp_id: str, event: dict[str, Any]) -> None:
         exp = self.view.experiments[exp_id]
-        started: list[tuple[platforms_.Platform, str]] = []
+        started: list[tuple[Platform, str]] = []
         try:
             outcome = dict(event["outcome"])
             if exp.continued is not None:
@@ -408,8 +410,8 @@ class ExperimentManager:
 
     # --- the other platforms ---------------------------------------------------------------------
 
-    def _queue_platforms(self, exp: ExperimentState, targets: list[platforms_.Platform]
-                         ) -> list[tuple[platforms_.Platform, str]]:
+    def _queue_platforms(self, exp: ExperimentState, targets: list[Platform]
+                         ) -> list[tuple[Platform, str]]:
         """Record a host winner as queued on `targets`, each under a job id of its own (a run checked
         again is a new job: the old one's cleanup can never touch it)."""
         queued = []
@@ -422,7 +424,7 @@ class ExperimentManager:
             queued.append((platform, job_id))
         return queued
 
-    def _start_platforms(self, exp: ExperimentState, queued: list[tuple[platforms_.Platform, str]]) -> None:
+    def _start_platforms(self, exp: ExperimentState, queued: list[tuple[Platform, str]]) -> None:
         """Send a host winner to the other platforms: build and checks there, and a confirmation A/B
         against the same base where the platform is measured. Only winners: it is what commit_winner
         needs, and emulated builds are slow. (Incremental winners are confirmed on a clean build
@@ -431,14 +433,14 @@ class ExperimentManager:
             return
         launch = exp.launch
         design = stats.Design.from_dict(launch["design"])
-        base_tree = snapshot.tree_of(self.repo, launch["base_commit"])
+        base_tree = gitops.tree_of(self.repo, launch["base_commit"])
         for platform, job_id in queued:
             job = Job(job_id, launch["base_commit"], launch["candidate_commit"], self.logs / f"{job_id}.log",
                       spec=self._spec(design, base_tree, launch["candidate_tree"], False, platform))
             sink = functools.partial(self._on_platform_event, exp.experiment_id, platform)
             self.executor.submit(job, sink)
 
-    def _on_platform_event(self, exp_id: str, platform: platforms_.Platform, _job_id: str,
+    def _on_platform_event(self, exp_id: str, platform: Platform, _job_id: str,
                            event: dict[str, Any]) -> None:
         kind = event.get("event")
         record: dict[str, Any] = {"type": "platform", "experiment_id": exp_id, "platform": platform.name}
@@ -465,7 +467,7 @@ class ExperimentManager:
         except Exception:  # an event must never kill the executor's thread
             log.exception("could not record event %s of %s on %s", kind, exp_id, platform.name)
 
-    def _unchecked_platforms(self, exp: ExperimentState) -> list[platforms_.Platform]:
+    def _unchecked_platforms(self, exp: ExperimentState) -> list[Platform]:
         """The platforms where a host winner's run ended without a verdict of its own (cancelled, lost,
         or a worker or cloud error)."""
         if not (exp.status == "done" and exp.verdict == "improved") or exp.commit:
@@ -687,9 +689,9 @@ class ExperimentManager:
             hidden = self._holdout(exp)
             tree = exp.launch["candidate_tree"]
             # again at commit time: the rules may have changed since the launch (they never loosen here)
-            self._refuse_protected(snapshot.changed_paths(self.repo, head, exp.launch["candidate_commit"]))
+            self._refuse_protected(gitops.changed_paths(self.repo, head, exp.launch["candidate_commit"]))
             message = self._message(exp, title, hidden)
-            new = snapshot.commit_tree(self.repo, tree, head, message)
+            new = gitops.commit_tree(self.repo, tree, head, message)
             updated = self._advance(head, new)
             self._append({"type": "commit", "experiment_id": experiment_id, "commit": new, "parent": head,
                           "branch": self.config.branch, "title": title})
@@ -701,7 +703,7 @@ class ExperimentManager:
         on_branch = not self.repo.head.is_detached and self.repo.active_branch.name == self.config.branch
         if on_branch:
             # git replaces ignored files without asking; the user's files are never ours to replace
-            in_the_way = snapshot.untracked_in_the_way(self.repo, old, new)
+            in_the_way = gitops.untracked_in_the_way(self.repo, old, new)
             if in_the_way:
                 shown = ", ".join(in_the_way[:10]) + (f" and {len(in_the_way) - 10} more" if len(in_the_way) > 10
                                                       else "")
@@ -753,8 +755,8 @@ class ExperimentManager:
                                    noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
         outcome = holdout.run(
             c.holdout, self.root, self.worktrees, launch["base_commit"], launch["candidate_commit"],
-            (snapshot.tree_of(self.repo, launch["base_commit"]), launch["candidate_tree"]),
-            {**self.env, **platforms_.job_env(self.platforms[0])}, directions,
+            (gitops.tree_of(self.repo, launch["base_commit"]), launch["candidate_tree"]),
+            {**self.env, **job_env(self.platforms[0])}, directions,
             c.direction, c.timeouts.build, c.threads, design)
         self._append({"type": "holdout", "experiment_id": exp.experiment_id, "verdict": outcome.verdict,
                       "pairs": outcome.pairs, "metrics": outcome.metrics})

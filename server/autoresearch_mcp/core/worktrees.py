@@ -18,8 +18,8 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
-from autoresearch_mcp.experiments import snapshot
-from autoresearch_mcp.experiments.runner import BUILT_MARKER
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.runner import BUILT_MARKER
 
 
 def repo_key(repo: git.Repo) -> str:
@@ -46,16 +46,16 @@ class Worktrees:
 
         A `variant` (a platform that builds with another compiler) gets worktrees of its own.
         """
-        tree = snapshot.tree_of(self.repo, commit)
+        tree = gitops.tree_of(self.repo, commit)
         path = self.root / (f"tree-{tree[:16]}" + (f"-{variant}" if variant else ""))
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock, FileLock(str(path) + ".lock"):
             unused = self._users.get(path, 0) == 0
             if path.exists() and unused and not (path / BUILT_MARKER).exists():
                 # an unfinished build (a crash, a cancel): its objects cannot be trusted
-                snapshot.worktree_remove(self.repo, path)
+                gitops.worktree_remove(self.repo, path)
             if not path.exists():
-                snapshot.worktree_add(self.repo, path, commit)
+                gitops.worktree_add(self.repo, path, commit)
             self._users[path] = self._users.get(path, 0) + 1
         os.utime(path)  # recency for the LRU sweep
         return path
@@ -90,11 +90,11 @@ class Worktrees:
         path = self.root / f"slot-{index}"
         with FileLock(str(path) + ".lock"):
             if not path.exists():
-                snapshot.worktree_add(self.repo, path, commit)
+                gitops.worktree_add(self.repo, path, commit)
                 return path
             slot_repo = git.Repo(path)
             before = slot_repo.head.commit.hexsha
-            changed = snapshot.changed_paths(self.repo, before, commit) if before != commit else []
+            changed = gitops.changed_paths(self.repo, before, commit) if before != commit else []
             slot_repo.git.checkout("--detach", "--force", commit)
             now = time.time() + 1.0
             for rel in changed:
@@ -107,7 +107,7 @@ class Worktrees:
 
     def _remove(self, path: Path) -> None:
         if path.exists():
-            snapshot.worktree_remove(self.repo, path)
+            gitops.worktree_remove(self.repo, path)
         for suffix in (".lock", ".build.lock", ".ccache-stats"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         self._users.pop(path, None)

@@ -1,6 +1,6 @@
 """The executor port: where and how one experiment's A/B protocol runs (local machine or cloud VMs).
 
-Executors run the shared runner script (experiments/runner.py) and report what it prints as events;
+Executors run the shared runner script (core/runner.py) and report what it prints as events;
 they never judge results. The experiment manager owns the ledger and the verdicts.
 """
 
@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from autoresearch_mcp.core import runner
 
 # (experiment_id, event): events are {"event": "status", "status": ..., "worker"?, "runtime"?},
 # {"event": "sample", ...} and finally exactly one {"event": "result", "outcome": {...}}.
@@ -70,3 +72,23 @@ class Executor(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Stop accepting jobs and cancel those in flight (server shutdown)."""
+
+
+# How many times start_session benches the head to validate the benchmark.
+VALIDATION_RUNS = 2
+
+
+@dataclass
+class ValidationRun:
+    """The raw results of building the session head once and benching it VALIDATION_RUNS times
+    (fewer when a run fails), wherever that ran: `where` names the machine in messages."""
+
+    where: str
+    build: runner.CommandResult | None  # None when an existing build was reused
+    build_s: float
+    runs: list[runner.CommandResult]
+    worker: str | None = None  # the cloud worker it ran on, as start_session reports it
+
+
+# Runs the validation somewhere other than this machine: (head commit, its git tree) -> raw results.
+RemoteValidator = Callable[[str, str], ValidationRun]

@@ -1,0 +1,277 @@
+"""The session's configuration (`.autoresearch/config.json`) and where its files live.
+
+The bottom of the package's layers: every other layer reads these models; this module imports only
+the foundation (errors, models, resources, safefs) and the git module's path rules.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from autoresearch_mcp import resources, safefs
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.models import Direction, ExecutorName
+
+STATE_DIR = ".autoresearch"
+BENCH_SCRIPT, CHECKS_SCRIPT = gitops.SCRIPTS
+
+# Defaults of the statistics (measure/stats.py) a session may override in its config.
+DEFAULT_ALPHA = 0.02
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_NOISE_LIMIT = 0.10
+DEFAULT_MAX_PAIRS = 100
+
+# --- platforms: every machine a winner must work on (experiments/platforms.py runs them) ----------
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"
+HOST = "host"
+
+
+class Platform(BaseModel):
+    """One entry of `platforms` in `.autoresearch/config.json`."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    executor: ExecutorName = "local"
+    env: dict[str, str] = Field(default_factory=dict)
+    emulator: str = Field("", description="command that runs the platform's binaries, e.g. qemu-aarch64 -L ...")
+    measure: bool = Field(True, description="benchmark here (the host always is; emulated platforms never are)")
+    sky: dict[str, Any] = Field(default_factory=dict,
+                                description="overrides of the session's `sky` settings for this platform's workers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _emulated_is_not_measured(cls, data: Any) -> Any:
+        # An emulated platform's timings mean nothing, so it is unmeasured unless someone insists
+        # (which `resolve` then refuses with the reason).
+        if isinstance(data, dict) and data.get("emulator") and "measure" not in data:
+            return {**data, "measure": False}
+        return data
+
+    @property
+    def label(self) -> str:
+        kind = "emulated" if self.emulator else ("sky" if self.executor == "sky" else "local")
+        return f"{self.name} ({kind}, {'measured' if self.measure else 'build and checks'})"
+
+
+PRESETS: dict[str, Platform] = {
+    HOST: Platform(name=HOST),
+    "aarch64-qemu": Platform(
+        name="aarch64-qemu",
+        env={"CC": "aarch64-linux-gnu-gcc", "CXX": "aarch64-linux-gnu-g++",
+             # read by CMake >= 3.21 when it configures a new build directory: CMake projects cross-compile
+             "CMAKE_TOOLCHAIN_FILE": str(resources.toolchain("aarch64-linux-gnu.cmake"))},
+        emulator="qemu-aarch64 -L /usr/aarch64-linux-gnu",
+        measure=False,
+    ),
+}
+
+
+def resolve(raw: list[Any], executor: str | None) -> list[Platform]:
+    """Platforms from `start_session(platforms=...)` or the config: preset names or objects.
+
+    An object named like a preset starts from the preset (its `env` merged over the preset's), so
+    `{"name": "aarch64-qemu", "env": {"CFLAGS": "-O3"}}` keeps the cross compilers and the emulator.
+    """
+    if not raw:
+        raise InputError("platforms is empty: leave it out for the host alone, or list the host first, "
+                         "e.g. ['host', 'aarch64-qemu']")
+    out: list[Platform] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, Platform):
+            out.append(item)
+            continue
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict):
+            raise InputError(f"platforms[{i}] must be a preset name ({', '.join(PRESETS)}) or an object "
+                             "{name, executor, env, emulator, measure, sky}")
+        preset = PRESETS.get(str(item.get("name")))
+        if preset is not None:
+            item = {**preset.model_dump(), **item, "env": {**preset.env, **(item.get("env") or {})}}
+        elif len(item) == 1:
+            raise InputError(f"platforms[{i}]: {item.get('name')!r} is not a preset ({', '.join(PRESETS)}); "
+                             "describe it as {name, executor, env, emulator, measure, sky}")
+        try:
+            out.append(Platform.model_validate(item))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+            raise InputError(f"platforms[{i}] is not a valid platform ({problems}); expected "
+                             "{name, executor: local|sky, env: {VAR: value}, emulator, measure, sky}") from None
+    names = [p.name for p in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"platform names must be unique; {dupes} appear more than once")
+    for p in out:
+        if p.emulator and p.measure:
+            raise InputError(f"platform {p.name} runs under an emulator ({p.emulator}), where timings mean "
+                             "nothing: set measure to false (it then builds and runs the checks)")
+    host = out[0]
+    if not host.measure:
+        raise InputError(f"the first platform is the host where experiments are measured, but {host.name} is "
+                         f"not measured; put a measured platform first, e.g. ['host', {', '.join(names)!s}]")
+    if executor is not None and host.executor != executor:
+        raise InputError(f"executor={executor!r} but the first platform ({host.name}) runs on "
+                         f"{host.executor!r}: they are the same machine; make them agree")
+    return out
+
+
+def effective(configured: list[Platform], executor: str) -> list[Platform]:
+    """The session's platforms; without any configured, the host alone on the session's executor."""
+    return list(configured) if configured else [Platform.model_validate({"name": HOST, "executor": executor})]
+
+
+def job_env(platform: Platform) -> dict[str, str]:
+    """The environment every build, bench and checks run of `platform` gets, beside the process's."""
+    return {**platform.env, "AUTORESEARCH_PLATFORM": platform.name, "AUTORESEARCH_EMULATOR": platform.emulator}
+
+
+# --- the session ------------------------------------------------------------------------------
+
+
+class Timeouts(BaseModel):
+    build: float = 3600.0
+    bench: float = 900.0
+    checks: float = 1800.0
+
+
+class SkyConfig(BaseModel):
+    """Resources of the SkyPilot worker pool (used by the `sky` executor).
+
+    Without `instance_type`, the first worker is launched for `cpus`/`memory` and every later worker
+    of the session gets the instance type (and cloud) it got, so all pairs run on the same hardware.
+    """
+
+    workers: int = 2
+    cpus: str | None = "8+"
+    memory: str | None = None
+    instance_type: str | None = None
+    infra: str | None = None
+    region: str | None = None
+    use_spot: bool = False
+    idle_minutes_to_autostop: int = 30
+    setup: list[str] = Field(default_factory=list, description="shell commands run once on each new worker")
+    setup_script: str | None = Field(None, description="a committed script (path in the repo) run on each new worker")
+    file_mounts: dict[str, str] = Field(
+        default_factory=dict, description="path on the worker -> local path or bucket URL, copied once per worker")
+
+
+class Guard(BaseModel):
+    """A metric a winner must not regress beyond `tolerance_pct` (judged with its own interval)."""
+
+    direction: Direction
+    tolerance_pct: float = Field(ge=0, le=100)
+
+
+class Holdout(BaseModel):
+    """A benchmark the agent never runs: `commit_winner` runs a short A/B of it before committing.
+
+    `command` lives outside the repository (so no candidate can change it); it runs in each side's
+    built tree like `autoresearch.sh bench` and prints METRIC lines. Only its verdict and change are
+    ever returned, never its output.
+    """
+
+    command: str
+    pairs: int = Field(14, ge=14, le=100, description="at least the statistics' first look (14 pairs)")
+    tolerance_pct: float = Field(2.0, ge=0, le=100)
+    timeout_s: float = Field(900.0, gt=0)
+
+
+class SessionConfig(BaseModel):
+    """`.autoresearch/config.json`. Values a person may tune by editing the file are kept on resume."""
+
+    session_id: str
+    tag: str
+    branch: str
+    repo: str
+    metric: str
+    direction: Direction
+    executor: ExecutorName
+    start_commit: str
+    created_at: str
+    protected: list[str] = Field(default_factory=lambda: [BENCH_SCRIPT, CHECKS_SCRIPT])
+    min_effect: float = DEFAULT_MIN_EFFECT
+    noise_limit: float = DEFAULT_NOISE_LIMIT
+    alpha: float = DEFAULT_ALPHA
+    max_pairs: int = DEFAULT_MAX_PAIRS
+    default_repeats: int | str = "auto"
+    warmup: int = 1
+    drift_limit: float = 0.05
+    incremental: bool = Field(
+        False, description="build candidates incrementally in a persistent worktree per slot; winners are "
+                           "then confirmed on a clean, cache-backed build before they can be committed")
+    keep_builds: int = Field(4, description="built worktrees kept for reuse beyond those in use")
+    build_parallelism: int = 2
+    threads: int | None = None
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    budget_usd: float | None = None
+    sky: SkyConfig = Field(default_factory=SkyConfig)
+    platforms: list[Platform] = Field(
+        default_factory=list, description="the host first, then every platform a winner must also work on")
+
+    @property
+    def all_platforms(self) -> list[Platform]:
+        """The configured platforms, or the host alone on the session's executor."""
+        return effective(self.platforms, self.executor)
+
+    def sky_for(self, platform: Platform) -> SkyConfig:
+        """The worker settings of a sky platform: the session's `sky`, with the platform's overrides."""
+        return SkyConfig.model_validate({**self.sky.model_dump(), **platform.sky})
+
+    recipe: str | None = None
+    objectives: list[str] = Field(
+        default_factory=list, description="metrics a winner may improve (default: the primary metric)")
+    guards: dict[str, Guard] = Field(default_factory=dict)
+    holdout: Holdout | None = None
+    model: str | None = Field(None, description="model file for recipes that run one (AUTORESEARCH_MODEL)")
+    model_url: str | None = Field(None, description="downloaded once into the cache when `model` is not set")
+
+    @field_validator("protected")
+    @classmethod
+    def _plain_paths(cls, entries: list[str]) -> list[str]:
+        """Entries as git names paths ('./x' is 'x'); the session folder is protected whatever they say."""
+        return list(dict.fromkeys(gitops.normalize_protected(e) for e in entries))
+
+    @field_validator("holdout", mode="before")
+    @classmethod
+    def _holdout_command(cls, value: object) -> object:
+        return {"command": value} if isinstance(value, str) else value
+
+    def objective_metrics(self) -> list[str]:
+        return list(self.objectives) or [self.metric]
+
+
+def judged_metrics(config: SessionConfig) -> list[str]:
+    """Every metric a verdict depends on: the primary, the objectives and the guards."""
+    return list(dict.fromkeys([config.metric, *config.objective_metrics(), *config.guards]))
+
+
+# Settings a person may edit in config.json; a new session on the same repository keeps them.
+KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
+         "build_parallelism", "threads", "drift_limit", "warmup", "default_repeats", "incremental", "keep_builds",
+         "recipe", "objectives", "guards", "holdout", "model", "model_url"}
+
+
+def state_dir(repo_root: Path) -> Path:
+    return repo_root / STATE_DIR
+
+
+def config_path(repo_root: Path) -> Path:
+    return state_dir(repo_root) / "config.json"
+
+
+def load_config(repo_root: Path) -> SessionConfig | None:
+    path = config_path(repo_root)
+    if not path.exists():
+        return None
+    try:
+        return SessionConfig.model_validate_json(path.read_text())
+    except ValueError as exc:
+        raise StateError(f"{path} is not a valid session config ({exc}); fix or delete it") from None
+
+
+def save_config(repo_root: Path, config: SessionConfig) -> None:
+    safefs.write_text(repo_root, config_path(repo_root), config.model_dump_json(indent=2) + "\n")
