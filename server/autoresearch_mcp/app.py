@@ -378,9 +378,8 @@ def build_server() -> MCPServer[AppState]:
         """Research phase: is the workload memory-, compute- or latency-bound? Compares what a unit of
         work moves and computes, at its rate, with this machine's measured peaks (roofline) and says
         which kind of change can pay off."""
-        state = _state(ctx)
         return bounds.analyze_bounds(
-            state.session, state.settings.cache_dir, bytes_per_unit=bytes_per_unit, flops_per_unit=flops_per_unit,
+            _state(ctx), bytes_per_unit=bytes_per_unit, flops_per_unit=flops_per_unit,
             units_per_second=units_per_second, model_path=model_path, metric=metric,
             metric_unit=metric_unit, threads=threads, precision=precision, command=command,
             command_timeout_s=command_timeout_s, remeasure=remeasure)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from autoresearch_mcp.analysis.counters import perf_counters
 from autoresearch_mcp.analysis.peaks import cached_peaks
@@ -22,6 +23,7 @@ from autoresearch_mcp.models import (
     Roofline,
 )
 from autoresearch_mcp.session import Session
+from autoresearch_mcp.settings import Settings
 
 # A workload at half of a roof or more is "at" that roof: well-tuned streaming code reaches
 # 60-90% of STREAM, and dense kernels 50-90% of the FMA peak. Below half of both roofs, the time
@@ -53,6 +55,13 @@ ADVICE: dict[BoundVerdict, list[str]] = {
         "Profile where the time goes before optimizing arithmetic or bandwidth.",
     ],
 }
+
+
+class ServerState(Protocol):
+    """What `analyze_bounds` reads of the server's state (app.py passes its AppState)."""
+
+    session: Session | None
+    settings: Settings
 
 
 @dataclass(frozen=True)
@@ -236,8 +245,7 @@ def _model_bytes(model_path: str) -> float:
 
 
 def analyze_bounds(
-    session: Session | None,
-    cache_dir: Path,
+    state: ServerState,
     *,
     bytes_per_unit: float | None = None,
     flops_per_unit: float | None = None,
@@ -255,6 +263,7 @@ def analyze_bounds(
     _check_inputs(bytes_per_unit, flops_per_unit, model_path, units_per_second, metric)
     if threads is not None and threads < 1:
         raise InputError(f"threads must be 1 or more, got {threads}")
+    session = state.session
     warnings: list[str] = []
     if model_path is not None:
         bytes_per_unit = _model_bytes(model_path)
@@ -265,7 +274,7 @@ def analyze_bounds(
     else:
         rate, rate_source = session_rate(session, str(metric), metric_unit)
 
-    peaks = cached_peaks(cache_dir, remeasure=remeasure)
+    peaks = cached_peaks(state.settings.cache_dir, remeasure=remeasure)
     used_threads = threads or peaks.threads
     roofs, roof_warnings = roofs_for(peaks, used_threads, precision)
     result = assess(roofs, rate, bytes_per_unit, flops_per_unit)

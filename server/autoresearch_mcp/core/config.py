@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from autoresearch_mcp import resources, safefs
 from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.port import JobTimeouts
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.models import Direction, ExecutorName
 
@@ -136,6 +137,9 @@ class Timeouts(BaseModel):
     build: float = 3600.0
     bench: float = 900.0
     checks: float = 1800.0
+
+    def for_job(self) -> JobTimeouts:
+        return JobTimeouts(build=self.build, bench=self.bench, checks=self.checks)
 
 
 class SkyConfig(BaseModel):

@@ -6,17 +6,122 @@ they never judge results. The experiment manager owns the ledger and the verdict
 
 from __future__ import annotations
 
+import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from autoresearch_mcp.core import runner
 
-# (experiment_id, event): events are {"event": "status", "status": ..., "worker"?, "runtime"?},
-# {"event": "sample", ...} and finally exactly one {"event": "result", "outcome": {...}}.
-EventSink = Callable[[str, dict[str, Any]], None]
+log = logging.getLogger(__name__)
+
+
+# --- what a job asks of the runner -----------------------------------------------------------------
+
+
+class JobTimeouts(TypedDict):
+    build: float
+    bench: float
+    checks: float
+
+
+class JobSpec(TypedDict, total=False):
+    """The runner job fields the manager sets (core/runner.py reads them from job.json, beside the
+    paths an executor adds: experiment_id, baseline_dir, candidate_dir, log_path, machine_lock)."""
+
+    metric: str
+    direction: str
+    design: dict[str, Any]  # measure/stats.py Design.job(): stops, boundaries, noise_limit...
+    timeouts: JobTimeouts
+    threads: int | None
+    seed: int
+    run_checks: bool
+    incremental: bool
+    baseline_tree: str
+    candidate_tree: str
+    required_metrics: list[str]
+    env: dict[str, str]
+    platform: str
+    measure: bool
+    worktree_variant: str | None
+    prior: list[list[float]]  # a continuation: the earlier rounds' (baseline, candidate) pairs
+    stops: list[int]  # a continuation: where this round looks
+    validate: int  # a validation run (start_session on a worker): how many benches
+
+
+# --- what an executor reports, in order: status..., samples..., exactly one final event -------------
+# Typed dicts, so a sink can keep them as they are; `parse_event` validates what a runner printed.
+
+
+class StatusEvent(TypedDict):
+    event: Literal["status"]
+    status: str  # building, running, checking; queued when an executor requeues the job
+    worker: NotRequired[str | None]
+    runtime: NotRequired[dict[str, Any]]  # what a restart needs to find the job again (pid, cluster...)
+
+
+class SampleEvent(TypedDict):
+    event: Literal["sample"]
+    pair: int
+    role: str  # baseline or candidate
+    metrics: dict[str, float]
+    problems: list[str]
+
+
+class LookEvent(TypedDict):
+    event: Literal["look"]
+    pairs: int
+    verdict: str | None
+
+
+class ResultEvent(TypedDict):
+    """Final: the runner's result line (`outcome`), or a failure the executor saw."""
+
+    event: Literal["result"]
+    outcome: dict[str, Any]
+    worker: NotRequired[str | None]
+    cost_usd: NotRequired[float]
+
+
+class CancelledEvent(TypedDict):
+    """Final: the job was cancelled before it ended."""
+
+    event: Literal["cancelled"]
+
+
+class LostEvent(TypedDict):
+    """Final: the machine running the job was lost and the job could not be run again."""
+
+    event: Literal["lost"]
+    detail: str
+
+
+Event = Annotated[StatusEvent | SampleEvent | LookEvent | ResultEvent | CancelledEvent | LostEvent,
+                  Field(discriminator="event")]
+FINAL_EVENTS = ("result", "cancelled", "lost")
+_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+# (experiment_id, event), called from an executor's thread
+EventSink = Callable[[str, Event], None]
+
+
+def parse_event(line: str) -> StatusEvent | SampleEvent | LookEvent | None:
+    """A progress event the runner printed (`runner.EVENT_PREFIX` line); None, with a warning, if it is
+    not one. Final events never come from these lines: the result line and the executor give them."""
+    try:
+        event = _EVENT.validate_python(json.loads(line[len(runner.EVENT_PREFIX):]))
+    except (ValueError, ValidationError) as exc:
+        log.warning("ignoring a malformed runner event %r: %s", line[:200], exc)
+        return None
+    if event["event"] in FINAL_EVENTS:
+        log.warning("ignoring a final event printed as a runner event: %r", line[:200])
+        return None
+    return event  # type: ignore[return-value]  # narrowed by the check above
 
 
 @dataclass
@@ -27,7 +132,7 @@ class Job:
     base_commit: str
     candidate_commit: str
     log_path: Path
-    spec: dict[str, Any] = field(default_factory=dict)  # runner job fields: metric, design, timeouts...
+    spec: JobSpec = field(default_factory=lambda: JobSpec())
 
 
 @dataclass

@@ -26,7 +26,7 @@ import psutil
 
 from autoresearch_mcp import safefs
 from autoresearch_mcp.core import runner
-from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job
+from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, parse_event
 from autoresearch_mcp.core.worktrees import Worktrees
 
 log = logging.getLogger(__name__)
@@ -225,8 +225,9 @@ class LocalExecutor(Executor):
         outcome = None
         for line in proc.stdout:
             if line.startswith(runner.EVENT_PREFIX):
-                with contextlib.suppress(json.JSONDecodeError):
-                    sink(exp_id, json.loads(line[len(runner.EVENT_PREFIX):]))
+                event = parse_event(line)
+                if event is not None:
+                    sink(exp_id, event)
             elif line.startswith(runner.RESULT_PREFIX):
                 outcome = runner.parse_result_line(line)
         return outcome

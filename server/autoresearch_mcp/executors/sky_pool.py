@@ -38,7 +38,16 @@ from typing import Any, TypeVar
 from autoresearch_mcp import safefs
 from autoresearch_mcp.core import runner
 from autoresearch_mcp.core.config import SessionConfig, job_env, state_dir
-from autoresearch_mcp.core.port import VALIDATION_RUNS, EventSink, Executor, Interrupted, Job, Released, ValidationRun
+from autoresearch_mcp.core.port import (
+    VALIDATION_RUNS,
+    EventSink,
+    Executor,
+    Interrupted,
+    Job,
+    Released,
+    ValidationRun,
+    parse_event,
+)
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.sky_meter import Meter, Pin
@@ -341,7 +350,7 @@ class SkyPool(Executor):
         log_path = state_dir(self.repo_dir) / "logs" / "session-validation.log"
         job = Job(f"validate-{commit[:12]}", commit, commit, log_path, spec={
             "validate": VALIDATION_RUNS, "metric": cfg.metric, "threads": cfg.threads, "baseline_tree": content,
-            "timeouts": cfg.timeouts.model_dump(), "env": job_env(cfg.all_platforms[0])})
+            "timeouts": cfg.timeouts.for_job(), "env": job_env(cfg.all_platforms[0])})
         worker = self.scheduler.workers[self.names[0]]
         a = _Attempt(worker, Pending(job, lambda _exp, _event: None))
         self._ready.wait()
@@ -783,12 +792,13 @@ class SkyPool(Executor):
         events = [ln for ln in machine_lines(text) if ln.startswith(runner.EVENT_PREFIX)]
         exp_id = a.item.job.experiment_id
         for line in events[a.forwarded:]:
-            with contextlib.suppress(json.JSONDecodeError):
-                event = json.loads(line[len(runner.EVENT_PREFIX):])
-                if event.get("event") == "status":
-                    event["worker"] = a.worker.name
-                    a.phase = str(event.get("status"))
-                a.item.sink(exp_id, event)
+            event = parse_event(line)
+            if event is None:
+                continue
+            if event["event"] == "status":
+                event["worker"] = a.worker.name
+                a.phase = event["status"]
+            a.item.sink(exp_id, event)
         a.forwarded = len(events)
 
     def _save_log(self, a: _Attempt, gone: str | None) -> str:

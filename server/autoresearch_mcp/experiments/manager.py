@@ -25,7 +25,7 @@ from autoresearch_mcp import limits
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
-from autoresearch_mcp.core.port import Executor, Interrupted, Job, Released
+from autoresearch_mcp.core.port import Event, Executor, Interrupted, Job, JobSpec, Released, ResultEvent
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import holdout
@@ -209,17 +209,17 @@ class ExperimentManager:
         )
 
     def _spec(self, design: stats.Design, base_tree: str, tree: str, incremental: bool,
-              platform: Platform) -> dict[str, Any]:
+              platform: Platform) -> JobSpec:
         """The runner job of one experiment on one platform (the host's first)."""
-        return {
-            "metric": self.config.metric, "direction": self.config.direction, "design": design.job(),
-            "timeouts": self.config.timeouts.model_dump(), "threads": self.config.threads,
-            "seed": random.SystemRandom().randrange(2**32), "run_checks": True, "incremental": incremental,
-            "baseline_tree": base_tree, "candidate_tree": tree, "required_metrics": self.judging().required(),
-            "env": {**self.env, **job_env(platform)}, "platform": platform.name,
-            "measure": platform.measure,
-            "worktree_variant": None if platform is self.platforms[0] else platform.name,
-        }
+        return JobSpec(
+            metric=self.config.metric, direction=self.config.direction, design=design.job(),
+            timeouts=self.config.timeouts.for_job(), threads=self.config.threads,
+            seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
+            baseline_tree=base_tree, candidate_tree=tree, required_metrics=self.judging().required(),
+            env={**self.env, **job_env(platform)}, platform=platform.name,
+            measure=platform.measure,
+            worktree_variant=None if platform is self.platforms[0] else platform.name,
+        )
 
     def _continue(self, exp: ExperimentState, repeats: int | str | None) -> LaunchResult:
         """More pairs for an undecided experiment on the same head: a new round of the same design,
@@ -252,7 +252,8 @@ class ExperimentManager:
         base_commit, candidate = exp.launch["base_commit"], exp.launch["candidate_commit"]
         spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch["candidate_tree"],
                           bool(exp.launch.get("incremental")), self.platforms[0])
-        spec.update(stops=stops, prior=list(zip(base[:done], cand[:done], strict=True)))
+        spec["stops"] = stops
+        spec["prior"] = [[b, c] for b, c in zip(base[:done], cand[:done], strict=True)]
         self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
                              self._on_event)
         return LaunchResult(
@@ -347,27 +348,27 @@ class ExperimentManager:
 
     # --- events from the executor ----------------------------------------------------------------
 
-    def _on_event(self, exp_id: str, event: dict[str, Any]) -> None:
-        kind = event.get("event")
+    def _on_event(self, exp_id: str, event: Event) -> None:
+        kind = event["event"]
         try:
-            if kind == "status":
+            if event["event"] == "status":
                 self._append({"type": "status", "experiment_id": exp_id, "status": event["status"],
                               "worker": event.get("worker"), "runtime": event.get("runtime")})
-            elif kind == "sample":
+            elif event["event"] == "sample":
                 with self._lock:
-                    if event.get("role") == "candidate":
+                    if event["role"] == "candidate":
                         self._pairs_done[exp_id] = self._pairs_done.get(exp_id, 0) + 1
-            elif kind == "cancelled":
+            elif event["event"] == "cancelled":
                 self._append({"type": "status", "experiment_id": exp_id, "status": "cancelled"})
-            elif kind == "lost":
+            elif event["event"] == "lost":
                 self._append({"type": "status", "experiment_id": exp_id, "status": "lost",
-                              "detail": event.get("detail")})
-            elif kind == "result":
+                              "detail": event["detail"]})
+            elif event["event"] == "result":
                 self._record_result(exp_id, event)
         except Exception:  # an event must never kill the executor's thread
             log.exception("could not record event %s of %s", kind, exp_id)
 
-    def _record_result(self, exp_id: str, event: dict[str, Any]) -> None:
+    def _record_result(self, exp_id: str, event: ResultEvent) -> None:
         exp = self.view.experiments[exp_id]
         started: list[tuple[Platform, str]] = []
         try:
@@ -441,16 +442,18 @@ class ExperimentManager:
             self.executor.submit(job, sink)
 
     def _on_platform_event(self, exp_id: str, platform: Platform, _job_id: str,
-                           event: dict[str, Any]) -> None:
-        kind = event.get("event")
+                           event: Event) -> None:
+        kind = event["event"]
         record: dict[str, Any] = {"type": "platform", "experiment_id": exp_id, "platform": platform.name}
         try:
-            if kind == "status":
+            if event["event"] == "status":
                 self._append({**record, "status": event["status"], "worker": event.get("worker"),
                               "runtime": event.get("runtime")})
-            elif kind in ("cancelled", "lost"):
-                self._append({**record, "status": kind, "detail": event.get("detail")})
-            elif kind == "result":
+            elif event["event"] == "cancelled":
+                self._append({**record, "status": kind, "detail": None})
+            elif event["event"] == "lost":
+                self._append({**record, "status": kind, "detail": event["detail"]})
+            elif event["event"] == "result":
                 outcome = dict(event["outcome"])
                 exp = self.view.experiments[exp_id]
                 analysis: dict[str, Any] = {}
