@@ -12,9 +12,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,  # pydantic validates typing's only from Python 3.12
+)
 
 from pydantic import Field, TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from autoresearch_mcp.core import runner
 
