@@ -24,7 +24,7 @@ from typing import Any
 from autoresearch_mcp import safefs
 from autoresearch_mcp.core import gitops, profiler, runner
 from autoresearch_mcp.core.config import BENCH_SCRIPT, job_env, state_dir
-from autoresearch_mcp.core.port import Job
+from autoresearch_mcp.core.port import Job, JobSpec
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.executors.sky_pool import SkyPool
@@ -150,17 +150,17 @@ def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str
     repo, config = session.repo, session.config
     root = Path(repo.working_dir)
     job = Job(f"profile-{profile_id}", target.base, target.commit,
-              state_dir(root) / "logs" / f"profile-{profile_id}.log", spec={
-                  "profile": profile_id, "timeouts": config.timeouts.model_dump(), "threads": config.threads,
-                  "env": job_env(config.all_platforms[0]),
-                  "baseline_tree": gitops.tree_of(repo, target.base),
-                  "candidate_tree": gitops.tree_of(repo, target.commit)})
+              state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=JobSpec(
+                  profile=profile_id, timeouts=config.timeouts.for_job(), threads=config.threads,
+                  env=job_env(config.all_platforms[0]),
+                  baseline_tree=gitops.tree_of(repo, target.base),
+                  candidate_tree=gitops.tree_of(repo, target.commit)))
     final = pool.run_first(job)
-    outcome = final.get("outcome") or {}
-    worker = final.get("worker")
-    if final["event"] != "result" or "problem" not in outcome:
-        why = final.get("detail") or outcome.get("error") or final["event"]
+    if final["event"] != "result" or "problem" not in final["outcome"]:
+        why = (final["detail"] if final["event"] == "lost"
+               else final["outcome"].get("error") if final["event"] == "result" else final["event"])
         raise StateError(f"the profile job did not finish on a cloud worker: {why}. Its log: {job.log_path}")
+    outcome, worker = final["outcome"], final.get("worker")
     run = _Run({**outcome, "perf_data": f"{worker}:{outcome.get('perf_data')}"}, f"worker {worker}", worker,
                final.get("cost_usd"))
     _check(run, target, config.tag)

@@ -58,6 +58,7 @@ class JobSpec(TypedDict, total=False):
     prior: list[list[float]]  # a continuation: the earlier rounds' (baseline, candidate) pairs
     stops: list[int]  # a continuation: where this round looks
     validate: int  # a validation run (start_session on a worker): how many benches
+    profile: str  # a profile run (profile_hotspots on a worker): the profile's id
 
 
 # --- what an executor reports, in order: status..., samples..., exactly one final event -------------

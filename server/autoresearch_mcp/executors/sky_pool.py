@@ -39,7 +39,9 @@ from autoresearch_mcp import safefs
 from autoresearch_mcp.core import runner
 from autoresearch_mcp.core.config import SessionConfig, job_env, state_dir
 from autoresearch_mcp.core.port import (
+    FINAL_EVENTS,
     VALIDATION_RUNS,
+    Event,
     EventSink,
     Executor,
     Interrupted,
@@ -386,16 +388,16 @@ class SkyPool(Executor):
         return ValidationRun(where, command(raw["build"], ["bash", "./autoresearch.sh", "build"]),
                              float(raw["build_s"]), [r for r in runs if r is not None], worker=where + pinned)
 
-    def run_first(self, job: Job) -> dict[str, Any]:
+    def run_first(self, job: Job) -> Event:
         """Run `job` ahead of the queued experiments and wait for its final event. It runs as they do:
         alone on a worker (never beside a measured pair), warm workers first, queued again if its
         worker is lost, its time charged (`cost_usd`), and refused once the budget is spent."""
-        final: dict[str, Any] = {}
+        final: list[Event] = []
         done = threading.Event()
 
-        def sink(_exp_id: str, event: dict[str, Any]) -> None:
-            if event["event"] in ("result", "lost", "cancelled"):
-                final.update(event)
+        def sink(_exp_id: str, event: Event) -> None:
+            if event["event"] in FINAL_EVENTS:
+                final.append(event)
                 done.set()
 
         with self._lock:
@@ -404,7 +406,7 @@ class SkyPool(Executor):
             self.scheduler.enqueue(Pending(job, sink), front=True)
             self._dispatch()
         done.wait()
-        return final
+        return final[0]
 
     def retire_base(self, commit: str) -> None:
         with self._lock:
