@@ -665,3 +665,64 @@ def test_a_pass_in_a_branch_that_returns_is_not_followed_by_the_code_after_it(tm
     """)
     y = only(result, "dup", "y")
     assert [p.start_line for p in y.passes] == [8, 9]
+
+
+def test_a_simd_reduction_through_register_accumulators_is_a_dependency(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <math.h>
+        void simd_norm(float *y, int n) {
+            GGML_F32_VEC sum[GGML_F32_ARR] = { GGML_F32_VEC_ZERO };
+            const int np = n & ~(GGML_F32_STEP - 1);
+            for (int i = 0; i < np; i += GGML_F32_STEP) {
+                for (int j = 0; j < GGML_F32_ARR; j++) {
+                    GGML_F32_VEC ay = GGML_F32_VEC_LOAD(y + i + j*GGML_F32_EPR);
+                    sum[j] = GGML_F32_VEC_FMA(sum[j], ay, ay);
+                }
+            }
+            float sumf;
+            GGML_F32_VEC_REDUCE(sumf, sum);
+            for (int i = np; i < n; ++i) sumf += y[i]*y[i];
+            const float scale = 1.0f/sqrtf(sumf);
+            ggml_vec_scale_f32(n, y, scale);
+        }
+    """)
+    y = only(result, "simd_norm", "y")
+    assert y.kind == "read_then_update" and not y.fusable and y.depends_on == ["scale"]
+    assert [p.start_line for p in y.passes] == [6, 16]
+
+
+def test_a_scalar_tail_run_once_per_register_lane_finishes_the_simd_body(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void mad_unroll(const int n, float * y, const float * x[2], const float * v[2]) {
+            const int np = (n & ~(GGML_F32_STEP - 1));
+            for (int i = 0; i < np; i += GGML_F32_STEP) {
+                for (int j = 0; j < GGML_F32_ARR; j++) {
+                    GGML_F32_VEC ay = GGML_F32_VEC_LOAD(y + i + j*GGML_F32_EPR);
+                    for (int k = 0; k < GGML_VEC_MAD_UNROLL; ++k) {
+                        ay = GGML_F32_VEC_FMA(ay, GGML_F32_VEC_LOAD(x[k] + i + j*GGML_F32_EPR), v[k][0]);
+                    }
+                    GGML_F32_VEC_STORE(y + i + j*GGML_F32_EPR, ay);
+                }
+            }
+            for (int k = 0; k < GGML_VEC_MAD_UNROLL; ++k) {
+                for (int i = np; i < n; ++i) {
+                    y[i] += x[k][i]*v[k][0];
+                }
+            }
+        }
+    """)
+    assert result.findings == []
+
+
+def test_a_loop_that_stops_where_the_data_says_is_a_search_not_a_pass(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        int skip_then_copy(const char *s, char *out, int n) {
+            const char *p = s;
+            while (*p == ' ') p++;
+            int i = 0;
+            for (; i < n && s[i] != ']'; i++) {}
+            for (int k = 0; k < n; k++) out[k] = s[k];
+            return i;
+        }
+    """)
+    assert result.findings == []

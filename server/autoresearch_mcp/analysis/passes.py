@@ -548,8 +548,11 @@ class FunctionScan:
         return out
 
     def _assigned_scalars(self, node: tree_sitter.Node) -> set[str]:
+        """Scalars (and register arrays) a statement sets: by assignment, `sum[j] = FMA(...)` into a local
+        array, or a statement-level macro such as `GGML_F32_VEC_REDUCE(sumf, sum)` that sets its arguments."""
         names: set[str] = set()
-        for n in self.index.within(node, ("init_declarator", "assignment_expression", "update_expression"), code=True):
+        kinds = ("init_declarator", "assignment_expression", "update_expression", "call_expression")
+        for n in self.index.within(node, kinds, code=True):
             target = None
             if n.type == "init_declarator":
                 target = n.child_by_field_name("declarator")
@@ -557,6 +560,12 @@ class FunctionScan:
                 target = n.child_by_field_name("left")
             elif n.type == "update_expression":
                 target = n.child_by_field_name("argument")
+            elif n.parent is not None and n.parent.type == "expression_statement" and CONSTANT_NAME.match(_callee(n)):
+                names |= {_text(a) for a in _arguments(n) if a.type == "identifier"}
+            if target is not None and target.type == "subscript_expression":
+                target = _unwrap(target.child_by_field_name("argument") or target)
+                if self.shapes.get(_text(target)) != "fixed_array":
+                    continue
             if target is not None and target.type == "identifier":
                 names.add(_text(target))
         return names
@@ -702,6 +711,8 @@ class FunctionScan:
             if _constant_trip(n):
                 lanes |= own
                 continue
+            if self._searches(n, own):
+                continue
             counted = _loop_extent(n)
             for var in own:
                 spans[var] = counted[1] if counted is not None and counted[0] == var else None
@@ -750,6 +761,19 @@ class FunctionScan:
             if found is not None:
                 _record(item, found, self._element_mode(loop), ("0", f"size({found[0]})"))
         return {var} if var else set()
+
+    def _searches(self, loop: tree_sitter.Node, own: set[str]) -> bool:
+        """`while (*p && *p != ']') p++`, `i < n && x[i] < 0`: the loop stops where the data says, a search
+        that may end anywhere rather than a pass over the buffer."""
+        cond = loop.child_by_field_name("condition")
+        if cond is None:
+            return False
+        for n in self.index.within(cond, ("subscript_expression", "pointer_expression")):
+            if n.type == "pointer_expression" and _operator(n) != "*":
+                continue
+            if self.index.identifiers(n) & own:
+                return True
+        return False
 
     def _advanced(self, loop: tree_sitter.Node) -> set[str]:
         """Pointers the loop moves along a buffer: `p++`, `p += 8`, `p = p + stride`."""
@@ -979,19 +1003,26 @@ def _loop_vars(loop: tree_sitter.Node) -> set[str]:
 
 def _continues(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
     """Whether loop `second` finishes the range of loop `first` instead of walking it again: a SIMD
-    body and its scalar tail, `for (; i < n; ++i)` or `for (int i = np; i < n; ++i)` after `i < np`."""
+    body and its scalar tail, `for (; i < n; ++i)` or `for (int i = np; i < n; ++i)` after `i < np`, also
+    when the tail runs once per register lane (`for (k = 0; k < UNROLL; ++k) for (i = np; i < n; ++i)`)."""
     if first.type not in LOOPS or second.type != "for_statement":
         return False
-    if not _loop_vars(first) & _loop_vars(second):
-        return False
-    init = second.child_by_field_name("initializer")
-    if init is None:
-        return True
-    cond = first.child_by_field_name("condition")
-    bound = cond.child_by_field_name("right") if cond is not None and cond.type == "binary_expression" else None
-    starts = [n.child_by_field_name("value") or n.child_by_field_name("right")
-              for n in _walk(init) if n.type in ("init_declarator", "assignment_expression")]
-    return bound is not None and any(v is not None and _squash(v) == _squash(bound) for v in starts)
+    if _loop_vars(first) & _loop_vars(second):
+        init = second.child_by_field_name("initializer")
+        if init is None:
+            return True
+        cond = first.child_by_field_name("condition")
+        bound = cond.child_by_field_name("right") if cond is not None and cond.type == "binary_expression" else None
+        starts = [n.child_by_field_name("value") or n.child_by_field_name("right")
+                  for n in _walk(init) if n.type in ("init_declarator", "assignment_expression")]
+        if bound is not None and any(v is not None and _squash(v) == _squash(bound) for v in starts):
+            return True
+    if _constant_trip(second):
+        body = second.child_by_field_name("body")
+        inner = [c for c in body.named_children if c.type != "comment"] if body is not None and \
+            body.type == "compound_statement" else [body]
+        return len(inner) == 1 and inner[0] is not None and _continues(first, inner[0])
+    return False
 
 
 def _constant_trip(loop: tree_sitter.Node) -> bool:
