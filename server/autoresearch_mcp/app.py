@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
-import git
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import Tool, ToolAnnotations
@@ -19,6 +18,7 @@ from pydantic import BaseModel, Field, create_model, model_validator
 from autoresearch_mcp import __version__, finalize, limits, resources
 from autoresearch_mcp.analysis import bounds, hotspots, passes
 from autoresearch_mcp.analysis.diff_backends import compare_backends
+from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import AutoresearchError
 from autoresearch_mcp.models import (
     AddNoteResult,
@@ -97,7 +97,7 @@ def _guard(fn: Callable[P, R]) -> Callable[P, R]:
             result = fn(*args, **kwargs)
         except AutoresearchError as exc:
             raise ToolError(limits.clip(str(exc), limits.ERROR_CAP)) from exc
-        except git.GitCommandError as exc:
+        except gitops.GitError as exc:
             # an expected git failure the code did not name: git's own words, so the user can act on them
             detail = limits.clip(str(exc.stderr or exc).strip(), 2000)
             raise ToolError(f"git {' '.join(map(str, exc.command[1:3]))} failed: {detail}") from exc

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +19,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp import resources
+from autoresearch_mcp.core import gitops
 
 DEADLINE_S = 1200
 CANDIDATES = [
@@ -36,18 +36,12 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def prepare(workdir: Path) -> Path:
     repo = workdir / "normsoft"
     shutil.copytree(resources.example_dir() / "normsoft", repo,
                     ignore=shutil.ignore_patterns("normsoft", "patches", "*.o"))
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=autoresearch demo", "-c", "user.email=demo@localhost", "commit", "-q", "-m",
-         "normsoft: initial import")
+    gitops.commit_all(gitops.init_repo(repo, "main"), "normsoft: initial import", "autoresearch demo",
+                      "demo@localhost")
     return repo
 
 
@@ -130,7 +124,8 @@ async def run_demo(workdir: Path) -> int:
     _say("")
     _say(f"summary: {len(ids)} experiments, {listing['kept']} kept, {listing['discarded']} discarded, "
          f"{time.monotonic() - t0:.0f} s")
-    _say(_git(repo, "log", "--oneline", "-3", "autoresearch/demo"))
+    for commit in gitops.log(gitops.repo_at(repo), "autoresearch/demo", limit=3):
+        _say(f"{commit.sha[:12]} {commit.subject}")
     return 0
 
 

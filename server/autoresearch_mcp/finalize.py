@@ -18,8 +18,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
-
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import Ledger
@@ -34,7 +32,7 @@ class _Commit:
     sha: str
     message: str
     identity: dict[str, str]  # author and committer, to replay the commit identically
-    changes: list[tuple[str, str, str]]  # (mode, blob, path); mode "0" removes the path
+    changes: list[gitops.IndexEntry]  # mode "0" removes the path
 
     @property
     def title(self) -> str:
@@ -42,7 +40,7 @@ class _Commit:
 
     @property
     def files(self) -> list[str]:
-        return [path for _, _, path in self.changes]
+        return [c.path for c in self.changes]
 
 
 def committed_experiments(root: Path, session_id: str) -> dict[str, str]:
@@ -60,24 +58,23 @@ def finalize(repo_path: str) -> FinalizeResult:
         raise StateError(f"{root} has no session (.autoresearch/config.json); run start_session there first")
     try:
         return _finalize(repo, config)
-    except git.GitCommandError as exc:
+    except gitops.GitError as exc:
         detail = str(exc.stderr or exc).strip()[:600]
         raise StateError(f"git {' '.join(map(str, exc.command[1:4]))} failed in {root}: {detail}") from None
 
 
-def _finalize(repo: git.Repo, config: SessionConfig) -> FinalizeResult:
+def _finalize(repo: gitops.Repo, config: SessionConfig) -> FinalizeResult:
     start = _resolve(repo, config.start_commit, "the session start")
     head = _resolve(repo, f"refs/heads/{config.branch}", f"the session branch {config.branch}")
-    if not repo.is_ancestor(repo.commit(start), repo.commit(head)):
+    if not gitops.is_ancestor(repo, start, head):
         raise StateError(f"the session branch {config.branch} no longer contains the session start "
                          f"{start[:12]} (was it rebased?); finalize needs the history since the start")
-    shas = repo.git.rev_list("--reverse", "--first-parent", f"{start}..{head}").split()
+    shas = gitops.first_parent_commits(repo, start, head)
     commits = [_read(repo, sha) for sha in shas]
     committed = committed_experiments(Path(repo.working_dir), config.session_id)
     groups, grouped = _group(commits)
     prefix = f"refs/heads/autoresearch/{config.tag}-review/"
-    checked_out = [line.split(" ", 1)[1] for line in repo.git.worktree("list", "--porcelain").splitlines()
-                   if line.startswith("branch ") and line.split(" ", 1)[1].startswith(prefix)]
+    checked_out = [w.branch for w in gitops.worktrees(repo) if w.branch and w.branch.startswith(prefix)]
     if checked_out:
         raise StateError(f"review branch {checked_out[0].removeprefix('refs/heads/')} is checked out; switch "
                          f"to another branch (e.g. git checkout {config.branch}) and finalize again")
@@ -102,7 +99,7 @@ def _finalize(repo: git.Repo, config: SessionConfig) -> FinalizeResult:
                           verification=verification, removed=removed, message=message)
 
 
-def _resolve(repo: git.Repo, ref: str, what: str) -> str:
+def _resolve(repo: gitops.Repo, ref: str, what: str) -> str:
     try:
         return gitops.head_commit(repo, ref)
     except StateError:
@@ -118,12 +115,11 @@ def _branch_of(record: str) -> str:
     return "refs/heads/" + record.removeprefix(RECORDS)
 
 
-def _refs(repo: git.Repo, prefix: str) -> dict[str, str]:
-    out = repo.git.for_each_ref("--format=%(refname) %(objectname)", prefix)
-    return dict(line.split(" ", 1) for line in out.splitlines() if line)
+def _refs(repo: gitops.Repo, prefix: str) -> dict[str, str]:
+    return {ref.name: ref.sha for ref in gitops.list_refs(repo, prefix)}
 
 
-def _write_branches(repo: git.Repo, prefix: str, planned: dict[str, str], zero: str) -> list[str]:
+def _write_branches(repo: gitops.Repo, prefix: str, planned: dict[str, str], zero: str) -> list[str]:
     """Point the review branches at their planned tips and delete the stale ones, recording each tip
     written; refuse first, before any change, if a branch holds work finalize did not write."""
     existing = _refs(repo, prefix)
@@ -141,32 +137,24 @@ def _write_branches(repo: git.Repo, prefix: str, planned: dict[str, str], zero: 
             f"(git branch -m {short} {short}-reviewed) or drop them (git branch -D {short}), then finalize again")
     for ref, tip in planned.items():
         if existing.get(ref) != tip:  # the old value makes git refuse if the branch moved meanwhile
-            repo.git.update_ref("-m", "autoresearch finalize", ref, tip, existing.get(ref, zero))
-        repo.git.update_ref(_record(ref), tip)
+            gitops.update_ref(repo, ref, tip, existing.get(ref, zero), reason="autoresearch finalize")
+        gitops.update_ref(repo, _record(ref), tip)
     removed = []
     for ref, tip in existing.items():
         if ref not in planned:
-            repo.git.update_ref("-d", ref, tip)
+            gitops.delete_ref(repo, ref, tip)
             removed.append(ref.removeprefix("refs/heads/"))
     for ref, tip in recorded.items():
         if ref not in planned:
-            repo.git.update_ref("-d", _record(ref), tip)
+            gitops.delete_ref(repo, _record(ref), tip)
     return removed
 
 
-def _read(repo: git.Repo, sha: str) -> _Commit:
-    fields = repo.git.show("-s", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd%x00%P%x00%B", sha)
-    an, ae, ad, cn, ce, cd, parents, message = fields.split("\x00", 7)
-    identity = {"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": ad,
-                "GIT_COMMITTER_NAME": cn, "GIT_COMMITTER_EMAIL": ce, "GIT_COMMITTER_DATE": cd}
-    parent = parents.split()[0]
-    raw = repo.git.diff_tree("-r", "-z", "--no-renames", "--no-commit-id", parent, sha)
-    tokens = raw.split("\x00")
-    changes = []
-    for meta, path in zip(tokens[0::2], tokens[1::2], strict=False):
-        _, new_mode, _, new_blob, status = meta.lstrip(":").split(" ")
-        changes.append(("0", "0" * len(new_blob), path) if status == "D" else (new_mode, new_blob, path))
-    return _Commit(sha, message.strip() + "\n", identity, changes)
+def _read(repo: gitops.Repo, sha: str) -> _Commit:
+    info = gitops.commit_info(repo, sha)
+    changes = [gitops.IndexEntry("0", "0" * len(c.blob), c.path) if c.status == "D"
+               else gitops.IndexEntry(c.mode, c.blob, c.path) for c in gitops.changes(repo, info.parents[0], sha)]
+    return _Commit(sha, info.message.strip() + "\n", info.identity, changes)
 
 
 def _group(commits: list[_Commit]) -> tuple[list[list[_Commit]], list[str]]:
@@ -209,28 +197,26 @@ def _group(commits: list[_Commit]) -> tuple[list[list[_Commit]], list[str]]:
     return groups, reasons
 
 
-def _replay(repo: git.Repo, commit: _Commit, onto: str) -> str:
+def _replay(repo: gitops.Repo, commit: _Commit, onto: str) -> str:
     """`commit`'s changes on top of `onto`, as a new commit with the same message and identity."""
-    info = "".join(f"{mode} {blob}\t{path}\x00" for mode, blob, path in commit.changes)
-    tree = gitops.with_temp_index(repo, onto, ["update-index", "-z", "--index-info"], stdin=info)
+    tree = gitops.tree_with(repo, onto, commit.changes)
     return gitops.commit_tree(repo, tree, onto, commit.message, identity=commit.identity)
 
 
-def _verify(repo: git.Repo, start: str, tips: list[str], head: str) -> tuple[bool, str]:
+def _verify(repo: gitops.Repo, start: str, tips: list[str], head: str) -> tuple[bool, str]:
     """Three-way merge every tip onto the start in a throwaway index; compare with the head's tree."""
     base = gitops.tree_of(repo, start)
     merged = base
     for tip in tips:
         try:
-            merged = gitops.with_temp_index(
-                repo, merged, ["read-tree", "-m", "-i", "--aggressive", base, merged, gitops.tree_of(repo, tip)])
-        except git.GitCommandError as exc:
+            merged = gitops.merge_trees(repo, base, merged, gitops.tree_of(repo, tip))
+        except gitops.GitError as exc:
             detail = str(exc.stderr or exc).strip()[:600]
             return False, f"merging {tip[:12]} onto the others conflicts: {detail}"
     expected = gitops.tree_of(repo, head)
     if merged != expected:
-        diff = repo.git.diff_tree("-r", "--name-only", merged, expected)
-        return False, f"the merged branches differ from the head in: {', '.join(diff.splitlines()[:10])}"
+        differ = gitops.changed_paths(repo, merged, expected)
+        return False, f"the merged branches differ from the head in: {', '.join(differ[:10])}"
     return True, f"merging all {len(tips)} branch(es) onto {start[:12]} gives the head's tree {expected[:12]}"
 
 

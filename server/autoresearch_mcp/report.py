@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import git
 import numpy as np
 
 from autoresearch_mcp import notes as session_notes
@@ -328,17 +327,11 @@ def _machine(exp: ExperimentState) -> str:
 def _branch_commits(root: Path, config: SessionConfig) -> tuple[list[KeptCommit], str | None]:
     """The session branch's commits since the start, with messages and diff stats (one git call)."""
     try:
-        repo = git.Repo(root)
-        out = repo.git.log("--reverse", "--first-parent", "--stat=100", "--format=%x1e%H%x1f%ct%x1f%B%x1f",
-                           f"{config.start_commit}..refs/heads/{config.branch}", "--")
-    except (git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        log = gitops.branch_log(gitops.repo_at(root), config.start_commit, config.branch)
+    except (gitops.GitError, InputError) as exc:
         detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:200]
         return [], f"the session branch {config.branch} could not be read from git ({detail})"
-    commits = []
-    for chunk in out.split("\x1e")[1:]:
-        sha, ts, message, stat = [*chunk.split("\x1f"), "", "", ""][:4]
-        commits.append(KeptCommit(sha, message.strip(), stat.strip("\n"), float(ts or 0)))
-    return commits, None
+    return [KeptCommit(c.sha, c.message, c.stat, c.committed_at) for c in log], None
 
 
 def _log(pct: float | None) -> float:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import git
-
 from autoresearch_mcp import limits, recipes, resources, safefs
 from autoresearch_mcp.core import gitops, runner
 from autoresearch_mcp.core.config import (
@@ -66,15 +64,13 @@ def _copy_templates(root: Path, names: list[str], created: list[str]) -> None:
         target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _validate_args(repo: git.Repo, metric: str, tag: str | None) -> str:
+def _validate_args(repo: gitops.Repo, metric: str, tag: str | None) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/:]*", metric or "") or len(metric) > 200:
         raise InputError(f"metric {limits.shown(metric)} is not a METRIC name (letters, digits, _ . - / :)")
     tag = tag or dt.date.today().strftime("%Y%m%d")
     if not TAG_RE.fullmatch(tag):
         raise InputError(f"tag {limits.shown(tag)} must be 1-64 letters, digits, '.', '_' or '-'")
-    try:
-        repo.git.check_ref_format(f"refs/heads/autoresearch/{tag}")
-    except git.GitCommandError:
+    if not gitops.valid_ref(repo, f"refs/heads/autoresearch/{tag}"):
         raise InputError(f"tag {tag!r} is not a valid git branch name (git check-ref-format refuses "
                          f"autoresearch/{tag}: no '..', no trailing '.' or '.lock'); pick another tag") from None
     return tag
@@ -98,28 +94,18 @@ def _platforms(given: list[Any] | None, executor: ExecutorName | None,
     return chosen
 
 
-def _tracks(repo: git.Repo, commit: str, path: str) -> list[str]:
-    out = repo.git.ls_tree("-r", "--name-only", "-z", commit, "--", path)
-    return [p for p in out.split("\0") if p]
-
-
-def _checked_out_elsewhere(repo: git.Repo, branch: str) -> str | None:
+def _checked_out_elsewhere(repo: gitops.Repo, branch: str) -> str | None:
     """The path of another worktree that has `branch` checked out, if any."""
     here = Path(repo.working_dir).resolve()
-    path = None
-    for line in repo.git.worktree("list", "--porcelain").splitlines():
-        if line.startswith("worktree "):
-            path = Path(line.split(" ", 1)[1])
-        elif line == f"branch refs/heads/{branch}" and path is not None and path.resolve() != here:
-            return str(path)
-    return None
+    return next((str(w.path) for w in gitops.worktrees(repo)
+                 if w.branch == f"refs/heads/{branch}" and w.path.resolve() != here), None)
 
 
 @dataclass
 class Plan:
     """What start_session will do, decided before anything is changed."""
 
-    repo: git.Repo
+    repo: gitops.Repo
     config: SessionConfig
     resumed: bool
     head: str  # the commit the session branch points at (or will)
@@ -140,7 +126,7 @@ def plan_session(
     root = Path(repo.working_dir)
     gitops.ensure_excluded(repo)
     head = gitops.head_commit(repo)
-    if _tracks(repo, head, STATE_DIR) or (os.path.lexists(root / STATE_DIR) and not (root / STATE_DIR).is_dir()):
+    if gitops.tracked(repo, head, STATE_DIR) or (os.path.lexists(root / STATE_DIR) and not (root / STATE_DIR).is_dir()):
         raise StateError(
             f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
@@ -154,7 +140,7 @@ def plan_session(
     chosen = _platforms(platforms, executor, previous)
     if platforms is not None and executor is None:
         executor = chosen[0].executor
-    exists = branch in [h.name for h in repo.heads]
+    exists = gitops.branch_exists(repo, branch)
     if exists:
         if previous is None or previous.tag != tag:
             raise StateError(
@@ -171,7 +157,7 @@ def plan_session(
             raise StateError(f"branch {branch} is checked out in another worktree ({elsewhere}); switch that "
                              f"worktree to another branch (git -C {elsewhere} checkout --detach) and start again")
         head = gitops.head_commit(repo, branch)
-        if _tracks(repo, head, STATE_DIR):
+        if gitops.tracked(repo, head, STATE_DIR):
             raise StateError(f"branch {branch} tracks {STATE_DIR}/, the session's private folder; remove it from "
                              "the branch (git rm -r --cached) before resuming")
         config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root),
@@ -195,7 +181,7 @@ def plan_session(
         head, written = _recipe_commit(repo, head, recipe)
         if not exists:
             config = config.model_copy(update={"start_commit": head})
-    missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not _tracks(repo, head, n)]
+    missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not gitops.tracked(repo, head, n)]
     suggested = recipes.detect(root) if len(missing) == 2 and recipe is None else None
     return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested)
 
@@ -218,15 +204,15 @@ def _apply_recipe(config: SessionConfig, recipe: recipes.Recipe) -> SessionConfi
         "objectives": config.objectives or list(recipe.objectives)})
 
 
-def _recipe_commit(repo: git.Repo, head: str, recipe: recipes.Recipe) -> tuple[str, list[str]]:
+def _recipe_commit(repo: gitops.Repo, head: str, recipe: recipes.Recipe) -> tuple[str, list[str]]:
     """A commit of `head` plus the recipe's files (no ref, no work tree touched), or `head` itself
     when it already holds them unchanged; and the files the commit adds."""
-    missing = [f for f in recipe.files if not _tracks(repo, head, f)]
+    missing = [f for f in recipe.files if not gitops.tracked(repo, head, f)]
     if not missing:
         return head, []
-    blobs = [(f, repo.git.hash_object("-w", str(recipe.source(f)))) for f in missing]
-    index = "".join(f"{'100755' if f.endswith('.sh') else '100644'} {sha}\t{f}\n" for f, sha in blobs)
-    tree = gitops.with_temp_index(repo, head, ["update-index", "--index-info"], stdin=index)
+    tree = gitops.tree_with(repo, head, [
+        gitops.IndexEntry("100755" if f.endswith(".sh") else "100644", gitops.hash_file(repo, recipe.source(f)), f)
+        for f in missing])
     commit = gitops.commit_tree(repo, tree, head, f"autoresearch: {recipe.name} recipe (benchmark and checks)\n\n"
                                   f"{recipe.summary}.\n")
     return commit, missing
@@ -236,7 +222,7 @@ def apply_plan(plan: Plan) -> list[str]:
     """Check out the session branch (creating it), save the config, create missing scripts; on any
     failure, undo all of it, so a failed start leaves no branch, no config and no files behind."""
     repo, config, root = plan.repo, plan.config, Path(plan.repo.working_dir)
-    before = None if repo.head.is_detached else repo.active_branch.name
+    before = gitops.current_branch(repo)
     before_sha = gitops.head_commit(repo)
     path = config_path(root)
     old_config = path.read_bytes() if path.is_file() and not path.is_symlink() else None
@@ -244,24 +230,24 @@ def apply_plan(plan: Plan) -> list[str]:
     moved: str | None = None
     try:
         if plan.resumed:
-            repo.git.checkout(config.branch)
+            gitops.checkout(repo, config.branch)
             if plan.recipe_files:
                 moved = gitops.head_commit(repo, config.branch)
-                repo.git.merge("--ff-only", "--quiet", plan.head)
+                gitops.fast_forward(repo, plan.head)
         else:
-            repo.git.checkout("-b", config.branch, plan.head)
+            gitops.checkout_new_branch(repo, config.branch, plan.head)
         save_config(root, config)
         _copy_templates(root, plan.missing, created)
         return created
     except BaseException:
         for name in created:
             (root / name).unlink(missing_ok=True)
-        with contextlib.suppress(git.GitCommandError):
+        with contextlib.suppress(gitops.GitError):
             if moved is not None:
-                repo.git.reset("--hard", "--quiet", moved)
-            repo.git.checkout(before or before_sha)
+                gitops.reset_hard(repo, moved)
+            gitops.checkout(repo, before or before_sha)
             if not plan.resumed:
-                repo.git.branch("-D", config.branch)
+                gitops.delete_branch(repo, config.branch)
         with contextlib.suppress(OSError, StateError):
             if old_config is None:
                 path.unlink(missing_ok=True)
@@ -271,7 +257,7 @@ def apply_plan(plan: Plan) -> list[str]:
 
 
 def validate_benchmark(
-    repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees, extra_env: dict[str, str],
+    repo: gitops.Repo, config: SessionConfig, head: str, worktrees: Worktrees, extra_env: dict[str, str],
 ) -> tuple[list[BenchRun], float, list[str]]:
     """Build `head` once and bench it twice, in the baseline worktree experiments reuse.
 
@@ -373,7 +359,7 @@ def compiler_cache() -> str | None:
     return None
 
 
-def validate_platforms(repo: git.Repo, config: SessionConfig, head: str, worktrees: Worktrees,
+def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, worktrees: Worktrees,
                        extra_env: dict[str, str]) -> list[str]:
     """Build the session head on every extra local platform and run the checks there, so a platform
     where the unchanged code already fails is an error now, not a refused winner later."""
@@ -403,9 +389,9 @@ def script_env(config: SessionConfig, settings: Settings) -> dict[str, str]:
 def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
     settings: Settings, platforms: list[Any] | None = None,
-    remote: Callable[[git.Repo, SessionConfig], RemoteValidator | None] | None = None,
+    remote: Callable[[gitops.Repo, SessionConfig], RemoteValidator | None] | None = None,
     recipe: str | None = None, model: str | None = None,
-) -> tuple[StartSessionResult, git.Repo, SessionConfig]:
+) -> tuple[StartSessionResult, gitops.Repo, SessionConfig]:
     """Open the session and validate its benchmark; `remote` gives, for a session whose host runs
     elsewhere (the sky executor), what validates there, so the baseline is measured where it runs."""
     chosen = recipes.get(recipe) if recipe else None
@@ -515,7 +501,7 @@ def baseline_mean(ledger: Ledger, session_id: str, metric: str) -> float | None:
 class Session:
     """A bound repository: its config, ledger and experiment manager."""
 
-    repo: git.Repo
+    repo: gitops.Repo
     config: SessionConfig
     ledger: Ledger
     manager: ExperimentManager

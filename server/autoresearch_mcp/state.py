@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import git
-
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
+from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.port import Executor, RemoteValidator
@@ -32,7 +31,7 @@ from autoresearch_mcp.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def make_executor(name: str, repo: git.Repo, config: SessionConfig, settings: Settings) -> Executor:
+def make_executor(name: str, repo: gitops.Repo, config: SessionConfig, settings: Settings) -> Executor:
     if name == "sky":
         from autoresearch_mcp.executors.skypilot import SkyExecutor  # imports nothing of sky until used
 
@@ -42,7 +41,7 @@ def make_executor(name: str, repo: git.Repo, config: SessionConfig, settings: Se
     return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
 
 
-def make_fleet(repo: git.Repo, config: SessionConfig, settings: Settings,
+def make_fleet(repo: gitops.Repo, config: SessionConfig, settings: Settings,
                host: Executor | None = None) -> Executor:
     """The host's executor (`host` when it exists already), plus one per other platform when the
     session has any.
@@ -81,13 +80,13 @@ class AppState:
         config = load_config(root) if (root / ".git").exists() else None
         if config is not None:
             try:
-                state._bind(git.Repo(root), config)
+                state._bind(gitops.repo_at(root), config)
                 log.info("resumed session %s of %s", config.tag, root)
             except Exception:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
 
-    def _bind(self, repo: git.Repo, config: SessionConfig, host: Executor | None = None) -> None:
+    def _bind(self, repo: gitops.Repo, config: SessionConfig, host: Executor | None = None) -> None:
         ledger = Ledger(state_dir(Path(repo.working_dir)) / "ledger.jsonl")
         try:
             env = sessions.script_env(config, self.settings)
@@ -136,7 +135,7 @@ class AppState:
         # the bound session stays usable if the new one cannot be opened or validated
         made: list[Executor] = []
 
-        def on_worker(git_repo: git.Repo, config: SessionConfig) -> RemoteValidator | None:
+        def on_worker(git_repo: gitops.Repo, config: SessionConfig) -> RemoteValidator | None:
             """A sky session validates on one of its own workers, which it then keeps."""
             if config.executor != "sky":
                 return None

@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import InputError
 
 KNOWN_BACKENDS: tuple[str, ...] = (
@@ -178,12 +178,7 @@ def _root_from_spec(spec: str, repo: Path, auto: dict[str, Path]) -> BackendRoot
 
 def require_work_tree(path: Path, what: str) -> None:
     """Only git work trees are read: a path such as / or a home folder is not scanned."""
-    try:
-        proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"], capture_output=True,
-                              text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"{what}: could not run git ({exc})") from exc
-    if proc.stdout.strip() != "true":
+    if not gitops.is_work_tree(path):
         raise InputError(f"{what}: {path} is not inside a git work tree; diff_backends reads only repositories "
                          "(the one to optimize, or a clone of a fork). Pass a repository's path")
 
@@ -226,13 +221,13 @@ def _ref_root(name: str, ref: str, sub: str, repo: Path, spec: str) -> BackendRo
     sub = sub.strip("/")
     if ".." in Path(sub).parts:
         raise InputError(f"{spec!r} points outside the repository; give a path inside it")
-    listing = _git(repo, "ls-tree", "-r", "-l", "--full-tree", f"{ref}^{{commit}}", "--", sub or ".", spec=spec)
-    entries = []
-    for line in listing.decode(errors="replace").splitlines():
-        meta, _, path = line.partition("\t")
-        parts = meta.split()
-        if len(parts) == 4 and parts[1] == "blob" and Path(path).suffix.lower() in SOURCE_SUFFIXES:
-            entries.append((path, parts[2], int(parts[3]) if parts[3].isdigit() else 0))
+    git_repo = gitops.open_repo(repo)
+    try:
+        listing = gitops.tree_entries(git_repo, f"{ref}^{{commit}}", sub or ".", sizes=True)
+    except gitops.GitError as exc:
+        raise _git_failed(spec, "ls-tree", exc) from exc
+    entries = [(e.path, e.sha, e.size or 0) for e in listing
+               if e.kind == "blob" and Path(e.path).suffix.lower() in SOURCE_SUFFIXES]
     if not entries:
         raise InputError(f"{spec!r}: no source files under {sub!r} at {ref!r}")
     root = BackendRoot(name=name, root=f"{ref}:{sub}")
@@ -240,29 +235,18 @@ def _ref_root(name: str, ref: str, sub: str, repo: Path, spec: str) -> BackendRo
     for p, _sha, size in entries:
         if size > MAX_FILE_BYTES:
             _add_file(root, f"{ref}:{p}", b"", size)
-    blobs = _git(repo, "cat-file", "--batch", stdin="\n".join(sha for _, sha, _ in wanted) + "\n", spec=spec)
-    pos = 0
-    for path, _sha, _size in wanted:
-        header_end = blobs.index(b"\n", pos)
-        length = int(blobs[pos:header_end].split()[2])
-        data = blobs[header_end + 1: header_end + 1 + length]
-        pos = header_end + 1 + length + 1
-        _add_file(root, f"{ref}:{path}", data, length)
+    try:
+        blobs = gitops.read_blobs(git_repo, [sha for _, sha, _ in wanted])
+    except gitops.GitError as exc:
+        raise _git_failed(spec, "cat-file", exc) from exc
+    for (path, _sha, _size), data in zip(wanted, blobs, strict=True):
+        _add_file(root, f"{ref}:{path}", data, len(data))
     return root
 
 
-def _git(repo: Path, *args: str, spec: str, stdin: str | None = None) -> bytes:
-    try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin.encode() if stdin else None,
-                              capture_output=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"{spec!r}: could not run git ({exc})") from exc
-    if proc.returncode != 0:
-        raise InputError(
-            f"{spec!r}: git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()[:300]}. "
-            "Use name=ref:path with a branch, tag or commit of this repository."
-        )
-    return proc.stdout
+def _git_failed(spec: str, command: str, exc: gitops.GitError) -> InputError:
+    return InputError(f"{spec!r}: git {command} failed: {str(exc.stderr or exc).strip()[:300]}. "
+                      "Use name=ref:path with a branch, tag or commit of this repository.")
 
 
 def _add_file(root: BackendRoot, shown: str, data: bytes, size: int) -> None:

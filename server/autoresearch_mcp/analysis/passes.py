@@ -35,12 +35,12 @@ only with an online formulation (running max and sum, Welford), the others fuse 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import itertools
 import math
 import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,6 +50,7 @@ import tree_sitter
 import tree_sitter_c
 import tree_sitter_cpp
 
+from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import FindPassesResult, PassFinding, PassSite, ProfileResult
 
@@ -1341,12 +1342,7 @@ def search(root: Path | None, paths: list[str] | None, functions: list[str] | No
 def _files_mentioning(root: Path, names: set[str]) -> list[Path]:
     """C/C++ files under root that mention any of the names (git grep in a work tree; a scan otherwise)."""
     if (root / ".git").exists():
-        patterns = [f"*{suffix}" for suffix in sorted(SOURCE_SUFFIXES)]
-        args = ["git", "-C", str(root), "grep", "-l", "-F", "-w"]
-        for name in sorted(names):
-            args += ["-e", name]
-        proc = subprocess.run([*args, "--", *patterns], capture_output=True, text=True, timeout=60, check=False)
-        if proc.returncode in (0, 1):
-            return [root / line for line in proc.stdout.splitlines() if line]
+        with contextlib.suppress(gitops.GitError):
+            return [root / p for p in gitops.grep_files(root, names, [f"*{s}" for s in sorted(SOURCE_SUFFIXES)])]
     encoded = [n.encode() for n in names]
     return [f for f in source_files([root]) if any(n in f.read_bytes() for n in encoded)]

@@ -15,20 +15,19 @@ import threading
 import time
 from pathlib import Path
 
-import git
 from filelock import FileLock
 
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.runner import BUILT_MARKER
 
 
-def repo_key(repo: git.Repo) -> str:
+def repo_key(repo: gitops.Repo) -> str:
     top = Path(repo.working_dir).resolve()
     return f"{top.name}-{hashlib.sha1(str(top).encode()).hexdigest()[:10]}"
 
 
 class Worktrees:
-    def __init__(self, repo: git.Repo, cache_dir: Path, keep: int = 4) -> None:
+    def __init__(self, repo: gitops.Repo, cache_dir: Path, keep: int = 4) -> None:
         self.repo = repo
         self.root = cache_dir / "worktrees" / repo_key(repo)
         self.keep = keep
@@ -92,10 +91,10 @@ class Worktrees:
             if not path.exists():
                 gitops.worktree_add(self.repo, path, commit)
                 return path
-            slot_repo = git.Repo(path)
-            before = slot_repo.head.commit.hexsha
+            slot_repo = gitops.repo_at(path)
+            before = gitops.head_commit(slot_repo)
             changed = gitops.changed_paths(self.repo, before, commit) if before != commit else []
-            slot_repo.git.checkout("--detach", "--force", commit)
+            gitops.checkout_detached(slot_repo, commit)
             now = time.time() + 1.0
             for rel in changed:
                 target = path / rel

@@ -21,11 +21,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import git
 import psutil
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import gitops, runner
 from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, parse_event
 from autoresearch_mcp.core.worktrees import Worktrees
 
@@ -64,7 +63,7 @@ class _Running:
 class LocalExecutor(Executor):
     name = "local"
 
-    def __init__(self, repo: git.Repo, worktrees: Worktrees, parallelism: int = 2) -> None:
+    def __init__(self, repo: gitops.Repo, worktrees: Worktrees, parallelism: int = 2) -> None:
         self.repo = repo
         self.worktrees = worktrees
         self._queue: queue.Queue[tuple[Job, EventSink] | None] = queue.Queue()
@@ -113,8 +112,8 @@ class LocalExecutor(Executor):
             if isinstance(marker, str) and runner.kill_marked(marker):
                 log.warning("killed processes experiment %s left outside its session", item.experiment_id)
         self.worktrees.sweep_unbuilt()
-        with contextlib.suppress(git.GitCommandError):
-            self.repo.git.worktree("prune")
+        with contextlib.suppress(gitops.GitError):
+            gitops.worktree_prune(self.repo)
 
     def close(self) -> None:
         with self._lock:

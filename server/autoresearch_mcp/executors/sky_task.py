@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import profiler, runner
+from autoresearch_mcp.core import gitops, profiler, runner
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -101,11 +100,11 @@ def setup_script(cfg: SkyConfig, repo_dir: Path, commit: str) -> str:
     if cfg.setup:
         parts.append("# sky.setup from .autoresearch/config.json\n" + "\n".join(cfg.setup) + "\n")
     if cfg.setup_script:
-        try:
-            text = _git(repo_dir, "show", f"{commit}:{cfg.setup_script}").decode("utf-8", "replace")
-        except subprocess.CalledProcessError:
+        script = gitops.file_at(gitops.repo_at(repo_dir), commit, cfg.setup_script)
+        if script is None:
             raise StateError(f"sky.setup_script {cfg.setup_script!r} is not in commit {commit[:12]}: commit it "
-                             "(it runs on every new worker), or remove it from .autoresearch/config.json") from None
+                             "(it runs on every new worker), or remove it from .autoresearch/config.json")
+        text = script.decode("utf-8", "replace")
         end = "" if text.endswith("\n") else "\n"
         parts.append(f"# sky.setup_script {cfg.setup_script}\nbash <<'AUTORESEARCH_SETUP'\n{text}{end}"
                      "AUTORESEARCH_SETUP\n")
@@ -153,23 +152,12 @@ def task_config(cfg: SkyConfig, job: Job, workdir: Path, repo_dir: Path | None =
     return task
 
 
-def _git(repo_dir: Path, *args: str, out: Path | None = None) -> bytes:
-    cmd = ["git", "-C", str(repo_dir), "--literal-pathspecs", *args]
-    if out is None:
-        return subprocess.run(cmd, check=True, capture_output=True).stdout
-    with open(out, "wb") as fh:
-        subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.PIPE)
-    return b""
-
-
 def changes(repo_dir: Path, base: str, candidate: str) -> tuple[list[str], list[str]]:
     """Paths the candidate adds or modifies, and paths it deletes, relative to the base commit."""
-    raw = _git(repo_dir, "diff", "--name-status", "--no-renames", "-z", base, candidate)
-    fields = raw.decode("utf-8", "surrogateescape").split("\0")
     changed: list[str] = []
     deleted: list[str] = []
-    for status, path in zip(fields[0::2], fields[1::2], strict=False):
-        (deleted if status.startswith("D") else changed).append(path)
+    for change in gitops.changes(gitops.repo_at(repo_dir), base, candidate):
+        (deleted if change.status == "D" else changed).append(change.path)
     return changed, deleted
 
 
@@ -179,15 +167,15 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
     base = base_dir(job.base_commit)
     inbox = staging / exp
     inbox.mkdir(parents=True)
+    repo = gitops.repo_at(repo_dir)
     try:
-        _git(repo_dir, "archive", "--format=tar.gz", job.base_commit, out=staging / f"{base}.tar.gz")
+        gitops.archive(repo, job.base_commit, staging / f"{base}.tar.gz")
         changed, deleted = changes(repo_dir, job.base_commit, job.candidate_commit)
         if changed:
-            _git(repo_dir, "archive", "--format=tar.gz", job.candidate_commit, "--", *changed,
-                 out=inbox / "changes.tar.gz")
-    except subprocess.CalledProcessError as exc:
+            gitops.archive(repo, job.candidate_commit, inbox / "changes.tar.gz", changed)
+    except gitops.GitError as exc:
         raise StateError(f"could not archive {job.experiment_id}'s commits for the worker: "
-                         f"{(exc.stderr or b'').decode(errors='replace').strip()[:400]}") from None
+                         f"{str(exc.stderr or exc).strip()[:400]}") from None
     (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
     shutil.copyfile(RUNNER, inbox / "runner.py")
     if job.spec.get("profile"):

@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-import git
-
+from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, state_dir
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.worktrees import repo_key
@@ -229,7 +228,7 @@ def session_spend(repo_root: Path, session_id: str) -> float:
 class SkyExecutor(SkyPool):
     """The pool on real clusters; the API server is started in the background at once."""
 
-    def __init__(self, repo: git.Repo, config: SessionConfig, settings: Settings) -> None:
+    def __init__(self, repo: gitops.Repo, config: SessionConfig, settings: Settings) -> None:
         root = Path(repo.working_dir)
         self.sdk = SdkPort(settings.cache_dir / "sky" / "sdk.log")
         meter = state_dir(root) / f"sky-{config.session_id}.json"

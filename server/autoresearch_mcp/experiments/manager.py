@@ -19,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import git
-
 from autoresearch_mcp import limits
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
@@ -56,7 +54,7 @@ MAX_WAIT_S = 600.0
 
 
 class ExperimentManager:
-    def __init__(self, repo: git.Repo, config: SessionConfig, ledger: Ledger, executor: Executor,
+    def __init__(self, repo: gitops.Repo, config: SessionConfig, ledger: Ledger, executor: Executor,
                  env: dict[str, str] | None = None, worktrees: Worktrees | None = None) -> None:
         self.repo = repo
         self.env = dict(env or {})  # added to build, bench and checks (the recipe's model)
@@ -178,7 +176,7 @@ class ExperimentManager:
             for other in self._mine():
                 if self._measured(other, head, tree, incremental):
                     raise RefusedError(_duplicate(other))
-            gitops.set_ref(self.repo, gitops.EXP_REF + exp_id, candidate)
+            gitops.update_ref(self.repo, gitops.EXP_REF + exp_id, candidate)
             saved = gitops.reset_saving(self.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
                 if restore_worktree else None
             restored = saved is not None
@@ -328,7 +326,7 @@ class ExperimentManager:
         if source == "worktree":
             if commit or patch:
                 raise InputError("source='worktree' takes neither commit nor patch; drop them or change source")
-            branch = None if self.repo.head.is_detached else self.repo.active_branch.name
+            branch = gitops.current_branch(self.repo)
             if branch != self.config.branch:
                 raise StateError(
                     f"the work tree is on {branch or 'a detached HEAD'}, not the session branch "
@@ -703,7 +701,7 @@ class ExperimentManager:
 
     def _advance(self, old: str, new: str) -> bool:
         """Move the session branch from old to new; update the work tree if it is on that branch."""
-        on_branch = not self.repo.head.is_detached and self.repo.active_branch.name == self.config.branch
+        on_branch = gitops.current_branch(self.repo) == self.config.branch
         if on_branch:
             # git replaces ignored files without asking; the user's files are never ours to replace
             in_the_way = gitops.untracked_in_the_way(self.repo, old, new)
@@ -714,14 +712,14 @@ class ExperimentManager:
                     f"the winner adds {shown}, which exist in the work tree untracked or ignored: committing would "
                     "overwrite them. Move them away (or rename them), then call commit_winner again")
             try:
-                self.repo.git.merge("--ff-only", "--quiet", new)
-            except git.GitCommandError as exc:
+                gitops.fast_forward(self.repo, new)
+            except gitops.GitError as exc:
                 raise StateError(
                     "the work tree has changes that the winner would overwrite; commit, stash or launch them "
                     f"(restore_worktree=true) first. git said: {(exc.stderr or '').strip()[:400]}") from None
             return True
         # compare-and-swap: refuse if someone moved the branch meanwhile
-        self.repo.git.update_ref(f"refs/heads/{self.config.branch}", new, old)
+        gitops.update_ref(self.repo, f"refs/heads/{self.config.branch}", new, old)
         return False
 
     @staticmethod

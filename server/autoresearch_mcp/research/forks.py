@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import git
-
+from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import ExternalError, InputError
 from autoresearch_mcp.models import ForkCommit, ForkFile, ForkSurvey, SurveyForksResult
 from autoresearch_mcp.research.http import Clock, HttpClient, shared_client
@@ -314,38 +313,33 @@ def _github_commit(commit: dict[str, Any]) -> ForkCommit:
 # --- local clones and refs ------------------------------------------------------------------------
 
 
-def _open(path: Path) -> git.Repo:
+def _open(path: Path) -> gitops.Repo:
     try:
-        return git.Repo(path)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        return gitops.repo_at(path)
+    except InputError as exc:
         raise InputError(f"{path} is not a git repository: pass the path of a local clone.") from exc
 
 
-def _resolve(repo: git.Repo, ref: str, where: str) -> str:
-    try:
-        return str(repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}"))
-    except git.GitCommandError as exc:
+def _resolve(repo: gitops.Repo, ref: str, where: str) -> str:
+    sha = gitops.rev_parse(repo, ref)
+    if sha is None:
         raise InputError(
             f"{ref!r} is neither a local clone's path nor a ref of {where}: pass a directory, or a "
             "branch, tag or remote-tracking branch (e.g. fork/master; add the fork with `git remote "
             "add` and fetch it first)."
-        ) from exc
+        )
+    return sha
 
 
-def _default_targets(repo: git.Repo, base_sha: str) -> list[str]:
+def _default_targets(repo: gitops.Repo, base_sha: str) -> list[str]:
     """Branches and remote-tracking branches, most recently committed first, that differ from base."""
-    listing = repo.git.for_each_ref(
-        "--sort=-committerdate", "--format=%(refname:short)%00%(objectname)%00%(symref)",
-        "refs/heads", "refs/remotes",
-    )
     seen = {base_sha}
     targets = []
-    for line in listing.splitlines():
-        name, sha, symref = line.split("\0")
-        if symref or sha in seen:
+    for ref in gitops.list_refs(repo, "refs/heads", "refs/remotes", newest_first=True):
+        if ref.symref or ref.sha in seen:
             continue
-        seen.add(sha)
-        targets.append(name)
+        seen.add(ref.sha)
+        targets.append(ref.short)
     return targets
 
 
@@ -364,11 +358,11 @@ def survey_local(
             if Path(other_path).expanduser().is_dir():
                 other = _open(Path(other_path).expanduser())
                 head_sha = _resolve(other, other_ref or "HEAD", other_path)
-                runner = _combined(upstream, other, Path(scratch) / str(len(forks)))
+                both = gitops.object_union([upstream, other], Path(scratch) / str(len(forks)))
             else:
                 head_sha = _resolve(upstream, target, str(path))
-                runner = upstream.git
-            forks.append(_compare_local(runner, target, base_sha, head_sha, paths))
+                both = upstream
+            forks.append(_compare_local(both, target, base_sha, head_sha, paths))
     return SurveyForksResult(
         repo=str(path),
         source="local",
@@ -380,47 +374,22 @@ def survey_local(
     )
 
 
-def _combined(upstream: git.Repo, other: git.Repo, scratch: Path) -> git.Git:
-    """A scratch bare repository that borrows both repositories' objects (git alternates), so
-    commits of two clones can be compared without writing anything into either."""
-    bare = git.Repo.init(scratch, bare=True)
-    alternates = Path(bare.git_dir) / "objects" / "info" / "alternates"
-    alternates.write_text(
-        "".join(f"{Path(r.common_dir).resolve() / 'objects'}\n" for r in (upstream, other)), encoding="utf-8"
-    )
-    return bare.git
-
-
-def _compare_local(runner: git.Git, name: str, base_sha: str, head_sha: str, paths: list[str]) -> ForkSurvey:
-    try:
-        merge_base: str | None = str(runner.merge_base(base_sha, head_sha))
-    except git.GitCommandError:
-        merge_base = None  # unrelated histories
-    pathspec = ["--", *paths] if paths else []
-    log = runner.log(
-        "--format=%H%x1f%an%x1f%aI%x1f%s", f"{base_sha}..{head_sha}", *pathspec
-    )
-    commits = [
-        ForkCommit(sha=sha[:12], message=subject, author=author, date=date)
-        for sha, author, date, subject in (line.split("\x1f", 3) for line in log.splitlines() if line)
-    ]
+def _compare_local(repo: gitops.Repo, name: str, base_sha: str, head_sha: str, paths: list[str]) -> ForkSurvey:
+    merge_base = gitops.merge_base(repo, base_sha, head_sha)  # None: unrelated histories
+    commits = [ForkCommit(sha=c.sha[:12], message=c.subject, author=c.author, date=c.authored)
+               for c in gitops.log(repo, f"{base_sha}..{head_sha}", paths)]
     since = merge_base or base_sha
-    statuses = {}
-    for line in runner.diff("--no-renames", "--name-status", since, head_sha, *pathspec).splitlines():
-        status, filename = line.split("\t", 1)
-        statuses[filename] = status
-    files = []
-    for line in runner.diff("--no-renames", "--numstat", since, head_sha, *pathspec).splitlines():
-        added, deleted, filename = line.split("\t", 2)
-        files.append(
-            ForkFile(
-                filename=filename,
-                status={"A": "added", "D": "removed"}.get(statuses.get(filename, "M"), "modified"),
-                additions=int(added) if added.isdigit() else None,
-                deletions=int(deleted) if deleted.isdigit() else None,
-            )
+    statuses = {c.path: c.status for c in gitops.changes(repo, since, head_sha, paths)}
+    files = [
+        ForkFile(
+            filename=n.path,
+            status={"A": "added", "D": "removed"}.get(statuses.get(n.path, "M"), "modified"),
+            additions=n.added,
+            deletions=n.deleted,
         )
-    changed_total = len(runner.diff("--no-renames", "--name-only", since, head_sha).splitlines())
+        for n in gitops.line_counts(repo, since, head_sha, paths)
+    ]
+    changed_total = len(gitops.changed_paths(repo, since, head_sha))
     notes = [] if merge_base else [f"no common history with {base_sha[:12]}"]
     if len(commits) > MAX_COMMITS:
         notes.append(f"showing the newest {MAX_COMMITS} of {len(commits)} commits")
@@ -428,10 +397,10 @@ def _compare_local(runner: git.Git, name: str, base_sha: str, head_sha: str, pat
         notes.append(f"showing {MAX_FILES} of {len(files)} files")
     return ForkSurvey(
         name=name,
-        pushed_at=str(runner.log("-1", "--format=%cI", head_sha)),
+        pushed_at=gitops.log(repo, head_sha, limit=1)[0].committed,
         branch=None,
-        ahead_by=int(runner.rev_list("--count", f"{base_sha}..{head_sha}")),
-        behind_by=int(runner.rev_list("--count", f"{head_sha}..{base_sha}")),
+        ahead_by=gitops.count_commits(repo, base_sha, head_sha),
+        behind_by=gitops.count_commits(repo, head_sha, base_sha),
         commits=commits[:MAX_COMMITS],
         files=files[:MAX_FILES],
         files_changed_total=changed_total,
