@@ -468,7 +468,7 @@ def diff(repo: Repo, a: str, b: str) -> str:
 
 
 def _pathspec(paths: Sequence[str]) -> list[str]:
-    return ["--", *paths] if paths else []
+    return ["--", *paths]  # always: a revision is never taken for a path, nor a path for a revision
 
 
 # --- writing objects: trees and commits, never a ref or the work tree ---------------------------------

@@ -1,0 +1,105 @@
+"""Git runs in one place: core/gitops.py. No other module of the package imports GitPython, builds a
+git command line, calls GitPython's command wrapper (`repo.git.x(...)`) or its object API
+(`repo.head`, `repo.index`...), or opens a repository itself; they call named gitops functions.
+
+The one exception is hooks.py, in the functions listed in HOOKS: the guard parses the git command
+lines the agent sends and asks git read-only questions with the standard library (it runs with the
+system python3, before the package's environment exists), and the Stop hook, run at the end of
+every turn, finds the session without importing GitPython."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "server" / "autoresearch_mcp"
+GITOPS = PACKAGE / "core" / "gitops.py"
+HOOKS = {"_Guard.invocation", "_Repo._git", "_session_root"}  # hooks.py: parsing, and stdlib git for the hooks
+OBJECT_API = {"git", "head", "heads", "index", "active_branch", "is_dirty", "iter_commits", "is_ancestor",
+              "untracked_files", "commit", "tree", "refs", "branches", "remotes", "references"}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != GITOPS)
+
+
+def _violations(source: str, rel: str) -> list[str]:
+    """Each place module `rel` (its path in the package) runs git or reaches for GitPython, as 'where: what'."""
+    tree = ast.parse(source)
+    found: list[str] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            scope = where
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                scope = f"{where}.{child.name}" if where else child.name
+            if not (rel == "hooks.py" and scope in HOOKS):
+                found.extend(f"{rel}:{getattr(child, 'lineno', '?')}: {what}" for what in _offences(child))
+            visit(child, scope)
+
+    visit(tree, "")
+    return found
+
+
+def _offences(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import) and any(a.name == "git" or a.name.startswith("git.") for a in node.names):
+        return ["imports GitPython"]
+    if isinstance(node, ast.ImportFrom) and node.module and (node.module == "git" or node.module.startswith("git.")):
+        return ["imports GitPython"]
+    if isinstance(node, ast.List | ast.Tuple) and node.elts and _is_git(node.elts[0]):
+        return ["builds a git command line"]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        if name in ("Repo", "Git"):
+            return [f"opens a repository itself ({name}(...))"]
+        if name in ("run", "Popen", "call", "check_call", "check_output", "execvp", "spawnlp") and node.args \
+                and _is_git(node.args[0]):
+            return ["runs git"]
+    if isinstance(node, ast.Attribute) and node.attr in OBJECT_API and _is_repo(node.value):
+        return [f"uses GitPython's {'command wrapper' if node.attr == 'git' else 'object API'} (.{node.attr})"]
+    return []
+
+
+def _is_git(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "git"
+
+
+def _is_repo(node: ast.expr) -> bool:
+    """A repository handle: repo, self.repo, slot_repo, plan.repo..."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name.endswith("repo") or name in ("upstream", "other", "bare")
+
+
+def test_no_module_but_gitops_runs_git() -> None:
+    offences = [v for path in _modules()
+                for v in _violations(path.read_text(encoding="utf-8"), path.relative_to(PACKAGE).as_posix())]
+    assert not offences, "git belongs in core/gitops.py (call a named gitops function):\n" + "\n".join(offences)
+
+
+@pytest.mark.parametrize("source, what", [
+    ("import subprocess\nsubprocess.run(['git', 'status'])\n", "builds a git command line"),
+    ("def f(repo):\n    return repo.git.rev_parse('HEAD')\n", "command wrapper"),
+    ("def f(self):\n    return self.repo.head.commit\n", "object API"),
+    ("import git\n", "imports GitPython"),
+    ("from autoresearch_mcp.core import gitops\nr = gitops.Repo('.')\n", "opens a repository itself"),
+    ("import subprocess\ncmd = 'git'\nsubprocess.run(('git', '-C', '.', 'log'))\n", "builds a git command line"),
+])
+def test_the_check_finds_each_way_of_running_git(source: str, what: str) -> None:
+    offences = _violations(source, "session.py")
+    assert any(what in v for v in offences), offences
+
+
+def test_the_hooks_exception_is_for_hooks_py_only() -> None:
+    source = "class _Repo:\n    def _git(self):\n        import subprocess\n        subprocess.run(['git', 'log'])\n"
+    assert _violations(source, "hooks.py") == []
+    assert _violations(source, "notes.py") != []
+
+
+def test_the_hooks_exception_names_functions_that_exist() -> None:
+    tree = ast.parse((PACKAGE / "hooks.py").read_text(encoding="utf-8"))
+    names = {f"{c.name}.{f.name}" for c in tree.body if isinstance(c, ast.ClassDef)
+             for f in c.body if isinstance(f, ast.FunctionDef)}
+    names |= {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}
+    assert names >= HOOKS, f"hooks.py no longer has {HOOKS - names}: update HOOKS"
