@@ -219,6 +219,8 @@ def test_file_at_keeps_every_byte_and_is_none_for_a_missing_file(repo: gitops.Re
     assert gitops.file_at(repo, head, "setup.sh") == b"echo hi\n\n"
     assert gitops.file_at(repo, head, "missing.sh") is None
     assert gitops.file_at(repo, head, "src") is None  # a folder is not a file
+    assert gitops.file_at(repo, head, "setup.sh", max_bytes=8) is None
+    assert gitops.file_at(repo, head, "setup.sh", max_bytes=9) == b"echo hi\n\n"
 
 
 def test_archive_writes_the_commit_or_only_the_literal_paths(repo: gitops.Repo, tmp_path: Path) -> None:

@@ -416,12 +416,12 @@ def read_blobs(repo: Repo, shas: Sequence[str]) -> list[bytes]:
     return blobs
 
 
-def file_at(repo: Repo, commit: str, path: str) -> bytes | None:
-    """The content of file `path` as `commit` holds it, None when it holds no such file."""
-    try:
-        return cast(bytes, _run(repo, "cat-file", "blob", f"{commit}:{path}", binary=True))
-    except GitError:
-        return None
+def file_at(repo: Repo, commit: str, path: str, max_bytes: int | None = None) -> bytes | None:
+    """The bytes of file `path` as `commit` holds it; None when it holds no such file, or one over `max_bytes`."""
+    found = _git(repo, "cat-file", "--batch-check=%(objecttype) %(objectsize)", stdin=f"{commit}:{path}\n").split()
+    if found[:1] != ["blob"] or (max_bytes is not None and int(found[1]) > max_bytes):
+        return None  # "<commit>:<path> missing", or a folder
+    return cast(bytes, _run(repo, "cat-file", "blob", f"{commit}:{path}", binary=True))
 
 
 def archive(repo: Repo, commit: str, out: Path, paths: Sequence[str] = ()) -> None:
