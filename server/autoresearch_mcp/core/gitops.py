@@ -41,7 +41,7 @@ GitError = git.GitCommandError  # git ran and failed (or outlasted TIMEOUT_S); `
 
 EXP_REF = "refs/autoresearch/exp/"
 # A git that hangs (a stalled network file system, a filter process that waits) must not hold the
-# server forever; every operation here finishes in seconds on a repository of llama.cpp's size.
+# server forever; the limit is far above a normal run of any command here.
 TIMEOUT_S = 600.0
 _BOT = {"GIT_AUTHOR_NAME": "autoresearch", "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
         "GIT_COMMITTER_NAME": "autoresearch", "GIT_COMMITTER_EMAIL": "autoresearch@localhost"}
