@@ -552,8 +552,10 @@ class FunctionScan:
         """Scalars (and register arrays) a statement sets: by assignment, `sum[j] = FMA(...)` into a local
         array, or a statement-level macro such as `GGML_F32_VEC_REDUCE(sumf, sum)` that sets its arguments."""
         names: set[str] = set()
-        kinds = ("init_declarator", "assignment_expression", "update_expression", "call_expression")
-        for n in self.index.within(node, kinds, code=True):
+        call = node.named_children[0] if node.type == "expression_statement" and node.named_children else None
+        if call is not None and call.type == "call_expression" and CONSTANT_NAME.match(_callee(call)):
+            names |= {_text(a) for a in _arguments(call) if a.type == "identifier"}
+        for n in self.index.within(node, ("init_declarator", "assignment_expression", "update_expression"), code=True):
             target = None
             if n.type == "init_declarator":
                 target = n.child_by_field_name("declarator")
@@ -561,8 +563,6 @@ class FunctionScan:
                 target = n.child_by_field_name("left")
             elif n.type == "update_expression":
                 target = n.child_by_field_name("argument")
-            elif n.parent is not None and n.parent.type == "expression_statement" and CONSTANT_NAME.match(_callee(n)):
-                names |= {_text(a) for a in _arguments(n) if a.type == "identifier"}
             if target is not None and target.type == "subscript_expression":
                 target = _unwrap(target.child_by_field_name("argument") or target)
                 if self.shapes.get(_text(target)) != "fixed_array":
