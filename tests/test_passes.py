@@ -726,3 +726,28 @@ def test_a_loop_that_stops_where_the_data_says_is_a_search_not_a_pass(tmp_path: 
         }
     """)
     assert result.findings == []
+
+
+def test_an_upper_case_parameter_is_a_runtime_bound_not_a_register_lane(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <math.h>
+        #define LANES 8
+        void layernorm(float *out, const float *inp, int B, int C) {
+            for (int b = 0; b < B; b++) {
+                const float *x = inp + b * C;
+                float m = 0.0f;
+                for (int i = 0; i < C; i++) m += x[i];
+                m = m / C;
+                float v = 0.0f;
+                for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+                const float s = 1.0f / sqrtf(v / C + 1e-5f);
+                float *o = out + b * C;
+                for (int i = 0; i < C; i++) o[i] = s * (x[i] - m);
+                float acc[LANES];
+                for (int j = 0; j < LANES; j++) acc[j] = o[j];
+            }
+        }
+    """)
+    x = [(f.kind, f.depends_on, [p.start_line for p in f.passes]) for f in result.findings if f.buffer == "x (inp)"]
+    assert x == [("read_then_read", ["m"], [8, 11]), ("read_then_read", ["s"], [11, 14])]
+    assert not [f for f in result.findings if f.buffer.startswith("o")]  # LANES is a constant: acc is registers

@@ -42,7 +42,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -709,7 +709,7 @@ class FunctionScan:
                 continue
             own = _loop_vars(n) | self._advanced(n)
             names |= own
-            if _constant_trip(n):
+            if _constant_trip(n, self.shapes):
                 lanes |= own
                 continue
             if self._searches(n, own):
@@ -1026,14 +1026,15 @@ def _continues(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
     return False
 
 
-def _constant_trip(loop: tree_sitter.Node) -> bool:
-    """`for (j = 0; j < GGML_F32_ARR; j++)`: a bound fixed at compile time (registers, not memory)."""
+def _constant_trip(loop: tree_sitter.Node, variables: Collection[str] = ()) -> bool:
+    """`for (j = 0; j < GGML_F32_ARR; j++)`: a bound fixed at compile time (registers, not memory). An
+    upper-case name among the function's own `variables` (llm.c's `int C` channels) is not a constant."""
     cond = loop.child_by_field_name("condition")
     if loop.type != "for_statement" or cond is None or cond.type != "binary_expression":
         return False
     right = _unwrap(cond.child_by_field_name("right") or cond)
     return right.type in ("number_literal", "sizeof_expression") or (
-        right.type == "identifier" and bool(CONSTANT_NAME.match(_text(right))))
+        right.type == "identifier" and bool(CONSTANT_NAME.match(_text(right))) and _text(right) not in variables)
 
 
 def _code(node: tree_sitter.Node) -> str:
