@@ -1,8 +1,9 @@
 """Time `report` over a synthetic session of 1,000 experiments (target: under 3 s).
 
-The ledger is written the way the server writes it (launch, status and result records with 10 pairs
-of raw samples each; about 1 in 20 kept as a real commit on the session branch), then the whole
-report (ledger fold, git history, chart, HTML, TSV) is written from it.
+The ledger is written the way the server writes it (launch records with the design, status and result
+records with 14 pairs of raw samples each and the analysis the manager makes of them; about 1 in 10
+kept as a real commit on the session branch), then the whole report (ledger fold, every experiment
+recomputed from its samples, git history, chart, HTML, TSV) is written from it.
 
 Run: /work/venv/bin/python benchmarks/bench_report.py [--experiments N] [--keep DIR]
 """
@@ -22,9 +23,10 @@ from typing import Any
 
 from autoresearch_mcp.core.config import SessionConfig, save_config
 from autoresearch_mcp.core.ledger import Ledger
+from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import write_report
 
-PAIRS = 10
+PAIRS = 14  # the first look of the calibrated design
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
        "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
 
@@ -33,16 +35,15 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, env=ENV, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def comparison(rng: random.Random, effect: float, noise: float) -> dict[str, Any]:
-    base = [100.0 * (1 + rng.gauss(0, noise)) for _ in range(PAIRS)]
-    cand = [b * (1 + effect + rng.gauss(0, noise)) for b in base]
-    delta = (sum(cand) / sum(base) - 1) * 100
-    half = 196 * noise / PAIRS ** 0.5
-    verdict = "improved" if delta - half > 1 else "regressed" if delta + half < -1 else "no_change"
-    return {"baseline": {"n": PAIRS, "mean": sum(base) / PAIRS, "samples": base},
-            "candidate": {"n": PAIRS, "mean": sum(cand) / PAIRS, "samples": cand},
-            "delta_pct": round(delta, 4), "ci_low_pct": round(delta - half, 4), "ci_high_pct": round(delta + half, 4),
-            "p_value": 0.01, "n_pairs": PAIRS, "verdict": verdict}
+def samples(rng: random.Random, effects: dict[str, float], noise: float) -> list[dict[str, Any]]:
+    """PAIRS pairs of runs, each run measuring every metric, the way the runner reports them."""
+    out = []
+    for pair in range(PAIRS):
+        base = {name: 100.0 * (1 + rng.gauss(0, noise)) for name in effects}
+        cand = {name: value * (1 + effects[name] + rng.gauss(0, noise)) for name, value in base.items()}
+        out += [{"pair": pair, "role": "baseline", "metrics": base},
+                {"pair": pair, "role": "candidate", "metrics": cand}]
+    return out
 
 
 def make_session(root: Path, n: int, seed: int = 7) -> None:
@@ -62,25 +63,28 @@ def make_session(root: Path, n: int, seed: int = 7) -> None:
     ledger.append({"type": "session", "session_id": "bench", "head": start, "metric": "tok_s",
                    "baseline": {"tok_s": [100.0, 100.4]}})
     head = start
+    design = stats.make_design("auto")
+    judging = metrics.Judging("tok_s", "higher")
     for i in range(n):
         exp_id = f"x{i:05d}"
         ts = 1_800_000_000.0 + 60 * i
         ledger.append({"type": "launch", "ts": ts, "experiment_id": exp_id, "session_id": "bench",
                        "title": f"idea {i}: <fuse> op {rng.randrange(50)}", "hypothesis": "fewer passes " * 8,
                        "sources": [f"https://arxiv.org/abs/2401.{i:05d}"], "base_commit": head,
-                       "changed_files": [f"src/k{i % 40}.c"], "metric": "tok_s", "direction": "higher"})
+                       "changed_files": [f"src/k{i % 40}.c"], "metric": "tok_s", "direction": "higher",
+                       "design": design.__dict__})
         ledger.append({"type": "status", "ts": ts + 1, "experiment_id": exp_id, "status": "running"})
         failed = rng.random() < 0.08
-        metrics = {} if failed else {"tok_s": comparison(rng, rng.gauss(0.0, 0.02), 0.01),
-                                     "ms_per_tok": comparison(rng, rng.gauss(0.0, 0.02), 0.01)}
-        verdict = None if failed else metrics["tok_s"]["verdict"]
-        samples = [{"pair": p, "role": role, "metrics": {k: v[role]["samples"][p] for k, v in metrics.items()}}
-                   for p in range(PAIRS) for role in ("baseline", "candidate")] if metrics else []
-        ledger.append({"type": "result", "ts": ts + 30, "experiment_id": exp_id,
-                       "status": "failed" if failed else "done", "worker": f"sky-{i % 4}", "cost_usd": 0.012,
-                       "outcome": {"samples": samples, "checks": {"ran": not failed, "passed": not failed},
-                                   "host": {"hostname": f"vm{i % 4}", "cpu_model": "EPYC", "cpus": 8}},
-                       "analysis": {"metrics": metrics, "verdict": verdict}})
+        outcome: dict[str, Any] = {
+            "status": "failed" if failed else "done",
+            "samples": [] if failed else samples(rng, {"tok_s": rng.gauss(0.0, 0.02),
+                                                       "ms_per_tok": rng.gauss(0.0, 0.02)}, 0.01),
+            "checks": {"ran": not failed, "passed": not failed},
+            "host": {"hostname": f"vm{i % 4}", "cpu_model": "EPYC", "cpus": 8}}
+        analysis = metrics.analyze(outcome, judging, design)
+        verdict = analysis["verdict"]
+        ledger.append({"type": "result", "ts": ts + 30, "experiment_id": exp_id, "status": outcome["status"],
+                       "worker": f"sky-{i % 4}", "cost_usd": 0.012, "outcome": outcome, "analysis": analysis})
         if verdict == "improved" and rng.random() < 0.5:
             path = root / "src" / f"k{i % 40}.c"
             path.parent.mkdir(exist_ok=True)

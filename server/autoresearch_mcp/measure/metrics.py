@@ -128,6 +128,7 @@ def analyze(outcome: dict[str, Any], judging: Judging, design: stats.Design) -> 
             "p_value": cmp.p_value, "n_pairs": cmp.n_pairs, "verdict": cmp.verdict,
             "pairs_needed": cmp.pairs_needed, "noise_pct": cmp.noise_pct, "resolvable_pct": cmp.resolvable_pct,
             "direction": direction, "role": role, "tolerance_pct": tolerance, "judgement": judgement,
+            "log_se": cmp.log_se,
         }
     primary = comparisons.get(judging.metric)
     noise = primary.get("noise_pct") if primary else None

@@ -161,6 +161,7 @@ class Comparison:
     noise_pct: float | None = None  # per-run noise, from the pairs' spread
     resolvable_pct: float | None = None  # the smallest change the budget resolves at that noise
     note: str | None = None  # why `noisy`
+    log_se: float | None = None  # standard error of the log-ratio estimate: the interval's half-width / z of its look
 
 
 def summarize(samples: list[float]) -> dict[str, Any]:
@@ -199,6 +200,7 @@ def paired(base: list[float], cand: list[float], direction: str, design: Design)
         pairs_needed=_pairs_needed(look, design) if look.verdict in ("inconclusive", "noisy") else None,
         noise_pct=round(look.spread / math.sqrt(2) * 100, 4), resolvable_pct=round(look.reach * 100, 4),
         note=_noisy_note(look, design, sign) if look.verdict == "noisy" else None,
+        log_se=look.spread / math.sqrt(look.n),
     )
 
 

@@ -1,0 +1,321 @@
+"""The gain accounting of a session: one row per experiment, the chain of kept commits and the totals.
+
+Everything is recomputed from `.autoresearch/ledger.jsonl` (each experiment's figures from its stored
+samples, see `measured`), the session config and git, so a report can be written at any time, with
+or without a running server, and written again after more work.
+
+The total gain is what is on the session branch now: its commits since the start are walked in
+order, and each one the ledger records commit_winner making (never a trailer parsed from a message)
+adds that experiment's measured log-ratio (each was measured against its own base commit, the session
+head when it was launched). A commit naming no experiment (made by hand) adds nothing and is listed
+as a warning; an experiment whose commit left the branch (a reset) is not counted as kept.
+The total's interval combines the kept experiments' standard errors (each from its own samples and
+design) in quadrature, assuming independent errors; chaining selected winners tends to overstate
+the gain (winner's curse), which the page says.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoresearch_mcp import notes as session_notes
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView
+from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.measure import stats
+from autoresearch_mcp.models import FINAL_STATUSES
+from autoresearch_mcp.report.measured import RECORDED, SAMPLES, Measured, measure
+
+# Outcome classes of an experiment, and their colors in the chart and on the page.
+KEPT, DISCARDED, FAILED, RUNNING = "kept", "discarded", "failed", "running"
+COLORS = {KEPT: "#1a9850", DISCARDED: "#9e9e9e", FAILED: "#d73027", RUNNING: "#4575b4"}
+BEST_COLOR = "#006837"
+_FAILED_STATUSES = frozenset({"failed", "checks_failed", "cancelled", "lost"})
+_FAILED_VERDICTS = frozenset({"invalid", "noisy"})
+MAX_LISTED = 8  # experiment ids named in one warning
+
+
+@dataclass
+class Row:
+    """One experiment as the report shows it."""
+
+    index: int
+    exp: ExperimentState
+    measured: Measured
+    outcome: str
+    base_level: float  # log-ratio of the experiment's base commit vs the session start
+    level: float | None = None  # log-ratio of the candidate vs the session start
+    level_low: float | None = None
+    level_high: float | None = None
+    position: int | None = None  # where its commit is on the session branch (kept experiments)
+    head_level: float | None = None  # log-ratio of the session head right after its commit
+
+    @property
+    def launch(self) -> dict[str, Any]:
+        return self.exp.launch
+
+    @property
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return self.measured.metrics
+
+    @property
+    def verdict(self) -> str | None:
+        return self.measured.verdict
+
+    def primary(self, metric: str) -> dict[str, Any]:
+        return self.measured.comparison(metric)
+
+    @property
+    def winner(self) -> bool:
+        """Improved (as its samples say), checks passed, and no other platform failed it."""
+        return (self.exp.status == "done" and self.verdict == "improved"
+                and not any(p.get("passed") is False for p in self.exp.platforms.values()))
+
+    def checks(self) -> str:
+        checks = self.exp.checks
+        if not checks.get("ran"):
+            return "not run"
+        took = f" ({checks['duration_s']:.1f} s)" if checks.get("duration_s") is not None else ""
+        return ("passed" if checks.get("passed") else "failed") + took
+
+
+@dataclass
+class KeptCommit:
+    """A commit on the session branch since the start."""
+
+    sha: str
+    message: str
+    stat: str
+    ts: float  # committer time
+    experiment_id: str | None = None  # the ledger experiment its trailer names, if any
+
+
+@dataclass
+class SessionData:
+    root: Path
+    config: SessionConfig
+    rows: list[Row]
+    baseline: float | None
+    total_log: float
+    total_half_width: float | None
+    confidence: float
+    commits: list[KeptCommit] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: str | None = None  # .autoresearch/notes.md, as the agent wrote it
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for r in self.rows if r.outcome == outcome)
+
+    @property
+    def cost(self) -> float:
+        return sum(r.exp.cost_usd or 0.0 for r in self.rows)
+
+    @property
+    def finished(self) -> int:
+        return self.count(KEPT) + self.count(DISCARDED) + self.count(FAILED)
+
+    @property
+    def keep_rate(self) -> float | None:
+        return self.count(KEPT) / self.finished if self.finished else None
+
+    @property
+    def total_pct(self) -> float:
+        return stats.pct(self.total_log)
+
+    @property
+    def total_interval(self) -> tuple[float | None, float | None]:
+        """The total gain's confidence interval in percent (None, None while nothing is kept)."""
+        if self.total_half_width is None:
+            return None, None
+        return stats.pct(self.total_log - self.total_half_width), stats.pct(self.total_log + self.total_half_width)
+
+    @property
+    def head_value(self) -> float | None:
+        """The primary metric at the session head, estimated from the baseline and the total gain."""
+        return None if self.baseline is None else self.baseline * math.exp(self.total_log)
+
+    @property
+    def best(self) -> Row | None:
+        """The winner (improved, checks passed) with the largest change of the primary metric."""
+        metric, sign = self.config.metric, 1.0 if self.config.direction == "higher" else -1.0
+        winners = [r for r in self.rows if r.winner and r.primary(metric).get("delta_pct") is not None]
+        return max(winners, key=lambda r: sign * r.primary(metric)["delta_pct"], default=None)
+
+
+def load(repo_path: str) -> SessionData:
+    """Read the session of the repository at `repo_path` (any folder inside it) and do its accounting."""
+    root = Path(gitops.open_repo(repo_path).working_dir)
+    if not (root / ".autoresearch").is_dir():
+        raise StateError(f"{root} has no .autoresearch/ directory: no session ran there. Pass the repository "
+                         "where start_session ran (or run start_session first)")
+    config = load_config(root)
+    if config is None:
+        raise StateError(f"{root}/.autoresearch/config.json is missing: the session was never started there; "
+                         "run start_session first")
+    view = Ledger(state_dir(root) / "ledger.jsonl").view()
+    commits, note = _branch_commits(root, config)
+    data = _fold(root, config, view, commits, note)
+    data.notes = session_notes.read(root, limit=None)
+    return data
+
+
+@dataclass
+class _Link:
+    """One step of the session head's chain: a commit and the experiments whose effect it carries."""
+
+    sha: str
+    ts: float
+    experiments: list[ExperimentState]
+
+
+def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[KeptCommit],
+          note: str | None) -> SessionData:
+    mine = sorted((e for e in view.experiments.values() if e.launch.get("session_id") == config.session_id),
+                  key=lambda e: float(e.launch.get("ts", 0)))
+    measured = {e.experiment_id: measure(e, config) for e in mine}
+    warnings = list(view.warnings)
+    chain = _chain(config, mine, commits, warnings)
+    if note:
+        warnings.append(note + "; the total is chained from the ledger's commit records instead")
+        chain = [_Link(str(e.commit["commit"]), float(e.commit.get("ts", 0)), [e])
+                 for e in sorted((e for e in mine if e.commit), key=lambda e: float((e.commit or {}).get("ts", 0)))
+                 if e.commit]
+    metric = config.metric
+    # The session head after each commit of the branch: its log-ratio vs the start.
+    level_of: dict[str, float] = {config.start_commit: 0.0}
+    placed: dict[str, tuple[int, float]] = {}  # experiment id -> (position on the branch, head level after)
+    errors: list[tuple[float, int]] = []
+    level = 0.0
+    for position, link in enumerate(chain):
+        for exp in link.experiments:
+            figures = measured[exp.experiment_id]
+            level += _log(figures.comparison(metric).get("delta_pct"))
+            if figures.error is not None:
+                errors.append(figures.error)
+        for exp in link.experiments:
+            placed[exp.experiment_id] = (position, level)
+        level_of[link.sha] = level
+    for exp in mine:
+        if exp.commit and exp.experiment_id not in placed:
+            warnings.append(f"experiment {exp.experiment_id} ({exp.title!r}) was committed as "
+                            f"{str(exp.commit.get('commit'))[:12]}, which is no longer on {config.branch} (reset or "
+                            "rewritten?): it is not counted as kept")
+    warnings += _provenance_warnings(mine, measured)
+    # For an experiment whose base commit left the branch: the head as it was when it was launched.
+    times = list(itertools.accumulate((link.ts for link in chain), max))
+    rows = []
+    for index, exp in enumerate(mine, start=1):
+        before = bisect.bisect_right(times, float(exp.launch.get("ts", 0)))
+        fallback = level_of[chain[before - 1].sha] if before else 0.0
+        figures = measured[exp.experiment_id]
+        row = Row(index, exp, figures, _outcome(exp, figures, exp.experiment_id in placed),
+                  level_of.get(str(exp.launch.get("base_commit")), fallback))
+        row.position, row.head_level = placed.get(exp.experiment_id, (None, None))
+        cmp = row.primary(metric)
+        if cmp.get("delta_pct") is not None:
+            row.level = row.base_level + _log(cmp["delta_pct"])
+            if cmp.get("ci_low_pct") is not None and cmp.get("ci_high_pct") is not None:
+                row.level_low = row.base_level + _log(cmp["ci_low_pct"])
+                row.level_high = row.base_level + _log(cmp["ci_high_pct"])
+        rows.append(row)
+    half = stats.combined_half_width(errors, 1 - config.alpha) if placed else None
+    machines = sorted({_machine(e) for e in mine if e.result})
+    return SessionData(root, config, rows, _baseline(view, config), level, half, 1 - config.alpha,
+                       commits=commits, machines=machines, warnings=warnings)
+
+
+def _provenance_warnings(mine: list[ExperimentState], measured: dict[str, Measured]) -> list[str]:
+    """Which figures are not recomputed from samples (and why), and which recorded verdicts the samples
+    contradict: one warning per reason, naming the first few experiments."""
+    not_recomputed: dict[str, list[str]] = {}
+    contradicted: list[str] = []
+    for exp in mine:
+        figures = measured[exp.experiment_id]
+        if figures.source == RECORDED and figures.why:
+            not_recomputed.setdefault(figures.why, []).append(exp.experiment_id)
+        elif figures.source == SAMPLES and exp.result and "verdict" in exp.analysis \
+                and figures.verdict != exp.verdict:
+            contradicted.append(f"{exp.experiment_id} (recorded {exp.verdict}, its samples give {figures.verdict})")
+    out = [f"{why}: {_listed(ids)}: shown as the ledger recorded them, not recomputed from samples"
+           for why, ids in not_recomputed.items()]
+    if contradicted:
+        out.append(f"the ledger's recorded verdict is not what the stored samples give for {_listed(contradicted)}: "
+                   "the report shows the verdict recomputed from the samples")
+    return out
+
+
+def _listed(items: list[str]) -> str:
+    more = len(items) - MAX_LISTED
+    return ", ".join(items[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _chain(config: SessionConfig, mine: list[ExperimentState], commits: list[KeptCommit],
+           warnings: list[str]) -> list[_Link]:
+    """The branch's commits with the experiments the ledger records commit_winner making them as; a
+    warning for each commit whose effect cannot be counted (made by hand, or rewritten since). Commit
+    messages are never parsed for this: their text is not evidence."""
+    by_commit = {str(e.commit.get("commit")): e for e in mine if e.commit}
+    chain = []
+    for commit in commits:
+        exp = by_commit.get(commit.sha)
+        commit.experiment_id = exp.experiment_id if exp else None
+        if exp is None:
+            title = commit.message.splitlines()[0] if commit.message else ""
+            warnings.append(f"commit {commit.sha[:12]} ({title!r}) on {config.branch} is not one the ledger records "
+                            "commit_winner making (made by hand, or rewritten since): its effect is not in the total")
+        chain.append(_Link(commit.sha, commit.ts, [exp] if exp else []))
+    return chain
+
+
+def _outcome(exp: ExperimentState, figures: Measured, on_branch: bool) -> str:
+    if on_branch:
+        return KEPT
+    if exp.status not in FINAL_STATUSES:
+        return RUNNING
+    if exp.status in _FAILED_STATUSES or figures.verdict in _FAILED_VERDICTS:
+        return FAILED
+    return DISCARDED
+
+
+def _baseline(view: LedgerView, config: SessionConfig) -> float | None:
+    """Mean of the primary metric in the session's validation at its start commit (else the first)."""
+    records = [s for s in view.sessions if s.get("session_id") == config.session_id]
+    records.sort(key=lambda s: s.get("head") != config.start_commit)
+    for rec in records:
+        values = (rec.get("baseline") or {}).get(config.metric)
+        if values:
+            return float(np.mean(values))
+    return None
+
+
+def _machine(exp: ExperimentState) -> str:
+    host = exp.outcome.get("host") or {}
+    worker = exp.worker or "?"
+    detail = ", ".join(str(x) for x in (host.get("hostname"), host.get("cpu_model"),
+                                        f"{host['cpus']} CPUs" if host.get("cpus") else None) if x)
+    return f"{worker} ({detail})" if detail else str(worker)
+
+
+def _branch_commits(root: Path, config: SessionConfig) -> tuple[list[KeptCommit], str | None]:
+    """The session branch's commits since the start, with messages and diff stats (one git call)."""
+    try:
+        log = gitops.branch_log(gitops.repo_at(root), config.start_commit, config.branch)
+    except (gitops.GitError, InputError) as exc:
+        detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:200]
+        return [], f"the session branch {config.branch} could not be read from git ({detail})"
+    return [KeptCommit(c.sha, c.message, c.stat, c.committed_at) for c in log], None
+
+
+def _log(pct: float | None) -> float:
+    return stats.log_pct(pct) or 0.0
+
+

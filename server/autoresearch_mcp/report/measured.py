@@ -1,0 +1,86 @@
+"""One experiment's figures as the report shows them, recomputed from the samples its result stores.
+
+pyperf's rule: the ledger keeps every raw sample, and every figure is recomputed from them with the
+function the manager judged with (`metrics.analyze`), never read back from the analysis frozen in the
+result record. Where that cannot be done the figures say so instead of inventing: a result without
+samples (a failed run, a ledger written by an early version) or measured with the earlier t-test
+design (which this version no longer computes) is shown as the ledger recorded it, marked `recorded`;
+an experiment without a result shows nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoresearch_mcp.core.config import SessionConfig
+from autoresearch_mcp.core.ledger import ExperimentState
+from autoresearch_mcp.measure import metrics, stats
+
+# Where an experiment's figures come from.
+SAMPLES, RECORDED, NONE = "samples", "recorded", "none"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The per-metric comparisons, the verdict and the primary estimate's standard error of one experiment."""
+
+    source: str  # SAMPLES, RECORDED or NONE
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> comparison (delta_pct, ci_*, ...)
+    verdict: str | None = None
+    error: tuple[float, int] | None = None  # (standard error of the primary log-ratio, degrees of freedom)
+    why: str | None = None  # why the figures are not recomputed from samples
+
+    def comparison(self, name: str) -> dict[str, Any]:
+        """The comparison of one metric; empty if it was not measured."""
+        return self.metrics.get(name) or {}
+
+
+def measure(exp: ExperimentState, config: SessionConfig) -> Measured:
+    """The experiment's figures: from its stored samples when it has them, else what the ledger recorded."""
+    if exp.result is None:
+        return Measured(NONE)
+    launch = {"metric": config.metric, "direction": config.direction, **exp.launch}
+    outcome = exp.outcome
+    design = _recorded_design(launch)
+    if not outcome.get("samples"):
+        why = "the result stores no samples"
+    elif design is None:
+        why = "the launch records no design"
+    elif design.statistic != "wilcoxon":
+        why = "measured with the earlier t-test design, which this version does not recompute"
+    else:
+        # analyze drops refused values from the outcome it is given: the ledger's copy stays as read
+        outcome = {"status": exp.result.get("status"), **copy.deepcopy(outcome)}
+        try:
+            analysis = metrics.analyze(outcome, metrics.Judging.from_launch(launch), design)
+        except (KeyError, TypeError, ValueError) as exc:
+            why = f"its samples could not be analyzed ({type(exc).__name__}: {str(exc)[:80]})"
+        else:
+            primary = analysis["metrics"].get(config.metric) or {}
+            se, n = primary.get("log_se"), int(primary.get("n_pairs") or 0)
+            error = (float(se), n - 1) if se is not None and n >= 2 else None
+            return Measured(SAMPLES, analysis["metrics"], analysis["verdict"], error)
+    recorded = exp.metrics
+    if not recorded and exp.verdict is None:
+        return Measured(NONE, why=why)
+    error = stats.log_standard_error(recorded.get(config.metric) or {}, design or _earliest_design(exp, config))
+    return Measured(RECORDED, recorded, exp.verdict, error, why)
+
+
+def _recorded_design(launch: dict[str, Any]) -> stats.Design | None:
+    recorded = launch.get("design")
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        return stats.Design.from_dict(recorded)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _earliest_design(exp: ExperimentState, config: SessionConfig) -> stats.Design:
+    """The design of a launch that recorded none: the earliest one, a fixed t test at the session's alpha."""
+    return stats.Design.from_dict({"looks": [max(2, int(exp.metric(config.metric).get("n_pairs") or 2))],
+                                   "alphas": [config.alpha], "min_effect": config.min_effect,
+                                   "noise_limit": config.noise_limit, "alpha": config.alpha})
