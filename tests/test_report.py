@@ -3,11 +3,14 @@ one end-to-end run of the real loop through an MCP client, the rest on ledgers w
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from autoresearch_mcp.core.config import SessionConfig, save_config
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.finalize import finalize
-from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_chart, write_report
 from conftest import git, init_repo
 from helpers import call, error, wait_final
@@ -83,19 +86,55 @@ class Synthetic:
                         "host": {"hostname": "box", "cpu_model": "Test CPU", "cpus": 2}},
             "analysis": {"metrics": metrics, "verdict": verdict if status != "failed" else None}})
         if keep is not None:
-            for name, content in keep.items():
-                path = self.root / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if content is None:
-                    path.unlink()
-                else:
-                    path.write_text(content)
-            git(self.root, "add", "-A", "--", *keep)
-            git(self.root, "commit", "-q", "-m", f"{title}\n\nAutoresearch-Experiment: {exp_id}")
-            parent, self.head = self.head, git(self.root, "rev-parse", "HEAD")
-            self.ledger.append({"type": "commit", "ts": ts + 6, "experiment_id": exp_id, "commit": self.head,
-                                "parent": parent, "branch": "autoresearch/t", "title": title})
+            self.commit(exp_id, title, keep, ts + 6)
         return exp_id
+
+    def commit(self, exp_id: str, title: str, keep: dict[str, str | None], ts: float) -> None:
+        """Commit `keep` (file -> content, None deletes) on the session branch as commit_winner does."""
+        for name, content in keep.items():
+            path = self.root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if content is None:
+                path.unlink()
+            else:
+                path.write_text(content)
+        git(self.root, "add", "-A", "--", *keep)
+        git(self.root, "commit", "-q", "-m", f"{title}\n\nAutoresearch-Experiment: {exp_id}")
+        parent, self.head = self.head, git(self.root, "rev-parse", "HEAD")
+        self.ledger.append({"type": "commit", "ts": ts, "experiment_id": exp_id, "commit": self.head,
+                            "parent": parent, "branch": "autoresearch/t", "title": title})
+
+    def measured(self, title: str, factor: float, keep: dict[str, str | None] | None = None,
+                 recorded: dict[str, Any] | None = None, pairs: int = 14,
+                 seed: int = 0) -> tuple[str, stats.Comparison]:
+        """Launch and finish one experiment the way the manager records it: the design, every raw sample
+        (the candidate `factor` times the baseline, with 0.5% noise) and the analysis made of them, whose
+        primary comparison `recorded` overrides (a ledger edited by hand, or written by a faulty version).
+        Returns the experiment id and the comparison its samples give."""
+        self.n += 1
+        exp_id = f"e{self.n:04d}"
+        ts = 1_800_000_000.0 + self.n * 10
+        design = stats.make_design("auto")
+        rng = np.random.default_rng(seed)
+        base = list(100 * np.exp(rng.normal(0, 0.005, pairs)))
+        cand = [b * factor * float(np.exp(rng.normal(0, 0.005))) for b in base]
+        samples = [{"pair": i, "role": role, "metrics": {"score": float(value)}}
+                   for i, (b, c) in enumerate(zip(base, cand, strict=True)) for role, value in (("baseline", b),
+                                                                                                 ("candidate", c))]
+        outcome = {"status": "done", "samples": samples, "checks": {"ran": True, "passed": True},
+                   "host": {"hostname": "box"}}
+        analysis = metrics.analyze(copy.deepcopy(outcome), metrics.Judging("score", "higher"), design)
+        if recorded:
+            analysis["metrics"]["score"].update(recorded)
+            analysis["verdict"] = recorded.get("verdict", analysis["verdict"])
+        self.ledger.append({"type": "launch", "ts": ts, "experiment_id": exp_id, "session_id": "s1", "title": title,
+                            "base_commit": self.head, "changed_files": sorted(keep or {"a.txt": ""}),
+                            "metric": "score", "direction": "higher", "design": design.__dict__})
+        self.ledger.append({"type": "result", "ts": ts + 5, "experiment_id": exp_id, "status": "done",
+                            "worker": "local", "outcome": outcome, "analysis": analysis})
+        if keep is not None:
+            self.commit(exp_id, title, keep, ts + 6)
+        return exp_id, stats.paired(base, cand, "higher", design)
 
 
 def _comparison(delta: float, lo: float, hi: float, verdict: str | None, n_pairs: int = 5) -> dict[str, Any]:
@@ -294,6 +333,44 @@ def test_the_best_experiment_is_a_winner_whose_checks_passed(synthetic: Syntheti
     assert "Best single experiment: 'fast and right' +5.00%" in out.summary
 
 
+# --- every figure from the stored samples ----------------------------------------------------------
+
+
+def test_figures_are_recomputed_from_the_samples_not_read_from_the_recorded_analysis(synthetic: Synthetic) -> None:
+    _, kept = synthetic.measured("ten percent", 1.10, keep={"a.txt": "1\n"},
+                                 recorded={"delta_pct": 50.0, "ci_low_pct": 49.0, "ci_high_pct": 51.0})
+    flat, same = synthetic.measured("nothing", 1.0, recorded={"delta_pct": 30.0, "verdict": "improved"}, seed=1)
+    out = write_report(str(synthetic.root))
+    assert kept.delta_pct is not None and kept.ci_low_pct is not None and kept.ci_high_pct is not None
+    assert out.total_gain_pct == pytest.approx(kept.delta_pct, abs=1e-6)
+    # the total's interval from the experiment's own standard error: its interval's half-width over the
+    # quantile of the look it was taken at (the first, 14 pairs), at the session's level with 13 df
+    se = (np.log1p(kept.ci_high_pct / 100) - np.log1p(kept.ci_low_pct / 100)) / 2 / stats.make_design("auto").z[0]
+    half = sps.t.ppf(0.99, 13) * se
+    assert out.total_gain_ci_low_pct == pytest.approx((np.exp(np.log1p(kept.delta_pct / 100) - half) - 1) * 100,
+                                                      abs=1e-3)
+    rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
+    assert [r["figures"] for r in rows] == ["samples", "samples"]
+    assert float(rows[1]["delta_pct"]) == same.delta_pct and rows[1]["verdict"] == same.verdict != "improved"
+    assert "Best single experiment: 'ten percent'" in out.summary  # the recorded "improved" of the other is not
+    assert any(f"{flat} (recorded improved, its samples give {same.verdict})" in w for w in out.warnings)
+
+
+def test_a_result_without_samples_is_shown_as_recorded_and_says_so(synthetic: Synthetic) -> None:
+    synthetic.experiment("from an early ledger", 5.0, (4.0, 6.0), "improved", keep={"a.txt": "1\n"})
+    synthetic.experiment("crashed", None, verdict=None, status="failed")
+    out = write_report(str(synthetic.root))
+    assert out.total_gain_pct == pytest.approx(5.0)
+    assert any(w.startswith("the result stores no samples: e0001:") and "not recomputed" in w and "e0002" not in w
+               for w in out.warnings)
+    rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
+    assert [(r["figures"], r["delta_pct"]) for r in rows] == [("recorded", "5.0"), ("none", "")]
+    soup = BeautifulSoup(Path(out.html_path).read_text(), "html.parser")
+    first, second = soup.select("#experiments-table tbody tr")
+    assert "as recorded, not recomputed: the result stores no samples" in first.get_text()
+    assert "the result stores no samples" in second.get_text()  # and nothing is invented for it
+
+
 # --- the page ------------------------------------------------------------------------------------
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -385,6 +462,42 @@ def test_the_command_line_writes_the_report_here_by_default(synthetic: Synthetic
     out = capsys.readouterr().out
     assert "1 kept" in out and "index.html" in out and "autoresearch/t-review/01-cli" in out
     assert (synthetic.root / ".autoresearch/report/results.tsv").exists()
+
+
+def test_quotes_ampersands_and_markup_are_escaped_everywhere_on_the_page(synthetic: Synthetic) -> None:
+    text = 'Tom & "Jerry\'s" <script>alert(1)</script>'
+    url = 'https://example.org/?a=1&b="x"><script>'
+    synthetic.experiment(text, 1.0, hypothesis=text, sources=[url, text], keep={"a.txt": "x\n"}, verdict="improved")
+    (synthetic.root / ".autoresearch" / "notes.md").write_text(f"- {text}\n")
+    page = Path(write_report(str(synthetic.root)).html_path).read_text()
+    assert "<script" not in page and '"Jerry' not in page and "& " not in page
+    assert "Tom &amp; &#34;Jerry&#39;s&#34; &lt;script&gt;" in page
+    soup = BeautifulSoup(page, "html.parser")
+    row = soup.select_one("#experiments-table tbody tr")
+    assert row is not None and row.b is not None and row.b.get_text() == text
+    assert [a["href"] for a in row.find_all("a")] == [url]  # the address intact, inside its attribute
+    commit = soup.select_one("#commits article")
+    assert commit is not None and text in commit.get_text()  # the commit message
+    notes = soup.select_one("#notes pre")
+    assert notes is not None and text in notes.get_text()
+
+
+def test_the_page_template_ships_in_the_wheel_and_renders_from_it(synthetic: Synthetic, tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(root)], check=True, timeout=300, capture_output=True)
+    installed = tmp_path / "site-packages"
+    zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).extractall(installed)  # what an installer does
+    synthetic.experiment("shipped", 2.0, verdict="improved", keep={"a.txt": "x\n"})
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); from autoresearch_mcp import report; "
+              "assert report.__file__.startswith(sys.argv[1]), report.__file__; "
+              "print(report.write_report(sys.argv[2]).html_path)")
+    out = subprocess.run([sys.executable, "-c", script, str(installed), str(synthetic.root)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    page = BeautifulSoup(Path(out.stdout.strip()).read_text(), "html.parser")
+    row = page.select_one("#experiments-table tbody tr")
+    assert row is not None and row.b is not None and row.b.get_text() == "shipped"
 
 
 # --- finalize ------------------------------------------------------------------------------------
