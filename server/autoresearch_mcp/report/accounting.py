@@ -100,6 +100,8 @@ class KeptCommit:
 
 @dataclass
 class SessionData:
+    """A session's accounting: every experiment's row, the kept chain's total and what was read with them."""
+
     root: Path
     config: SessionConfig
     rows: list[Row]
