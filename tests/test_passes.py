@@ -550,10 +550,12 @@ def test_lambda_bodies_are_scanned_as_functions_of_their_own(tmp_path: Path) -> 
     row = [f for f in result.findings if f.buffer.startswith("row")]
     assert len(row) == 1 and row[0].function == "op::<lambda at line 5>" and row[0].kind == "write_then_update"
     assert [p.start_line for p in row[0].passes] == [8, 9]
-    # one and two make one pass each; called one after the other on y, they are two passes of op
+    # one and two make one pass each; called one after the other on y, they are two passes of op, and so is
+    # the parallel_for whose lambda writes y's rows
     assert {f.function for f in result.findings} == {"op::<lambda at line 5>", "op"}
-    y = only(result, "op", "y")
-    assert y.kind == "write_then_update" and [p.code for p in y.passes] == ["one(y);", "two(y);"]
+    y = [(f.kind, [p.code for p in f.passes]) for f in result.findings if f.function == "op"]
+    assert y == [("update_then_write", ["parallel_for(rows, [&](int begin, int end) {", "one(y);"]),
+                 ("write_then_update", ["one(y);", "two(y);"])]
 
 
 def test_a_single_element_store_between_loops_is_not_a_pass(tmp_path: Path) -> None:
@@ -751,3 +753,20 @@ def test_an_upper_case_parameter_is_a_runtime_bound_not_a_register_lane(tmp_path
     x = [(f.kind, f.depends_on, [p.start_line for p in f.passes]) for f in result.findings if f.buffer == "x (inp)"]
     assert x == [("read_then_read", ["m"], [8, 11]), ("read_then_read", ["s"], [11, 14])]
     assert not [f for f in result.findings if f.buffer.startswith("o")]  # LANES is a constant: acc is registers
+
+
+def test_lambdas_passed_to_a_call_walk_the_buffers_they_capture(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        template <typename F> void parallel_for(int n, F f) { f(0, n); }
+        void op(float * y, const float * x, int n, float s) {
+            parallel_for(n, [&](int b, int e) {
+                for (int i = b; i < e; i++) y[i] = x[i];
+            });
+            parallel_for(n, [&](int b, int e) {
+                float * tmp = new float[e - b];
+                for (int i = b; i < e; i++) { tmp[i - b] = y[i]; y[i] *= s; }
+                delete[] tmp;
+            });
+        }
+    """, name="k.cpp")
+    assert [(f.function, f.buffer, f.kind) for f in result.findings] == [("op", "y", "write_then_update")]

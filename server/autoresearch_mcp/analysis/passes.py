@@ -341,6 +341,7 @@ class FunctionScan:
         self._cond = 0
         self.lambdas: dict[str, tree_sitter.Node] = {}  # local lambdas by name: helpers of this function
         self._lambda_modes: dict[str, dict[int, str]] = {}
+        self._captured: dict[int, Item] = {}  # lambda node id -> what it walks of this function's buffers
         self._declarations()
         if outer is not None:  # a lambda sees what it captures from the enclosing function
             for name, shape in outer.shapes.items():
@@ -694,7 +695,34 @@ class FunctionScan:
             found = self.pointer(args[index], drop) if index < len(args) else None
             if found is not None:
                 _record(item, found, mode)
+        for arg in args:  # parallel_for(n, [&](int b, int e) {...}): the lambda walks what it captures
+            if arg.type == "lambda_expression":
+                walks = self._captured_walks(arg)
+                for key, label in walks.reads.items():
+                    item.reads.setdefault(key, _outer_name(label))
+                for key, label in walks.writes.items():
+                    item.writes.setdefault(key, _outer_name(label))
+                item.extents.update(dict.fromkeys(walks.extents))
         return item if item.is_pass else None
+
+    def _captured_walks(self, lam: tree_sitter.Node) -> Item:
+        """The buffers of this function that a lambda passed as an argument walks (not its own parameters)."""
+        known = self._captured.get(lam.id)
+        if known is not None:
+            return known
+        walks = Item(lam, ())
+        self._captured[lam.id] = walks  # a lambda reached again while scanning itself adds nothing
+        scan = FunctionScan(lam, self.index, self.helpers, outer=self)
+        body = lam.child_by_field_name("body")
+        own = {name for n in self.index.within(lam, ("parameter_declaration", "declaration"))
+               for d in n.children_by_field_name("declarator") for name in [_declarator_name(d)[0]] if name}
+        for inner in scan.items(body) if body is not None else []:
+            _merge(walks, inner)
+        for table in (walks.reads, walks.writes, walks.extents):
+            for key in [k for k in table if re.match(r"\w*", k).group() in own]:  # type: ignore[union-attr]
+                del table[key]
+        walks.defines.clear()
+        return walks
 
     def _loop(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> Item:
         """A loop nest as one item: a pass when a non-constant loop in it indexes a buffer, walks a pointer
@@ -858,6 +886,11 @@ class _Walk:
         """The range an access indexed by `used` covers: known when one counted loop alone drives it (with a
         register lane or a second loop in the index, `y[i + j*EPR]`, it is more than that loop's bound)."""
         return self.spans.get(next(iter(used))) if len(used) == 1 else None
+
+
+def _outer_name(label: str) -> str:
+    """`row (y)` as the caller of a lambda that made row from y sees it: y."""
+    return label.split(" (", 1)[1].rstrip(")") if " (" in label else label
 
 
 def _record(item: Item, found: tuple[str, str, str], mode: str, extent: Extent | None = None) -> None:
