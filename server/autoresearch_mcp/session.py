@@ -40,7 +40,7 @@ from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
-from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import BenchRun, Direction, ExecutorName, MetricSummary, StartSessionResult
 from autoresearch_mcp.recipes import model_file
 from autoresearch_mcp.settings import Settings
@@ -488,13 +488,7 @@ def start_session(
 
 def baseline_mean(ledger: Ledger, session_id: str, metric: str) -> float | None:
     """Mean of `metric` over the newest validation of the session (for drift and analyze_bounds)."""
-    records, _ = ledger.records()
-    for rec in reversed(records):
-        if rec.get("type") == "session" and rec.get("session_id") == session_id:
-            values = rec.get("baseline", {}).get(metric)
-            if values:
-                return float(sum(values) / len(values))
-    return None
+    return figures.baseline_mean(ledger.view().sessions, session_id, metric)
 
 
 @dataclass

@@ -79,12 +79,6 @@ class ExperimentState:
         return checks
 
     @property
-    def cost_usd(self) -> float | None:
-        costs = [c for c in [(self.result or {}).get("cost_usd"), *(p.get("cost_usd") for p in self.platforms.values())]
-                 if c is not None]
-        return float(sum(costs)) if costs else None
-
-    @property
     def measured(self) -> dict[str, Any] | None:
         """The latest round that ran to its end (`done` or `checks_failed`): its samples are the ones
         more pairs are pooled with. None if no round got that far."""
@@ -92,13 +86,6 @@ class ExperimentState:
             if result.get("status") in ("done", "checks_failed"):
                 return result
         return None
-
-    @property
-    def is_winner(self) -> bool:
-        """Eligible for commit_winner and for "best": it improved, its checks passed, and no other
-        platform failed it (commit_winner also waits for those still running)."""
-        return (self.status == "done" and self.verdict == "improved"
-                and not any(p.get("passed") is False for p in self.platforms.values()))
 
 
 @dataclass

@@ -25,7 +25,6 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import shutil
 import tempfile
 import threading
@@ -65,6 +64,7 @@ from autoresearch_mcp.executors.sky_port import (
     SkyPort,
     Transient,
 )
+from autoresearch_mcp.measure import figures
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +184,6 @@ def machine_lines(text: str) -> list[str]:
                 out.append(line[at:])
                 break
     return out
-
-
-def noise_of(outcome: dict[str, Any]) -> float | None:
-    """Per-run noise of the primary metric, from the pair differences at the runner's last look."""
-    look = outcome.get("look") or {}
-    return float(look["spread"]) / math.sqrt(2) if look.get("spread") is not None else None
 
 
 def merge_tail(old: str, tail: str) -> str | None:
@@ -582,7 +576,7 @@ class SkyPool(Executor):
                        f"read {item.job.log_path}:\n{text[-2000:]}")
             return False
         outcome.setdefault("host", {}).update(info.describe())
-        noise = noise_of(outcome)
+        noise = figures.worker_noise(outcome)
         limit = float(item.job.spec.get("design", {}).get("noise_limit", float("inf")))
         # The worker's own noise, not the verdict: `noisy` says the budget cannot decide this change, which
         # a quieter VM may or may not change, and measuring it afresh would spend a second alpha on it.

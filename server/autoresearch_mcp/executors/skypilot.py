@@ -47,6 +47,7 @@ from autoresearch_mcp.executors.sky_port import (
     SkyError,
     Transient,
 )
+from autoresearch_mcp.measure import figures
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -221,8 +222,9 @@ def session_spend(repo_root: Path, session_id: str) -> float:
     """What the session's experiments cost, from the ledger: the spend of a session that was started
     before the cluster meter (sky-<session>.json) existed, so its budget still counts it."""
     view = Ledger(state_dir(repo_root) / "ledger.jsonl").view()
-    return sum(float((e.result or {}).get("cost_usd") or 0.0) for e in view.experiments.values()
-               if e.launch.get("session_id") == session_id)
+    # the host's runs only: each other platform's pool keeps its own meter
+    return figures.session_cost((e for e in view.experiments.values() if e.launch.get("session_id") == session_id),
+                                platforms=False)
 
 
 class SkyExecutor(SkyPool):

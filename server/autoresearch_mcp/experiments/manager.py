@@ -28,7 +28,7 @@ from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import holdout
 from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.measure import figures, metrics, stats
 from autoresearch_mcp.models import (
     FINAL_STATUSES,
     CancelResult,
@@ -235,9 +235,8 @@ class ExperimentManager:
                     f"experiment {exp_id} was measured with the earlier t-test design, whose pairs cannot be pooled "
                     "with the current one; launch it afresh: source='commit', "
                     f"commit='{exp.launch['candidate_commit']}'")
-            measured = exp.measured
-            base, cand = metrics.pairs((measured or {}).get("outcome") or {}, exp.launch["metric"])
-            done = len(base) - len(base) % 2  # whole blocks (a round only ever stops at one)
+            base, cand = figures.measured_pairs(exp)
+            done = len(base)
             repeats = "auto" if repeats is None else self._repeats(repeats)
             try:
                 stops = design.round_stops(done, repeats)
@@ -251,7 +250,7 @@ class ExperimentManager:
         spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch["candidate_tree"],
                           bool(exp.launch.get("incremental")), self.platforms[0])
         spec["stops"] = stops
-        spec["prior"] = [[b, c] for b, c in zip(base[:done], cand[:done], strict=True)]
+        spec["prior"] = [[b, c] for b, c in zip(base, cand, strict=True)]
         self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
                              self._on_event)
         return LaunchResult(
@@ -372,9 +371,8 @@ class ExperimentManager:
         try:
             outcome = dict(event["outcome"])
             if exp.continued is not None:
-                outcome = _pooled(exp, outcome)
-            design = stats.Design.from_dict(exp.launch["design"])
-            analysis = metrics.analyze(outcome, metrics.Judging.from_launch(exp.launch), design)
+                outcome = figures.pooled(exp, outcome)
+            analysis = figures.analyze(outcome, exp.launch)
             # A host winner goes to the other platforms; they are queued before the result is visible, so
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
@@ -456,8 +454,7 @@ class ExperimentManager:
                 exp = self.view.experiments[exp_id]
                 analysis: dict[str, Any] = {}
                 if platform.measure:
-                    design = stats.Design.from_dict(exp.launch["design"])
-                    analysis = metrics.analyze(outcome, metrics.Judging.from_launch(exp.launch), design)
+                    analysis = figures.analyze(outcome, exp.launch)
                     analysis["primary"] = analysis["metrics"].get(exp.launch["metric"])
                 primary = analysis.get("primary") or {}
                 passed, summary = platforms_.judge(platform, outcome, analysis.get("verdict"),
@@ -524,11 +521,11 @@ class ExperimentManager:
             won=list(exp.analysis.get("won") or []), blocking=list(exp.analysis.get("blocking") or []),
             checks=checks, confidence_level=1 - design.alpha,
             pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
-            else len({s["pair"] for s in outcome.get("samples", [])}),
+            else figures.pair_count(outcome),
             stop_reason=outcome.get("stop_reason"), durations_s=outcome.get("durations", {}),
             build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=exp.analysis.get("noise_cv"),
             noise_note=exp.analysis.get("noise_note"),
-            error=outcome.get("error") or exp.status_detail, cost_usd=exp.cost_usd,
+            error=outcome.get("error") or exp.status_detail, cost_usd=figures.experiment_cost(exp),
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), bool(exp.launch.get("incremental")))
                        for p in self.platforms[1:]],
@@ -538,13 +535,9 @@ class ExperimentManager:
         primary = exp.metric(self.config.metric)
         if not primary or not primary["baseline"]["mean"]:
             return []
-        reference = None
-        for rec in reversed(self.view.sessions):
-            if rec.get("session_id") == self.config.session_id and rec.get("head") == exp.launch["base_commit"]:
-                values = rec.get("baseline", {}).get(self.config.metric) or []
-                reference = sum(values) / len(values) if values else None
-                break
-        if reference is None:
+        reference = figures.baseline_mean(self.view.sessions, self.config.session_id, self.config.metric,
+                                          head=exp.launch["base_commit"])
+        if not reference:
             return []
         drift = primary["baseline"]["mean"] / reference - 1
         if abs(drift) <= self.config.drift_limit:
@@ -588,12 +581,9 @@ class ExperimentManager:
     def list(self, status: str | None) -> ListExperimentsResult:
         items = []
         kept = discarded = running = 0
-        cost = 0.0
         totals: dict[str, float] = {}
-        best: ExperimentSummary | None = None
-        for exp in sorted(self._mine(), key=lambda e: float(e.launch.get("ts", 0))):
-            summary = self._summary(exp)
-            cost += summary.cost_usd or 0.0
+        mine = sorted(self._mine(), key=lambda e: float(e.launch.get("ts", 0)))
+        for exp in mine:
             outcome = exp.outcome
             for phase, seconds in (outcome.get("durations") or {}).items():
                 totals[phase] = round(totals.get(phase, 0.0) + float(seconds), 3)
@@ -606,13 +596,12 @@ class ExperimentManager:
                 discarded += 1
             else:
                 running += 1  # a host winner still being checked on other platforms is still running
-            if exp.is_winner:
-                better = best is None or _better(summary, best, self.config.direction)
-                best = summary if better else best
             if status is None or exp.status == status:
-                items.append(summary)
-        return ListExperimentsResult(experiments=items, best=best, kept=kept, discarded=discarded,
-                                     running=running, cost_usd=round(cost, 4), totals=totals,
+                items.append(self._summary(exp))
+        best = figures.best(mine, self.config.metric, self.config.direction)
+        return ListExperimentsResult(experiments=items, best=best and self._summary(best), kept=kept,
+                                     discarded=discarded, running=running,
+                                     cost_usd=round(figures.session_cost(mine), 4), totals=totals,
                                      warnings=list(self.view.warnings))
 
     def _summary(self, exp: ExperimentState) -> ExperimentSummary:
@@ -623,7 +612,7 @@ class ExperimentManager:
             ci_low_pct=primary.get("ci_low_pct"), ci_high_pct=primary.get("ci_high_pct"),
             n_pairs=primary.get("n_pairs", 0), sources=list(exp.launch.get("sources", [])),
             kept=exp.commit is not None, commit=(exp.commit or {}).get("commit"),
-            cost_usd=exp.cost_usd,
+            cost_usd=figures.experiment_cost(exp),
         )
 
     # --- control ---------------------------------------------------------------------------------
@@ -862,16 +851,6 @@ def _progress(exp: ExperimentState) -> tuple[str, ...]:
     return (exp.status, *(f"{name}={p.get('status')}" for name, p in sorted(exp.platforms.items())))
 
 
-def _pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
-    """A continuation round's outcome with the earlier rounds' pairs in front (one design, one analysis)."""
-    prior_pairs = int((exp.continued or {}).get("prior_pairs", 0))
-    earlier = (exp.measured or {}).get("outcome") or {}
-    kept = [s for s in earlier.get("samples", []) if 0 <= int(s.get("pair", -1)) < prior_pairs]
-    rounds = [*earlier.get("rounds", []), {"pairs": prior_pairs, "worker": (exp.measured or {}).get("worker"),
-                                           "host": earlier.get("host")}] if prior_pairs else []
-    return {**outcome, "samples": kept + list(outcome.get("samples", [])), "rounds": rounds}
-
-
 def _duplicate(other: ExperimentState) -> str:
     """Why a new launch of the candidate `other` measures on the same head is refused, and what to do."""
     same = (f"this candidate is identical to experiment {other.experiment_id} ({other.title!r}, {other.status}"
@@ -916,11 +895,6 @@ def _figure(m: dict[str, Any]) -> str:
     if m.get("delta_pct") is None or m.get("ci_low_pct") is None:
         return "no interval"
     return f"{m['delta_pct']:+.2f}% [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%]"
-
-
-def _better(a: ExperimentSummary, b: ExperimentSummary, direction: str) -> bool:
-    da, db = a.delta_pct or 0.0, b.delta_pct or 0.0
-    return da > db if direction == "higher" else da < db
 
 
 TAIL_BYTES = 32 * 1024

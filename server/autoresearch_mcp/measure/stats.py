@@ -198,10 +198,15 @@ def paired(base: list[float], cand: list[float], direction: str, design: Design)
     return Comparison(
         n, pct(sign * look.estimate), pct(low), pct(high), _p_value(d[:n], design, k), look.verdict,
         pairs_needed=_pairs_needed(look, design) if look.verdict in ("inconclusive", "noisy") else None,
-        noise_pct=round(look.spread / math.sqrt(2) * 100, 4), resolvable_pct=round(look.reach * 100, 4),
+        noise_pct=round(per_run_noise(look.spread) * 100, 4), resolvable_pct=round(look.reach * 100, 4),
         note=_noisy_note(look, design, sign) if look.verdict == "noisy" else None,
         log_se=look.spread / math.sqrt(look.n),
     )
+
+
+def per_run_noise(spread: float) -> float:
+    """The noise of one run from the spread of paired log-ratios: each difference holds two runs'."""
+    return spread / math.sqrt(2)
 
 
 def _p_value(d: list[float], design: Design, k: int) -> float:
@@ -238,7 +243,7 @@ def _noisy_note(look: runner.Look, design: Design, sign: float) -> str:
                             pct(sign * (look.estimate + runner.FUTILITY_Z * se))))
         why = (f"at that noise {budget} pairs resolve only changes beyond ±{look.reach * 100:.1f}%, and this change "
                f"is likely (80%) within [{low:+.2f}%, {high:+.2f}%]")
-    return (f"the paired log-ratios spread by about {spread:.1f}% (about {spread / math.sqrt(2):.1f}% per run): "
+    return (f"the paired log-ratios spread by about {spread:.1f}% (about {per_run_noise(spread):.1f}% per run): "
             + why)
 
 

@@ -1,0 +1,124 @@
+"""Derived figures: every number the server, the executors and the report show that is computed from
+the ledger's records, each in one place.
+
+Like pyperf, the records keep the raw values (every sample, every validation run, every cost) and
+every summary here is recomputed from them: the baseline mean, the per-run noise, the session's cost,
+the best experiment, the pairs an experiment measured, and its comparisons and verdict (through the
+same `metrics.analyze` the manager judges with). The runner on a worker (core/runner.py, standard
+library only) keeps its own look at the pairs; the two agree on the same samples (test_figures.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from autoresearch_mcp.core.ledger import ExperimentState
+from autoresearch_mcp.measure import metrics, stats
+
+# --- the baseline ----------------------------------------------------------------------------------
+
+
+def baseline_mean(sessions: Iterable[dict[str, Any]], session_id: str, metric: str, *,
+                  head: str | None = None, oldest: bool = False) -> float | None:
+    """Mean of `metric` over one validation start_session recorded for the session: the newest (or
+    with `oldest`, the oldest) of those at `head` (at any head if None) that measured the metric."""
+    mine = [s for s in sessions if s.get("session_id") == session_id and (head is None or s.get("head") == head)]
+    for rec in mine if oldest else reversed(mine):
+        values = (rec.get("baseline") or {}).get(metric)
+        if values:
+            return float(math.fsum(values) / len(values))
+    return None
+
+
+# --- noise -----------------------------------------------------------------------------------------
+
+
+def worker_noise(outcome: dict[str, Any]) -> float | None:
+    """Per-run noise of the primary metric (a fraction) as the runner saw it at its last look: what
+    a worker is judged by (too noisy a machine is replaced). None before any look."""
+    spread = (outcome.get("look") or {}).get("spread")
+    return None if spread is None else stats.per_run_noise(float(spread))
+
+
+# --- cost ------------------------------------------------------------------------------------------
+
+
+def experiment_cost(exp: ExperimentState, *, platforms: bool = True) -> float | None:
+    """What an experiment's runs cost (its last round, and with `platforms` its runs on the other
+    platforms); None when none of them reported a cost (a local run)."""
+    costs = [(exp.result or {}).get("cost_usd")]
+    if platforms:
+        costs += [p.get("cost_usd") for p in exp.platforms.values()]
+    known = [float(c) for c in costs if c is not None]
+    return math.fsum(known) if known else None
+
+
+def session_cost(experiments: Iterable[ExperimentState], *, platforms: bool = True) -> float:
+    """The sum of the experiments' costs (0.0 when none reported one)."""
+    return math.fsum(experiment_cost(e, platforms=platforms) or 0.0 for e in experiments)
+
+
+# --- the best experiment ---------------------------------------------------------------------------
+
+
+def is_winner(exp: ExperimentState) -> bool:
+    """Eligible for commit_winner and for "best": it improved, its checks passed, and no other
+    platform failed it (commit_winner also waits for those still running)."""
+    return (exp.status == "done" and exp.verdict == "improved"
+            and not any(p.get("passed") is False for p in exp.platforms.values()))
+
+
+def best(experiments: Iterable[ExperimentState], metric: str, direction: str) -> ExperimentState | None:
+    """The winner with the largest change of `metric` in its better direction (the first on a tie)."""
+    sign = 1.0 if direction == "higher" else -1.0
+    winners = [e for e in experiments if is_winner(e) and e.metric(metric).get("delta_pct") is not None]
+    return max(winners, key=lambda e: sign * float(e.metric(metric)["delta_pct"]), default=None)
+
+
+# --- pairs -----------------------------------------------------------------------------------------
+
+
+def pair_count(outcome: dict[str, Any]) -> int:
+    """How many pairs an outcome's samples started (a pair counts once either side ran)."""
+    return len({s["pair"] for s in outcome.get("samples", [])})
+
+
+def measured_pairs(exp: ExperimentState) -> tuple[list[float], list[float]]:
+    """The primary metric's (baseline, candidate) values of the complete blocks of pairs the latest
+    measured round holds: the pairs a continuation pools with its own (a round only stops at a block)."""
+    base, cand = metrics.pairs((exp.measured or {}).get("outcome") or {}, str(exp.launch["metric"]))
+    done = len(base) - len(base) % 2
+    return base[:done], cand[:done]
+
+
+def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
+    """A continuation round's outcome with the earlier rounds' pairs in front (one design, one analysis)."""
+    prior_pairs = int((exp.continued or {}).get("prior_pairs", 0))
+    earlier = (exp.measured or {}).get("outcome") or {}
+    kept = [s for s in earlier.get("samples", []) if 0 <= int(s.get("pair", -1)) < prior_pairs]
+    rounds = [*earlier.get("rounds", []), {"pairs": prior_pairs, "worker": (exp.measured or {}).get("worker"),
+                                           "host": earlier.get("host")}] if prior_pairs else []
+    return {**outcome, "samples": kept + list(outcome.get("samples", [])), "rounds": rounds}
+
+
+# --- comparisons and verdicts ----------------------------------------------------------------------
+
+
+def analyze(outcome: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+    """The comparisons of every metric and the verdict of an outcome, judged as its launch recorded
+    (metric, direction, objectives, guards, design): what the manager stores with a result."""
+    return metrics.analyze(outcome, metrics.Judging.from_launch(launch), stats.Design.from_dict(launch["design"]))
+
+
+def recomputed(exp: ExperimentState) -> dict[str, Any]:
+    """The experiment's analysis recomputed from its stored samples (the stored one is what was
+    judged then); empty until it has a result. One measured with the earlier t-test design keeps
+    the analysis it was judged with."""
+    if exp.result is None:
+        return {}
+    if "bounds" not in exp.launch.get("design", {}):  # the earlier t-test design: today's test would differ
+        return dict((exp.result or {}).get("analysis") or {})
+    return analyze(copy.deepcopy((exp.result or {}).get("outcome") or {}), exp.launch)
