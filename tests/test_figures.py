@@ -12,23 +12,32 @@ import numpy as np
 import pytest
 
 from autoresearch_mcp.core import runner
-from autoresearch_mcp.core.ledger import ExperimentState, Ledger
+from autoresearch_mcp.core.ledger import ExperimentState, Ledger, PlatformState
+from autoresearch_mcp.core.records import (
+    Analysis,
+    ContinueRecord,
+    LaunchRecord,
+    Outcome,
+    ResultRecord,
+    SessionRecord,
+)
 from autoresearch_mcp.measure import figures, metrics, stats
 
 V0 = Path(__file__).parent / "data" / "ledger_v0" / "ledger.jsonl"
 DESIGN = stats.make_design("auto")
 
 
-def launch(metric: str = "t", direction: str = "lower", design: stats.Design = DESIGN) -> dict[str, Any]:
-    return {"type": "launch", "experiment_id": "e1", "session_id": "s", "title": "x", "metric": metric,
-            "direction": direction, "design": dataclasses.asdict(design), "base_commit": "b" * 40}
+def launch(design: dict[str, Any] | None = None) -> LaunchRecord:
+    return LaunchRecord(experiment_id="e", session_id="s", title="x", metric="t", direction="lower",
+                        design=dataclasses.asdict(DESIGN) if design is None else design, base_commit="b" * 40)
 
 
 def experiment(delta: float | None, verdict: str = "improved", status: str = "done", cost: float | None = None,
-               platforms: dict[str, dict[str, Any]] | None = None) -> ExperimentState:
-    analysis = {"verdict": verdict, "metrics": {} if delta is None else {"t": {"delta_pct": delta}}}
+               platforms: dict[str, PlatformState] | None = None) -> ExperimentState:
+    analysis = Analysis.model_validate({"verdict": verdict, "metrics": {} if delta is None else {
+        "t": {"delta_pct": delta}}})
     return ExperimentState("e", launch(), status=status, platforms=platforms or {},
-                           result={"status": status, "cost_usd": cost, "analysis": analysis, "outcome": {}})
+                           result=ResultRecord(experiment_id="e", status=status, cost_usd=cost, analysis=analysis))
 
 
 def samples(base: list[float], cand: list[float], metric: str = "t") -> list[runner.Sample]:
@@ -42,10 +51,10 @@ def samples(base: list[float], cand: list[float], metric: str = "t") -> list[run
 # --- the baseline ----------------------------------------------------------------------------------
 
 SESSIONS = [
-    {"session_id": "s", "head": "h1", "baseline": {"t": [10.0, 12.0]}},
-    {"session_id": "other", "head": "h1", "baseline": {"t": [1.0, 1.0]}},
-    {"session_id": "s", "head": "h2", "baseline": {"t": [20.0, 22.0]}},
-    {"session_id": "s", "head": "h2", "baseline": {"mem": [5.0]}},
+    SessionRecord(session_id="s", head="h1", baseline={"t": [10.0, 12.0]}),
+    SessionRecord(session_id="other", head="h1", baseline={"t": [1.0, 1.0]}),
+    SessionRecord(session_id="s", head="h2", baseline={"t": [20.0, 22.0]}),
+    SessionRecord(session_id="s", head="h2", baseline={"mem": [5.0]}),
 ]
 
 
@@ -66,11 +75,11 @@ def test_the_baseline_at_a_head_or_the_oldest_one() -> None:
 
 
 def test_an_experiments_cost_adds_its_platforms_runs_and_is_none_when_nothing_was_charged() -> None:
-    exp = experiment(-5.0, cost=0.25, platforms={"arm": {"cost_usd": 0.5}, "emu": {"cost_usd": None}})
+    exp = experiment(-5.0, cost=0.25, platforms={"arm": PlatformState(cost_usd=0.5), "emu": PlatformState()})
     assert figures.experiment_cost(exp) == 0.75
     assert figures.experiment_cost(exp, platforms=False) == 0.25
     assert figures.experiment_cost(experiment(-5.0)) is None
-    only_platform = experiment(-5.0, platforms={"arm": {"cost_usd": 0.5}})
+    only_platform = experiment(-5.0, platforms={"arm": PlatformState(cost_usd=0.5)})
     assert figures.experiment_cost(only_platform) == 0.5 and figures.experiment_cost(only_platform,
                                                                                    platforms=False) is None
     assert figures.session_cost([exp, experiment(None, cost=0.1), only_platform]) == pytest.approx(1.35)
@@ -82,7 +91,7 @@ def test_an_experiments_cost_adds_its_platforms_runs_and_is_none_when_nothing_wa
 
 def test_the_best_is_the_winner_with_the_largest_change_in_the_better_direction() -> None:
     small, large, failed_elsewhere = experiment(-2.0), experiment(-9.0), experiment(-20.0, platforms={
-        "arm": {"passed": False}})
+        "arm": PlatformState(passed=False)})
     not_done = experiment(-30.0, status="checks_failed")
     regressed = experiment(+40.0, verdict="regressed")
     assert figures.best([small, large, failed_elsewhere, not_done, regressed], "t", "lower") is large
@@ -103,27 +112,28 @@ def test_a_workers_noise_is_the_per_run_noise_at_the_runners_last_look() -> None
 # --- pairs -----------------------------------------------------------------------------------------
 
 
-def _round(n: int, worker: str = "w1") -> dict[str, Any]:
+def _round(n: int, worker: str = "w1") -> ResultRecord:
     outcome = {"samples": [dataclasses.asdict(s) for s in samples([100.0 + i for i in range(n)],
                                                                   [90.0 + i for i in range(n)])],
                "host": {"hostname": worker}}
-    return {"status": "done", "worker": worker, "outcome": outcome}
+    return ResultRecord(experiment_id="e", status="done", worker=worker, outcome=Outcome.model_validate(outcome))
 
 
 def test_a_continuation_pools_the_whole_blocks_of_the_last_measured_round() -> None:
     exp = ExperimentState("e", launch(), status="done", result=_round(5))
     base, cand = figures.measured_pairs(exp)
     assert base == [100.0, 101.0, 102.0, 103.0] and cand == [90.0, 91.0, 92.0, 93.0]  # 4: whole blocks
-    exp.rounds, exp.result, exp.continued = [exp.result or {}], None, {"prior_pairs": 4}
-    new = {"status": "done", "samples": [dataclasses.asdict(s) for s in samples([200.0], [180.0])]}
-    pooled = figures.pooled(exp, new)
-    assert [s["pair"] for s in pooled["samples"]] == [0, 0, 1, 1, 2, 2, 3, 3, 0, 0]
+    assert exp.result is not None
+    exp.rounds, exp.result, exp.continued = [exp.result], None, ContinueRecord(experiment_id="e", prior_pairs=4)
+    new = {"status": "done", "samples": [{**dataclasses.asdict(s), "pair": 4} for s in samples([200.0], [180.0])]}
+    pooled = figures.pooled(exp, new)  # the runner numbers the new round's pairs after the prior ones
+    assert [s["pair"] for s in pooled["samples"]] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     assert pooled["rounds"] == [{"pairs": 4, "worker": "w1", "host": {"hostname": "w1"}}]
-    assert figures.pair_count(pooled) == 4 and figures.pair_count({}) == 0
+    assert figures.pair_count(Outcome.model_validate(pooled)) == 5 and figures.pair_count(Outcome()) == 0
 
 
 def test_a_round_that_measured_nothing_leaves_no_pairs_to_pool() -> None:
-    exp = ExperimentState("e", launch(), status="failed", result={"status": "failed", "outcome": {}})
+    exp = ExperimentState("e", launch(), status="failed", result=ResultRecord(experiment_id="e", status="failed"))
     assert figures.measured_pairs(exp) == ([], [])
     assert figures.pooled(exp, {"samples": []}) == {"samples": [], "rounds": []}
 
@@ -136,19 +146,20 @@ def test_every_stored_verdict_of_a_real_session_is_recomputed_from_its_samples()
     judged = [e for e in view.experiments.values() if e.result is not None]
     assert len(judged) == 3  # the fourth was cancelled before it had a result
     for exp in judged:
-        assert figures.recomputed(exp) == (exp.result or {})["analysis"], exp.title
+        assert exp.result is not None
+        assert figures.recomputed(exp).model_dump() == exp.result.analysis.model_dump(), exp.title
     pooled = next(e for e in judged if e.continued is not None)
-    assert pooled.rounds[0]["analysis"]["metrics"]["t"]["n_pairs"] == 2
-    assert pooled.metric("t")["n_pairs"] == 20  # the first round's 2 pairs, then 14+ more up to the look at 20
+    assert pooled.rounds[0].analysis.metrics["t"].n_pairs == 2
+    assert pooled.metric("t").n_pairs == 20  # the first round's 2 pairs, then 14+ more up to the look at 20
 
 
 def test_a_verdict_of_the_earlier_t_test_design_is_kept_as_it_was_judged() -> None:
     old = {"looks": [10], "alphas": [0.02], "min_effect": 0.01, "noise_limit": 0.1, "alpha": 0.02}
-    stored = {"verdict": "improved", "metrics": {"t": {"delta_pct": -3.0}}}
-    exp = ExperimentState("e", {**launch(), "design": old}, status="done",
-                          result={"status": "done", "analysis": stored, "outcome": {"samples": []}})
+    stored = Analysis.model_validate({"verdict": "improved", "metrics": {"t": {"delta_pct": -3.0}}})
+    exp = ExperimentState("e", launch(old), status="done",
+                          result=ResultRecord(experiment_id="e", status="done", analysis=stored))
     assert figures.recomputed(exp) == stored
-    assert figures.recomputed(ExperimentState("e", launch())) == {}
+    assert figures.recomputed(ExperimentState("e", launch())) == Analysis()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -168,8 +179,8 @@ def test_the_server_and_the_runner_agree_on_the_same_samples(seed: int) -> None:
         look = runner.look_at(d, k, DESIGN.job(), runner.resolution_floor(pairs))
         outcome = {"status": "done", "samples": [dataclasses.asdict(s) for s in ran], "look": dataclasses.asdict(look)}
         assert metrics.pairs(outcome, "t") == ([b for b, _ in pairs], [c for _, c in pairs])
-        primary = figures.analyze(outcome, launch())["metrics"]["t"]
-        assert primary["verdict"] == look.verdict and primary["n_pairs"] == look.n
-        assert primary["ci_low_pct"] == stats.pct(-look.high) and primary["ci_high_pct"] == stats.pct(-look.low)
+        primary = figures.analyze(outcome, launch()).metrics["t"]
+        assert primary.verdict == look.verdict and primary.n_pairs == look.n
+        assert primary.ci_low_pct == stats.pct(-look.high) and primary.ci_high_pct == stats.pct(-look.low)
         noise = figures.worker_noise(outcome)
-        assert noise is not None and primary["noise_pct"] == round(noise * 100, 4)
+        assert noise is not None and primary.noise_pct == round(noise * 100, 4)

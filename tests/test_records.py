@@ -16,6 +16,8 @@ from mcp import Client
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core.config import SessionConfig
+from autoresearch_mcp.core.ledger import Ledger, apply, fold
+from autoresearch_mcp.core.records import SCHEMA_VERSION, TYPES, StatusRecord, migrate, parse
 from autoresearch_mcp.executors import skypilot
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.report import write_report
@@ -80,3 +82,102 @@ async def test_a_format_0_ledger_gives_the_same_list_and_fetch_answers(v0_repo: 
 def test_a_format_0_ledger_gives_the_same_report_numbers(v0_repo: Path) -> None:
     report = write_report(str(v0_repo)).model_dump()
     assert {k: v for k, v in report.items() if not k.endswith("_path")} == _expected(v0_repo)["report"]
+
+
+# --- migrations, one record at a time --------------------------------------------------------------
+
+
+def test_a_version_0_record_migrates_to_the_current_version_dropping_its_null_runtime() -> None:
+    v0 = {"ts": 1.0, "type": "status", "experiment_id": "e", "status": "running", "worker": None, "runtime": None}
+    assert migrate(v0) == {"ts": 1.0, "type": "status", "experiment_id": "e", "status": "running", "worker": None,
+                           "schema_version": SCHEMA_VERSION}
+    queued = {"type": "platform", "experiment_id": "e", "platform": "arm", "status": "queued", "passed": None,
+              "outcome": None, "analysis": None}
+    assert migrate(queued) == {"type": "platform", "experiment_id": "e", "platform": "arm", "status": "queued",
+                               "passed": None, "schema_version": 1}
+    assert v0["runtime"] is None  # the record read is not changed
+
+
+def test_a_current_record_is_read_as_written() -> None:
+    record = StatusRecord(ts=2.0, experiment_id="e", status="lost", detail="gone")
+    assert migrate(record.line()) == record.line()
+    assert parse(record.line()) == record
+    assert record.line() == {"ts": 2.0, "type": "status", "schema_version": SCHEMA_VERSION, "experiment_id": "e",
+                             "status": "lost", "detail": "gone"}
+
+
+def test_every_record_of_the_format_0_ledger_reads_into_its_model() -> None:
+    lines = [json.loads(line) for line in (V0 / "ledger.jsonl").read_text().splitlines()]
+    assert all("schema_version" not in raw for raw in lines)
+    records = [parse(raw) for raw in lines]
+    assert {r.type for r in records} == TYPES
+    assert all(r.schema_version == SCHEMA_VERSION for r in records)
+    for raw, record in zip(lines, records, strict=True):
+        assert {k: v for k, v in record.line().items() if k != "schema_version"} == {
+            k: v for k, v in migrate(raw).items() if k != "schema_version"}, raw["type"]  # nothing lost
+
+
+def test_a_field_a_record_does_not_carry_leaves_the_folded_value() -> None:
+    view = fold([parse({"type": "launch", "experiment_id": "e", "session_id": "s", "base_commit": "b"}),
+                 parse({"type": "status", "experiment_id": "e", "status": "running", "worker": "w1"}),
+                 parse({"type": "status", "experiment_id": "e", "status": "cancelled"})])
+    assert view.experiments["e"].worker == "w1"  # a cancel does not say where it ran
+    apply(view, parse({"type": "status", "experiment_id": "e", "status": "queued", "worker": None}))
+    assert view.experiments["e"].worker is None  # requeued: on no worker
+
+
+# --- what this code cannot read --------------------------------------------------------------------
+
+
+def _ledger(tmp_path: Path, *lines: dict[str, Any] | str) -> Ledger:
+    path = tmp_path / ".autoresearch" / "ledger.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return Ledger(path)
+
+
+LAUNCH = {"type": "launch", "experiment_id": "e", "session_id": "s", "title": "t", "base_commit": "b",
+          "metric": "m", "direction": "lower"}
+
+
+def test_a_record_of_an_unknown_type_is_skipped_with_a_warning(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    ledger = _ledger(tmp_path, LAUNCH, {"type": "annotation", "experiment_id": "e", "text": "later feature"},
+                     {"type": "status", "experiment_id": "e", "status": "running"})
+    records, warnings = ledger.records()
+    assert [r.type for r in records] == ["launch", "status"]
+    assert warnings == ["ledger line 2 was skipped: its type 'annotation' is not one this server knows"]
+    assert "annotation" in caplog.text
+    assert ledger.view().experiments["e"].status == "running"
+
+
+def test_a_record_of_a_newer_version_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    newer = {**LAUNCH, "experiment_id": "f", "schema_version": SCHEMA_VERSION + 1}
+    view = _ledger(tmp_path, LAUNCH, newer, {"type": "status", "experiment_id": "f", "status": "running"}).view()
+    assert list(view.experiments) == ["e"]
+    assert view.warnings[0] == (f"ledger line 2 was skipped: it is of schema_version {SCHEMA_VERSION + 1}, newer "
+                                f"than this server's {SCHEMA_VERSION}: update autoresearch-mcp to read it")
+    assert view.warnings[1] == "record for unknown experiment f skipped"
+
+
+def test_a_record_that_does_not_fit_its_model_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path, LAUNCH, {"type": "status", "experiment_id": "e"}, '{"type": "sta',
+                     {"type": "result", "experiment_id": "e", "status": "done", "schema_version": "one"})
+    records, warnings = ledger.records()
+    assert [r.type for r in records] == ["launch"]
+    assert warnings == ["ledger line 2 was skipped: its status does not fit a status record (Field required)",
+                        "ledger line 3 is torn or corrupt and was skipped",
+                        "ledger line 4 was skipped: its schema_version 'one' is not a version number"]
+
+
+def test_append_writes_the_current_version_and_never_rewrites(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path, LAUNCH)
+    before = ledger.path.read_text()
+    written = ledger.append(StatusRecord(experiment_id="e", status="running", worker="w1"))
+    assert written.ts > 0
+    text = ledger.path.read_text()
+    assert text.startswith(before)
+    assert json.loads(text.splitlines()[-1]) == {"ts": written.ts, "type": "status", "schema_version": SCHEMA_VERSION,
+                                                 "experiment_id": "e", "status": "running", "worker": "w1"}
+    records, warnings = ledger.records()
+    assert warnings == [] and records[-1] == written

@@ -46,8 +46,8 @@ class _Commit:
 def committed_experiments(root: Path, session_id: str) -> dict[str, str]:
     """Commit -> the experiment commit_winner committed there, from the ledger (never from message text)."""
     view = Ledger(state_dir(root) / "ledger.jsonl").view()
-    return {str(e.commit.get("commit")): e.experiment_id for e in view.experiments.values()
-            if e.commit and e.launch.get("session_id") == session_id}
+    return {e.commit.commit: e.experiment_id for e in view.experiments.values()
+            if e.commit and e.launch.session_id == session_id}
 
 
 def finalize(repo_path: str) -> FinalizeResult:

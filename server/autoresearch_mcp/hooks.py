@@ -72,6 +72,8 @@ _VALUED = {
 }
 # git's arguments, the directory (None: unknown), GIT_* variables, and whether only `&&` joins it to the git before
 if TYPE_CHECKING:  # the hook runs on the system python3, which may predate subscripted builtins at run time
+    from autoresearch_mcp.core.records import Record
+
     _Call = tuple[list[str], str | None, dict[str, str], bool]
 
 
@@ -524,8 +526,8 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
     records, _ = Ledger(state / "ledger.jsonl").records()
     # a host winner still checked on other platforms (issue 16) is still running too
     running = [e for e in fold(records).experiments.values()
-               if e.launch.get("session_id") == session_id and (e.status not in FINAL_STATUSES or any(
-                   p.get("status") not in FINAL_STATUSES for p in e.platforms.values()))]
+               if e.launch.session_id == session_id and (e.status not in FINAL_STATUSES or any(
+                   p.status not in FINAL_STATUSES for p in e.platforms.values()))]
     workers = cloud_workers(records, session_id)
     idle_minutes = (config.get("sky") or {}).get("idle_minutes_to_autostop", "some")
     if not running and not workers:
@@ -543,19 +545,21 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
     return {"decision": "block", "reason": "autoresearch: " + "; ".join(parts) + "."}
 
 
-def cloud_workers(records: list[dict[str, Any]], session_id: str) -> list[str]:
-    """Clusters this session's experiments ran on since its last stop_workers, in order of first use."""
+def cloud_workers(records: list[Record] | list[dict[str, Any]], session_id: str) -> list[str]:
+    """Clusters this session's experiments ran on since its last stop_workers, in order of first use
+    (records, or the JSON objects of the ledger's lines)."""
+    from autoresearch_mcp.core.records import parse
+
     mine: set[str] = set()
     used: dict[str, None] = {}
-    for rec in records:
-        kind = rec.get("type")
-        if kind == "launch" and rec.get("session_id") == session_id:
-            mine.add(str(rec.get("experiment_id")))
-        elif kind in ("status", "platform") and rec.get("experiment_id") in mine:  # platform: its own workers
-            cluster = (rec.get("runtime") or {}).get("cluster")
+    for rec in (r if not isinstance(r, dict) else parse(r) for r in records):
+        if rec.type == "launch" and rec.session_id == session_id:
+            mine.add(rec.experiment_id)
+        elif rec.type in ("status", "platform") and rec.experiment_id in mine:  # platform: its own workers
+            cluster = rec.runtime.get("cluster")
             if isinstance(cluster, str):
                 used[cluster] = None
-        elif kind == "workers" and rec.get("session_id") == session_id:
+        elif rec.type == "workers" and rec.session_id == session_id:
             used.clear()
     return list(used)
 

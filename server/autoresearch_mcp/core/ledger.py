@@ -1,12 +1,13 @@
 """The append-only ledger: `.autoresearch/ledger.jsonl`, one JSON object a line, the source of truth.
 
 Each record has a `type` (`session`, `launch`, `status`, `result`, `continue`, `platform`, `commit`,
-`workers`) and, except for `session` and `workers` (stop_workers released the session's machines),
-an `experiment_id`; `platform` records (a status or a result of one of the other platforms a winner
-is checked on) also name their `platform`. A `continue` record starts another round of pairs of the
-same experiment; its result pools the earlier rounds' samples. Records are never rewritten; the
-current state of an experiment is the fold of its records, so the ledger survives restarts and every
-summary can be recomputed.
+`workers`, `holdout`: one typed model each in core/records.py, with a `schema_version`) and, except
+for `session` and `workers` (stop_workers released the session's machines), an `experiment_id`;
+`platform` records (a status or a result of one of the other platforms a winner is checked on) also
+name their `platform`. A `continue` record starts another round of pairs of the same experiment; its
+result pools the earlier rounds' samples. Records are never rewritten (an older format is migrated as
+it is read); the current state of an experiment is the fold of its records, so the ledger survives
+restarts and every summary can be recomputed.
 """
 
 from __future__ import annotations
@@ -21,8 +22,44 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import safefs
+from autoresearch_mcp.core.records import (
+    Analysis,
+    Checks,
+    CommitRecord,
+    Comparison,
+    ContinueRecord,
+    LaunchRecord,
+    Outcome,
+    PlatformRecord,
+    Record,
+    ResultRecord,
+    SessionRecord,
+    StatusRecord,
+    parse,
+)
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlatformState:
+    """The fold of an experiment's records on one other platform (the latest value of each field)."""
+
+    status: str | None = None
+    attempt: int = 0
+    job_id: str | None = None
+    passed: bool | None = None
+    summary: str | None = None
+    detail: str | None = None
+    worker: str | None = None
+    cost_usd: float | None = None
+    runtime: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
+    analysis: Analysis | None = None
+    ts: float = 0.0
+
+
+_PLATFORM_FIELDS = tuple(f for f in PlatformState.__dataclass_fields__ if f != "runtime")
 
 
 @dataclass
@@ -30,67 +67,62 @@ class ExperimentState:
     """The fold of one experiment's records."""
 
     experiment_id: str
-    launch: dict[str, Any]
+    launch: LaunchRecord
     status: str = "queued"
     status_detail: str | None = None
-    result: dict[str, Any] | None = None
-    commit: dict[str, Any] | None = None
+    result: ResultRecord | None = None
+    commit: CommitRecord | None = None
     updated_at: float = 0.0
     worker: str | None = None
     runtime: dict[str, Any] = field(default_factory=dict)
-    platforms: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its folded records
-    rounds: list[dict[str, Any]] = field(default_factory=list)  # results of earlier rounds, oldest first
-    continued: dict[str, Any] | None = None  # the latest `continue` record
+    platforms: dict[str, PlatformState] = field(default_factory=dict)
+    rounds: list[ResultRecord] = field(default_factory=list)  # results of earlier rounds, oldest first
+    continued: ContinueRecord | None = None  # the latest `continue` record
 
     @property
     def title(self) -> str:
-        return str(self.launch.get("title", ""))
+        return self.launch.title
 
     @property
-    def analysis(self) -> dict[str, Any]:
+    def analysis(self) -> Analysis:
         """The statistics of the finished run (`metrics`, `verdict`, ...); empty until a result."""
-        analysis: dict[str, Any] = (self.result or {}).get("analysis") or {}
-        return analysis
+        return self.result.analysis if self.result else Analysis()
 
     @property
     def verdict(self) -> str | None:
-        verdict = self.analysis.get("verdict")
-        return None if verdict is None else str(verdict)
+        return self.analysis.verdict
 
     @property
-    def metrics(self) -> dict[str, dict[str, Any]]:
+    def metrics(self) -> dict[str, Comparison]:
         """Metric name -> its paired comparison (delta_pct, ci_low_pct, ci_high_pct, n_pairs, ...)."""
-        metrics: dict[str, dict[str, Any]] = self.analysis.get("metrics") or {}
-        return metrics
+        return self.analysis.metrics
 
-    def metric(self, name: str) -> dict[str, Any]:
+    def metric(self, name: str) -> Comparison:
         """The comparison of one metric (the primary one, usually); empty if it was not measured."""
-        return self.metrics.get(name) or {}
+        return self.metrics.get(name) or Comparison()
 
     @property
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> Outcome:
         """What the executor reported: samples, checks, host, durations, ...; empty until a result."""
-        outcome: dict[str, Any] = (self.result or {}).get("outcome") or {}
-        return outcome
+        return self.result.outcome if self.result else Outcome()
 
     @property
-    def checks(self) -> dict[str, Any]:
-        checks: dict[str, Any] = self.outcome.get("checks") or {}
-        return checks
+    def checks(self) -> Checks | None:
+        return self.outcome.checks
 
     @property
-    def measured(self) -> dict[str, Any] | None:
+    def measured(self) -> ResultRecord | None:
         """The latest round that ran to its end (`done` or `checks_failed`): its samples are the ones
         more pairs are pooled with. None if no round got that far."""
         for result in ([self.result] if self.result else []) + self.rounds[::-1]:
-            if result.get("status") in ("done", "checks_failed"):
+            if result.status in ("done", "checks_failed"):
                 return result
         return None
 
 
 @dataclass
 class LedgerView:
-    sessions: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[SessionRecord] = field(default_factory=list)
     experiments: dict[str, ExperimentState] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -102,9 +134,14 @@ class Ledger:
         self.path = path
         self._lock = threading.Lock()
 
-    def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        record = {"ts": round(time.time(), 3), **record}
-        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+    def append(self, record: Record | dict[str, Any]) -> Record:
+        """Write one record (a dict is read as the record its `type` names), stamped with the time
+        unless it carries its own."""
+        if isinstance(record, dict):
+            record = parse(record)
+        if not record.carries("ts"):
+            record = record.model_copy(update={"ts": round(time.time(), 3)})
+        line = json.dumps(record.line(), separators=(",", ":"), allow_nan=False) + "\n"
         # the repository is the anchor: no link below it (.autoresearch, the ledger) is followed
         with self._lock, safefs.open_write(self.path.parent.parent, self.path, "a") as fh:
             fh.write(line)
@@ -112,25 +149,29 @@ class Ledger:
             os.fsync(fh.fileno())
         return record
 
-    def records(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """All well-formed records; a torn or corrupt line is skipped with a warning, never fatal."""
+    def records(self) -> tuple[list[Record], list[str]]:
+        """Every record this code can read, migrated to the current format; a torn or corrupt line,
+        or a record of an unknown type or a newer format, is skipped with a warning, never fatal."""
         if not self.path.exists():
             return [], []
-        out: list[dict[str, Any]] = []
+        out: list[Record] = []
         warnings: list[str] = []
         with open(self.path, encoding="utf-8", errors="replace") as fh:
             for number, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
                 try:
-                    rec = json.loads(line)
+                    raw = json.loads(line)
                 except json.JSONDecodeError:
                     warnings.append(f"ledger line {number} is torn or corrupt and was skipped")
                     continue
-                if isinstance(rec, dict):
-                    out.append(rec)
-                else:
+                if not isinstance(raw, dict):
                     warnings.append(f"ledger line {number} is not a JSON object and was skipped")
+                    continue
+                try:
+                    out.append(parse(raw))
+                except ValueError as exc:
+                    warnings.append(f"ledger line {number} was skipped: {exc}")
         for w in warnings:
             log.warning("%s: %s", self.path, w)
         return out, warnings
@@ -140,48 +181,49 @@ class Ledger:
         return fold(records, warnings)
 
 
-def fold(records: list[dict[str, Any]], warnings: list[str] | None = None) -> LedgerView:
+def fold(records: list[Record], warnings: list[str] | None = None) -> LedgerView:
     view = LedgerView(warnings=list(warnings or []))
     for rec in records:
         apply(view, rec)
     return view
 
 
-def apply(view: LedgerView, rec: dict[str, Any]) -> None:
+def apply(view: LedgerView, rec: Record) -> None:
     """Fold one record into the view."""
-    kind = rec.get("type")
-    if kind == "session":
+    if isinstance(rec, SessionRecord):
         view.sessions.append(rec)
         return
-    exp_id = rec.get("experiment_id")
-    if not isinstance(exp_id, str):
+    if isinstance(rec, LaunchRecord):
+        view.experiments[rec.experiment_id] = ExperimentState(rec.experiment_id, rec, updated_at=rec.ts)
         return
-    if kind == "launch":
-        view.experiments[exp_id] = ExperimentState(exp_id, rec, updated_at=float(rec.get("ts", 0)))
+    exp_id = getattr(rec, "experiment_id", None)
+    if exp_id is None:  # `workers`: no experiment's
         return
     exp = view.experiments.get(exp_id)
     if exp is None:
         view.warnings.append(f"record for unknown experiment {exp_id} skipped")
         return
-    exp.updated_at = float(rec.get("ts", exp.updated_at))
-    if kind == "status":
-        exp.status = str(rec["status"])
-        exp.status_detail = rec.get("detail")
-        exp.worker = rec.get("worker", exp.worker)
-        exp.runtime.update(rec.get("runtime") or {})
-    elif kind == "result":
+    exp.updated_at = rec.ts if rec.carries("ts") else exp.updated_at
+    if isinstance(rec, StatusRecord):
+        exp.status = rec.status
+        exp.status_detail = rec.detail
+        exp.worker = rec.worker if rec.carries("worker") else exp.worker
+        exp.runtime.update(rec.runtime)
+    elif isinstance(rec, ResultRecord):
         exp.result = rec
-        exp.status = str(rec["status"])
-        exp.worker = rec.get("worker", exp.worker)
-    elif kind == "platform":
-        state = exp.platforms.setdefault(str(rec.get("platform")), {})
-        state.update({k: v for k, v in rec.items() if k not in ("type", "experiment_id", "platform", "runtime")})
-        state["runtime"] = {**state.get("runtime", {}), **(rec.get("runtime") or {})}
-    elif kind == "continue":
+        exp.status = rec.status
+        exp.worker = rec.worker if rec.carries("worker") else exp.worker
+    elif isinstance(rec, PlatformRecord):
+        state = exp.platforms.setdefault(rec.platform, PlatformState())
+        for name in _PLATFORM_FIELDS:
+            if rec.carries(name):
+                setattr(state, name, getattr(rec, name))
+        state.runtime = {**state.runtime, **rec.runtime}
+    elif isinstance(rec, ContinueRecord):
         if exp.result is not None:
             exp.rounds.append(exp.result)
         exp.result = None
         exp.continued = rec
         exp.status, exp.status_detail, exp.worker = "queued", None, None
-    elif kind == "commit":
+    elif isinstance(rec, CommitRecord):
         exp.commit = rec

@@ -223,7 +223,7 @@ def session_spend(repo_root: Path, session_id: str) -> float:
     before the cluster meter (sky-<session>.json) existed, so its budget still counts it."""
     view = Ledger(state_dir(repo_root) / "ledger.jsonl").view()
     # the host's runs only: each other platform's pool keeps its own meter
-    return figures.session_cost((e for e in view.experiments.values() if e.launch.get("session_id") == session_id),
+    return figures.session_cost((e for e in view.experiments.values() if e.launch.session_id == session_id),
                                 platforms=False)
 
 

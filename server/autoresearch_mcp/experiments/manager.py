@@ -24,6 +24,20 @@ from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
 from autoresearch_mcp.core.port import Event, Executor, Interrupted, Job, JobSpec, Released, ResultEvent
+from autoresearch_mcp.core.records import (
+    Analysis,
+    CommitRecord,
+    Comparison,
+    ContinueRecord,
+    HoldoutRecord,
+    LaunchRecord,
+    Outcome,
+    PlatformRecord,
+    Record,
+    ResultRecord,
+    StatusRecord,
+    WorkersRecord,
+)
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import holdout
@@ -73,7 +87,7 @@ class ExperimentManager:
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: Record) -> None:
         with self._lock:
             apply(self.view, self.ledger.append(record))
             self._changed.notify_all()
@@ -85,11 +99,11 @@ class ExperimentManager:
 
     def _mine(self) -> list[ExperimentState]:
         sid = self.config.session_id
-        return [e for e in self.view.experiments.values() if e.launch.get("session_id") == sid]
+        return [e for e in self.view.experiments.values() if e.launch.session_id == sid]
 
     def _get(self, experiment_id: str) -> ExperimentState:
         exp = self.view.experiments.get(experiment_id)
-        if exp is None or exp.launch.get("session_id") != self.config.session_id:
+        if exp is None or exp.launch.session_id != self.config.session_id:
             known = ", ".join(e.experiment_id for e in self._mine()[-10:]) or "none yet"
             raise InputError(f"no experiment {limits.shown(experiment_id)} in this session (recent: {known})")
         return exp
@@ -101,24 +115,23 @@ class ExperimentManager:
         """After a restart: experiments the ledger shows unfinished are `lost`; clean up after them."""
         interrupted = [e for e in self._mine() if e.status not in FINAL_STATUSES]
         rounds = [(e, name, p) for e in self._mine() for name, p in e.platforms.items()
-                  if p.get("status") not in FINAL_STATUSES]
+                  if p.status not in FINAL_STATUSES]
         if not interrupted and not rounds:
             return
         self.executor.recover([Interrupted(e.experiment_id, e.worker, dict(e.runtime)) for e in interrupted]
-                              + [Interrupted(platforms_.platform_job(e.experiment_id, name, p), p.get("worker"),
-                                             dict(p.get("runtime") or {})) for e, name, p in rounds])
+                              + [Interrupted(platforms_.platform_job(e.experiment_id, name, p), p.worker,
+                                             dict(p.runtime or {})) for e, name, p in rounds])
         for e in interrupted:
-            self._append({"type": "status", "experiment_id": e.experiment_id, "status": "lost",
-                          "detail": "the server stopped while this experiment ran; launch it again"})
+            self._append(StatusRecord(experiment_id=e.experiment_id, status="lost",
+                                      detail="the server stopped while this experiment ran; launch it again"))
         for e, name, _ in rounds:
-            self._append({"type": "platform", "experiment_id": e.experiment_id, "platform": name,
-                          "status": "lost", "detail": "the server stopped while this platform ran"})
+            self._append(PlatformRecord(experiment_id=e.experiment_id, platform=name, status="lost",
+                                        detail="the server stopped while this platform ran"))
 
     def release_workers(self, mode: str) -> Released:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""
         released = self.executor.release(mode)
-        self._append({"type": "workers", "session_id": self.config.session_id, "mode": mode,
-                      "released": released.names})
+        self._append(WorkersRecord(session_id=self.config.session_id, mode=mode, released=released.names))
         return released
 
     # --- launch --------------------------------------------------------------------------------
@@ -135,13 +148,13 @@ class ExperimentManager:
             if not experiment_id:
                 raise InputError("source='experiment' needs experiment_id (the experiment to measure further)")
             earlier = self._get(experiment_id)
-            if earlier.launch["base_commit"] == self.session_head():
+            if earlier.launch.base_commit == self.session_head():
                 if self._unchecked_platforms(earlier):
                     return self._recheck(earlier)
                 return self._continue(earlier, repeats)
             reapplies = earlier
-            title, hypothesis = title.strip() or earlier.title, hypothesis.strip() or earlier.launch["hypothesis"]
-            sources = sources or list(earlier.launch.get("sources", []))
+            title, hypothesis = title.strip() or earlier.title, hypothesis.strip() or earlier.launch.hypothesis
+            sources = sources or list(earlier.launch.sources)
         elif experiment_id:
             raise InputError("experiment_id goes with source='experiment'; drop it or change source")
         title = one_line(title, "title")
@@ -182,15 +195,14 @@ class ExperimentManager:
             restored = saved is not None
             design = self._design(repeats)
             judging = self.judging()
-            self._append({
-                "type": "launch", "experiment_id": exp_id, "session_id": self.config.session_id,
-                "title": title.strip(), "hypothesis": hypothesis.strip(), "sources": sources, "source": source,
-                "base_commit": head, "candidate_commit": candidate, "candidate_tree": tree,
-                "changed_files": changed, "repeats": repeats, "design": design.__dict__,
-                "metric": self.config.metric, "direction": self.config.direction,
-                "executor": self.executor.name, "incremental": incremental, **judging.record(),
-                "reapplies": reapplies.experiment_id if reapplies else None,
-            })
+            self._append(LaunchRecord(
+                experiment_id=exp_id, session_id=self.config.session_id, title=title.strip(),
+                hypothesis=hypothesis.strip(), sources=sources, source=source, base_commit=head,
+                candidate_commit=candidate, candidate_tree=tree, changed_files=changed, repeats=repeats,
+                design=design.__dict__, metric=self.config.metric, direction=self.config.direction,
+                executor=self.executor.name, incremental=incremental, objectives=judging.objective_names,
+                guards=judging.guards, reapplies=reapplies.experiment_id if reapplies else None,
+            ))
         job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log",
                   spec=self._spec(design, base_tree, tree, incremental, self.platforms[0]))
         self.executor.submit(job, self._on_event)
@@ -229,12 +241,12 @@ class ExperimentManager:
             why = _not_continuable(exp)
             if why:
                 raise RefusedError(f"experiment {exp_id} cannot be measured further: {why}")
-            design = stats.Design.from_dict(exp.launch["design"])
+            design = stats.Design.from_dict(exp.launch.design)
             if design.statistic != "wilcoxon":
                 raise RefusedError(
                     f"experiment {exp_id} was measured with the earlier t-test design, whose pairs cannot be pooled "
                     "with the current one; launch it afresh: source='commit', "
-                    f"commit='{exp.launch['candidate_commit']}'")
+                    f"commit='{exp.launch.candidate_commit}'")
             base, cand = figures.measured_pairs(exp)
             done = len(base)
             repeats = "auto" if repeats is None else self._repeats(repeats)
@@ -243,19 +255,18 @@ class ExperimentManager:
             except InputError as exc:
                 raise RefusedError(f"experiment {exp_id}: {exc}. Treat it as no gain within the budget, or make "
                                    "the benchmark steadier and measure a new idea") from None
-            self._append({"type": "continue", "experiment_id": exp_id, "prior_pairs": done, "stops": stops,
-                          "repeats": repeats})
+            self._append(ContinueRecord(experiment_id=exp_id, prior_pairs=done, stops=stops, repeats=repeats))
             self._pairs_done[exp_id] = done
-        base_commit, candidate = exp.launch["base_commit"], exp.launch["candidate_commit"]
-        spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch["candidate_tree"],
-                          bool(exp.launch.get("incremental")), self.platforms[0])
+        base_commit, candidate = exp.launch.base_commit, exp.launch.candidate_commit
+        spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch.candidate_tree,
+                          bool(exp.launch.incremental), self.platforms[0])
         spec["stops"] = stops
         spec["prior"] = [[b, c] for b, c in zip(base, cand, strict=True)]
         self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
                              self._on_event)
         return LaunchResult(
-            experiment_id=exp_id, status="queued", base_commit=exp.launch["base_commit"],
-            candidate_commit=exp.launch["candidate_commit"], changed_files=list(exp.launch.get("changed_files", [])),
+            experiment_id=exp_id, status="queued", base_commit=exp.launch.base_commit,
+            candidate_commit=exp.launch.candidate_commit, changed_files=list(exp.launch.changed_files),
             repeats=repeats, prior_pairs=done,
             message=(f"experiment {exp_id} continues: its {done} pairs are pooled with up to {stops[-1] - done} more "
                      f"under the same design; poll fetch_sky_logs('{exp_id}')"),
@@ -263,27 +274,27 @@ class ExperimentManager:
 
     def _reapplied_tree(self, exp: ExperimentState, head: str) -> str:
         """An earlier experiment's change (its candidate against its own base) applied onto `head`."""
-        diff = gitops.diff(self.repo, exp.launch["base_commit"], exp.launch["candidate_commit"])
+        diff = gitops.diff(self.repo, exp.launch.base_commit, exp.launch.candidate_commit)
         try:
             return gitops.patch_tree(self.repo, head, diff)
         except RefusedError as exc:
             raise RefusedError(
                 f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]} (the head "
-                f"moved since it was measured on {exp.launch['base_commit'][:12]}): {exc}. Redo the change on the "
+                f"moved since it was measured on {exp.launch.base_commit[:12]}): {exc}. Redo the change on the "
                 "current head and launch it as a new experiment") from None
 
     @staticmethod
     def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:
         """Whether `other` already measures this candidate on this head, so a new launch would only
         spend a fresh alpha on it (more pairs continue `other` instead)."""
-        if other.launch.get("candidate_tree") != tree or other.launch.get("base_commit") != head:
+        if other.launch.candidate_tree != tree or other.launch.base_commit != head:
             return False
         if other.status in _RETRYABLE and other.measured is None:
             return False  # nothing was measured: launching it again spends nothing
-        if other.verdict in _REMEASURE and "bounds" not in other.launch.get("design", {}):
+        if other.verdict in _REMEASURE and "bounds" not in other.launch.design:
             return False  # measured with the earlier t-test design: its pairs cannot be pooled
         # a clean build may confirm a result that was measured on an incremental one
-        return not other.launch.get("incremental") or incremental
+        return not other.launch.incremental or incremental
 
     def _refuse_protected(self, changed: list[str]) -> None:
         hit = gitops.protected_changes(changed, self.config.protected)
@@ -349,17 +360,16 @@ class ExperimentManager:
         kind = event["event"]
         try:
             if event["event"] == "status":
-                self._append({"type": "status", "experiment_id": exp_id, "status": event["status"],
-                              "worker": event.get("worker"), "runtime": event.get("runtime")})
+                self._append(StatusRecord(experiment_id=exp_id, status=event["status"], worker=event.get("worker"),
+                                          runtime=event.get("runtime") or {}))
             elif event["event"] == "sample":
                 with self._lock:
                     if event["role"] == "candidate":
                         self._pairs_done[exp_id] = self._pairs_done.get(exp_id, 0) + 1
             elif event["event"] == "cancelled":
-                self._append({"type": "status", "experiment_id": exp_id, "status": "cancelled"})
+                self._append(StatusRecord(experiment_id=exp_id, status="cancelled"))
             elif event["event"] == "lost":
-                self._append({"type": "status", "experiment_id": exp_id, "status": "lost",
-                              "detail": event["detail"]})
+                self._append(StatusRecord(experiment_id=exp_id, status="lost", detail=event["detail"]))
             elif event["event"] == "result":
                 self._record_result(exp_id, event)
         except Exception:  # an event must never kill the executor's thread
@@ -376,11 +386,11 @@ class ExperimentManager:
             # A host winner goes to the other platforms; they are queued before the result is visible, so
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
-                         and analysis.get("verdict") == "improved" and not exp.launch.get("incremental"))
+                         and analysis.verdict == "improved" and not exp.launch.incremental)
             queued = self._queue_platforms(exp, self.platforms[1:]) if elsewhere else []
-            self._append({"type": "result", "experiment_id": exp_id, "status": outcome.get("status", "failed"),
-                          "worker": event.get("worker"), "cost_usd": event.get("cost_usd"),
-                          "outcome": outcome, "analysis": analysis})
+            self._append(ResultRecord(experiment_id=exp_id, status=outcome.get("status", "failed"),
+                                      worker=event.get("worker"), cost_usd=event.get("cost_usd"),
+                                      outcome=Outcome.model_validate(outcome), analysis=analysis))
             started = queued
         except Exception as exc:  # a result that cannot be recorded ends the experiment, never leaves it hanging
             log.exception("could not record the result of %s", exp_id)
@@ -389,15 +399,15 @@ class ExperimentManager:
         self._start_platforms(exp, started)
         head = self.session_head()
         with self._lock:
-            still_used = any(e.launch.get("base_commit") == exp.launch["base_commit"]
+            still_used = any(e.launch.base_commit == exp.launch.base_commit
                              and e.status not in FINAL_STATUSES for e in self._mine())
-        if exp.launch["base_commit"] != head and not still_used:
-            self.executor.retire_base(exp.launch["base_commit"])
+        if exp.launch.base_commit != head and not still_used:
+            self.executor.retire_base(exp.launch.base_commit)
 
     def _fail(self, exp_id: str, error: str) -> None:
         """End an experiment as `failed` with `error`; in memory at least, if even that cannot be written."""
-        record = {"type": "result", "experiment_id": exp_id, "status": "failed", "outcome": {
-            "experiment_id": exp_id, "status": "failed", "phase": "server", "error": error}, "analysis": {}}
+        record = ResultRecord(experiment_id=exp_id, status="failed", analysis=Analysis(), outcome=Outcome(
+            experiment_id=exp_id, status="failed", phase="server", error=error))
         try:
             self._append(record)
         except Exception:
@@ -413,11 +423,11 @@ class ExperimentManager:
         again is a new job: the old one's cleanup can never touch it)."""
         queued = []
         for platform in targets:
-            attempt = int(exp.platforms.get(platform.name, {}).get("attempt", 0)) + 1
+            attempt = (exp.platforms[platform.name].attempt if platform.name in exp.platforms else 0) + 1
             job_id = platforms_.job_id(exp.experiment_id, platform.name, attempt)
-            self._append({"type": "platform", "experiment_id": exp.experiment_id, "platform": platform.name,
-                          "status": "queued", "attempt": attempt, "job_id": job_id, "passed": None, "summary": None,
-                          "outcome": None, "analysis": None, "detail": None})
+            self._append(PlatformRecord(experiment_id=exp.experiment_id, platform=platform.name, status="queued",
+                                        attempt=attempt, job_id=job_id, passed=None, summary=None, outcome=None,
+                                        analysis=None, detail=None))
             queued.append((platform, job_id))
         return queued
 
@@ -429,39 +439,38 @@ class ExperimentManager:
         if not queued:
             return
         launch = exp.launch
-        design = stats.Design.from_dict(launch["design"])
-        base_tree = gitops.tree_of(self.repo, launch["base_commit"])
+        design = stats.Design.from_dict(launch.design)
+        base_tree = gitops.tree_of(self.repo, launch.base_commit)
         for platform, job_id in queued:
-            job = Job(job_id, launch["base_commit"], launch["candidate_commit"], self.logs / f"{job_id}.log",
-                      spec=self._spec(design, base_tree, launch["candidate_tree"], False, platform))
+            job = Job(job_id, launch.base_commit, launch.candidate_commit, self.logs / f"{job_id}.log",
+                      spec=self._spec(design, base_tree, launch.candidate_tree, False, platform))
             sink = functools.partial(self._on_platform_event, exp.experiment_id, platform)
             self.executor.submit(job, sink)
 
     def _on_platform_event(self, exp_id: str, platform: Platform, _job_id: str,
                            event: Event) -> None:
         kind = event["event"]
-        record: dict[str, Any] = {"type": "platform", "experiment_id": exp_id, "platform": platform.name}
+        here = {"experiment_id": exp_id, "platform": platform.name}
         try:
             if event["event"] == "status":
-                self._append({**record, "status": event["status"], "worker": event.get("worker"),
-                              "runtime": event.get("runtime")})
+                self._append(PlatformRecord(**here, status=event["status"], worker=event.get("worker"),
+                                            runtime=event.get("runtime") or {}))
             elif event["event"] == "cancelled":
-                self._append({**record, "status": kind, "detail": None})
+                self._append(PlatformRecord(**here, status=kind, detail=None))
             elif event["event"] == "lost":
-                self._append({**record, "status": kind, "detail": event["detail"]})
+                self._append(PlatformRecord(**here, status=kind, detail=event["detail"]))
             elif event["event"] == "result":
                 outcome = dict(event["outcome"])
                 exp = self.view.experiments[exp_id]
-                analysis: dict[str, Any] = {}
+                analysis = Analysis()
                 if platform.measure:
                     analysis = figures.analyze(outcome, exp.launch)
-                    analysis["primary"] = analysis["metrics"].get(exp.launch["metric"])
-                primary = analysis.get("primary") or {}
-                passed, summary = platforms_.judge(platform, outcome, analysis.get("verdict"),
-                                                   primary.get("delta_pct"))
-                self._append({**record, "status": outcome.get("status", "failed"), "worker": event.get("worker"),
-                              "cost_usd": event.get("cost_usd"), "outcome": outcome, "analysis": analysis,
-                              "passed": passed, "summary": summary})
+                    analysis.primary = analysis.metric(exp.launch.metric)
+                passed, summary = platforms_.judge(platform, outcome, analysis.verdict,
+                                                   analysis.primary.delta_pct if analysis.primary else None)
+                self._append(PlatformRecord(**here, status=outcome.get("status", "failed"), worker=event.get("worker"),
+                                            cost_usd=event.get("cost_usd"), outcome=Outcome.model_validate(outcome),
+                                            analysis=analysis, passed=passed, summary=summary))
         except Exception:  # an event must never kill the executor's thread
             log.exception("could not record event %s of %s on %s", kind, exp_id, platform.name)
 
@@ -470,8 +479,8 @@ class ExperimentManager:
         or a worker or cloud error)."""
         if not (exp.status == "done" and exp.verdict == "improved") or exp.commit:
             return []
-        return [p for p in self.platforms[1:] if exp.platforms.get(p.name, {}).get("status") in FINAL_STATUSES
-                and exp.platforms[p.name].get("passed") is None]
+        return [p for p in self.platforms[1:] if p.name in exp.platforms
+                and exp.platforms[p.name].status in FINAL_STATUSES and exp.platforms[p.name].passed is None]
 
     def _recheck(self, exp: ExperimentState) -> LaunchResult:
         """Run a host winner's unfinished platforms again; the host's measurement stands (no new alpha)."""
@@ -485,9 +494,9 @@ class ExperimentManager:
         self._start_platforms(exp, queued)
         names = ", ".join(p.name for p in again)
         return LaunchResult(
-            experiment_id=exp.experiment_id, status=exp.status, base_commit=exp.launch["base_commit"],
-            candidate_commit=exp.launch["candidate_commit"], changed_files=list(exp.launch.get("changed_files", [])),
-            repeats=exp.launch.get("repeats", "auto"),
+            experiment_id=exp.experiment_id, status=exp.status, base_commit=exp.launch.base_commit,
+            candidate_commit=exp.launch.candidate_commit, changed_files=list(exp.launch.changed_files),
+            repeats=exp.launch.repeats,
             message=(f"experiment {exp.experiment_id}'s host result stands; it is checked again on {names}. Poll "
                      f"fetch_sky_logs('{exp.experiment_id}')"))
 
@@ -510,36 +519,37 @@ class ExperimentManager:
             exp = self._get(experiment_id)
         log_path = self.logs / f"{experiment_id}.log"
         outcome = exp.outcome
-        design = stats.Design.from_dict(exp.launch["design"])
-        checks = ChecksResult(**exp.checks) if exp.checks else None
+        design = stats.Design.from_dict(exp.launch.design)
+        checks = ChecksResult.model_validate(exp.checks.model_dump(exclude_unset=True)) if exp.checks else None
         return FetchResult(
             experiment_id=experiment_id, title=exp.title, status=exp.status,
-            verdict=exp.verdict, worker=exp.worker, base_commit=exp.launch["base_commit"],
-            candidate_commit=exp.launch["candidate_commit"], log_tail=_tail(log_path, tail_lines),
+            verdict=exp.verdict, worker=exp.worker, base_commit=exp.launch.base_commit,
+            candidate_commit=exp.launch.candidate_commit, log_tail=_tail(log_path, tail_lines),
             log_path=str(log_path),
-            metrics={k: ComparisonResult(**v) for k, v in exp.metrics.items()},
-            won=list(exp.analysis.get("won") or []), blocking=list(exp.analysis.get("blocking") or []),
+            metrics={k: ComparisonResult.model_validate(v.model_dump(exclude_unset=True))
+                     for k, v in exp.metrics.items()},
+            won=list(exp.analysis.won or []), blocking=list(exp.analysis.blocking or []),
             checks=checks, confidence_level=1 - design.alpha,
             pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
             else figures.pair_count(outcome),
-            stop_reason=outcome.get("stop_reason"), durations_s=outcome.get("durations", {}),
-            build=outcome.get("build", {}), host=outcome.get("host", {}), noise_cv=exp.analysis.get("noise_cv"),
-            noise_note=exp.analysis.get("noise_note"),
-            error=outcome.get("error") or exp.status_detail, cost_usd=figures.experiment_cost(exp),
+            stop_reason=outcome.stop_reason, durations_s=outcome.durations,
+            build=outcome.build, host=outcome.host, noise_cv=exp.analysis.noise_cv,
+            noise_note=exp.analysis.noise_note,
+            error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
-            platforms=[platforms_.result_of(p, exp.platforms.get(p.name), bool(exp.launch.get("incremental")))
+            platforms=[platforms_.result_of(p, exp.platforms.get(p.name), bool(exp.launch.incremental))
                        for p in self.platforms[1:]],
         )
 
     def _drift_warnings(self, exp: ExperimentState) -> list[str]:
         primary = exp.metric(self.config.metric)
-        if not primary or not primary["baseline"]["mean"]:
+        if not primary or not primary.baseline.mean:
             return []
         reference = figures.baseline_mean(self.view.sessions, self.config.session_id, self.config.metric,
-                                          head=exp.launch["base_commit"])
+                                          head=exp.launch.base_commit)
         if not reference:
             return []
-        drift = primary["baseline"]["mean"] / reference - 1
+        drift = primary.baseline.mean / reference - 1
         if abs(drift) <= self.config.drift_limit:
             return []
         return [f"baseline drift: the baseline measured {drift * 100:+.1f}% against start_session's validation "
@@ -551,10 +561,10 @@ class ExperimentManager:
         if exp.status not in FINAL_STATUSES:
             return "still running: poll again later, and prepare the next idea meanwhile"
         if exp.commit:
-            return f"committed as {exp.commit['commit'][:12]}"
+            return f"committed as {exp.commit.commit[:12]}"
         if exp.status == "checks_failed":
             return "the checks failed: the change is not correct; read the log tail, fix, launch again"
-        if verdict == "improved" and exp.status == "done" and not exp.launch.get("incremental"):
+        if verdict == "improved" and exp.status == "done" and not exp.launch.incremental:
             note = self._platform_note(exp)
             if note:
                 return note
@@ -562,7 +572,7 @@ class ExperimentManager:
             return f"call commit_winner('{exp.experiment_id}', title) to keep it"
         if verdict in _REMEASURE:
             why = _not_continuable(exp)
-            noise = exp.analysis.get("noise_note") or "not decided yet"
+            noise = exp.analysis.noise_note or "not decided yet"
             if why:
                 return f"{noise}; {why}"
             further = (f"launch_experiment(source='experiment', experiment_id='{exp.experiment_id}') pools more pairs "
@@ -570,8 +580,8 @@ class ExperimentManager:
             if verdict == "noisy":
                 return (f"{noise}. More pairs at this noise are unlikely to decide: make the machine or the benchmark "
                         f"steadier, then {further}")
-            need = exp.analysis.get("pairs_needed")
-            n = int(exp.metric(self.config.metric).get("n_pairs") or 0)
+            need = exp.analysis.pairs_needed
+            n = int(exp.metric(self.config.metric).n_pairs or 0)
             more = f"; about {need - n} more pairs would decide with 80% power" if need else ""
             return f"not decided yet: {further}{more}"
         if verdict == "invalid":
@@ -582,12 +592,12 @@ class ExperimentManager:
         items = []
         kept = discarded = running = 0
         totals: dict[str, float] = {}
-        mine = sorted(self._mine(), key=lambda e: float(e.launch.get("ts", 0)))
+        mine = sorted(self._mine(), key=lambda e: float(e.launch.ts))
         for exp in mine:
             outcome = exp.outcome
-            for phase, seconds in (outcome.get("durations") or {}).items():
+            for phase, seconds in (outcome.durations or {}).items():
                 totals[phase] = round(totals.get(phase, 0.0) + float(seconds), 3)
-            for build in (outcome.get("build") or {}).values():
+            for build in (outcome.build or {}).values():
                 for key, count in (build.get("cache") or {}).items():
                     totals[f"cache_{key}"] = totals.get(f"cache_{key}", 0) + count
             if exp.commit:
@@ -608,10 +618,10 @@ class ExperimentManager:
         primary = exp.metric(self.config.metric)
         return ExperimentSummary(
             experiment_id=exp.experiment_id, title=exp.title, status=exp.status,
-            verdict=exp.verdict, delta_pct=primary.get("delta_pct"),
-            ci_low_pct=primary.get("ci_low_pct"), ci_high_pct=primary.get("ci_high_pct"),
-            n_pairs=primary.get("n_pairs", 0), sources=list(exp.launch.get("sources", [])),
-            kept=exp.commit is not None, commit=(exp.commit or {}).get("commit"),
+            verdict=exp.verdict, delta_pct=primary.delta_pct,
+            ci_low_pct=primary.ci_low_pct, ci_high_pct=primary.ci_high_pct,
+            n_pairs=primary.n_pairs, sources=list(exp.launch.sources),
+            kept=exp.commit is not None, commit=exp.commit.commit if exp.commit else None,
             cost_usd=figures.experiment_cost(exp),
         )
 
@@ -622,8 +632,7 @@ class ExperimentManager:
         checking = _platforms_running(exp)
         for name in checking:
             if not self.executor.cancel(platforms_.platform_job(experiment_id, name, exp.platforms[name])):
-                self._append({"type": "platform", "experiment_id": experiment_id, "platform": name,
-                              "status": "cancelled"})
+                self._append(PlatformRecord(experiment_id=experiment_id, platform=name, status="cancelled"))
         if checking:
             self._wait(experiment_id, lambda e: not _platforms_running(e), timeout=15.0)
         if exp.status in FINAL_STATUSES:
@@ -631,7 +640,7 @@ class ExperimentManager:
                 f"already {exp.status}; its runs on {', '.join(checking)} were cancelled" if checking
                 else f"already {exp.status}; nothing to cancel"))
         if not self.executor.cancel(experiment_id):
-            self._append({"type": "status", "experiment_id": experiment_id, "status": "cancelled"})
+            self._append(StatusRecord(experiment_id=experiment_id, status="cancelled"))
         else:
             self._wait(experiment_id, lambda e: e.status in FINAL_STATUSES, timeout=15.0)
         exp = self._get(experiment_id)
@@ -645,7 +654,7 @@ class ExperimentManager:
             exp = self._get(experiment_id)
             verdict = exp.verdict
             if exp.commit:
-                raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit['commit']}")
+                raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit.commit}")
             if exp.status not in FINAL_STATUSES:
                 raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
             blocked = self._blocked_reason(exp)
@@ -657,34 +666,34 @@ class ExperimentManager:
                     "significant improvement beyond the minimum effect is committed"
                     + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
                        if verdict in _REMEASURE and not _not_continuable(exp) else ""))
-            if exp.status == "checks_failed" or not exp.checks.get("passed", False):
+            if exp.status == "checks_failed" or not (exp.checks and exp.checks.passed):
                 raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
                                    "correct is never committed. Fix it and launch again")
-            if exp.launch.get("incremental"):
+            if exp.launch.incremental:
                 raise RefusedError(
                     f"experiment {experiment_id} was measured on an incremental build, where a stale object could "
                     "fake a gain; confirm it on a clean, cache-backed build first: launch_experiment(source='commit', "
-                    f"commit='{exp.launch['candidate_commit']}', clean_build=true), then commit that experiment")
+                    f"commit='{exp.launch.candidate_commit}', clean_build=true), then commit that experiment")
             blocked = self._platform_note(exp)
             if blocked:
                 raise RefusedError(blocked)
             head = self.session_head()
-            if exp.launch["base_commit"] != head:
+            if exp.launch.base_commit != head:
                 raise RefusedError(
-                    f"experiment {experiment_id} was measured against {exp.launch['base_commit'][:12]}, but the "
+                    f"experiment {experiment_id} was measured against {exp.launch.base_commit[:12]}, but the "
                     f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
                     f"again on the new head (launch_experiment(source='experiment', experiment_id='{experiment_id}') "
                     "re-applies its change there) and commit that")
             title = one_line(title, "title") if title is not None else exp.title
             hidden = self._holdout(exp)
-            tree = exp.launch["candidate_tree"]
+            tree = exp.launch.candidate_tree
             # again at commit time: the rules may have changed since the launch (they never loosen here)
-            self._refuse_protected(gitops.changed_paths(self.repo, head, exp.launch["candidate_commit"]))
+            self._refuse_protected(gitops.changed_paths(self.repo, head, exp.launch.candidate_commit))
             message = self._message(exp, title, hidden)
             new = gitops.commit_tree(self.repo, tree, head, message)
             updated = self._advance(head, new)
-            self._append({"type": "commit", "experiment_id": experiment_id, "commit": new, "parent": head,
-                          "branch": self.config.branch, "title": title})
+            self._append(CommitRecord(experiment_id=experiment_id, commit=new, parent=head,
+                                      branch=self.config.branch, title=title))
             return CommitResult(commit=new, branch=self.config.branch, message=message, worktree_updated=updated,
                                 holdout=_holdout_summary(hidden))
 
@@ -714,19 +723,19 @@ class ExperimentManager:
     @staticmethod
     def _blocked_reason(exp: ExperimentState) -> str | None:
         """Which objective won and which objective or guard refused it, with the figures."""
-        blocking = exp.analysis.get("blocking") or []
-        judged = {*(exp.launch.get("objectives") or []), *(exp.launch.get("guards") or {})}
+        blocking = exp.analysis.blocking or []
+        judged = {*(exp.launch.objectives or []), *(exp.launch.guards or {})}
         if not blocking or len(judged) < 2:
             return None  # one judged metric: its verdict says it all
-        won = exp.analysis.get("won") or []
+        won = exp.analysis.won or []
         parts = []
         for name in blocking:
             m = exp.metric(name)
-            what = (f"{m.get('role')} {name} {m.get('judgement')}: {_figure(m)}"
-                    + (f", tolerance {m['tolerance_pct']:g}%" if m.get("tolerance_pct") is not None else ""))
-            if m.get("judgement") == "undecided":
+            what = (f"{m.role} {name} {m.judgement}: {_figure(m)}"
+                    + (f", tolerance {m.tolerance_pct:g}%" if m.tolerance_pct is not None else ""))
+            if m.judgement == "undecided":
                 what += (" (its interval reaches beyond the tolerance: launch again with more pairs"
-                         + (f", about {m['pairs_needed']}" if m.get("pairs_needed") else "") + ")")
+                         + (f", about {m.pairs_needed}" if m.pairs_needed else "") + ")")
             parts.append(what)
         lead = (f"objective {', '.join(f'{n} improved ({_figure(exp.metric(n))})' for n in won)}, but "
                 if won else "")
@@ -744,12 +753,12 @@ class ExperimentManager:
         design = stats.make_design(c.holdout.pairs, alpha=c.alpha, min_effect=c.min_effect,
                                    noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
         outcome = holdout.run(
-            c.holdout, self.root, self.worktrees, launch["base_commit"], launch["candidate_commit"],
-            (gitops.tree_of(self.repo, launch["base_commit"]), launch["candidate_tree"]),
+            c.holdout, self.root, self.worktrees, launch.base_commit, launch.candidate_commit,
+            (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree),
             {**self.env, **job_env(self.platforms[0])}, directions,
             c.direction, c.timeouts.build, c.threads, design)
-        self._append({"type": "holdout", "experiment_id": exp.experiment_id, "verdict": outcome.verdict,
-                      "pairs": outcome.pairs, "metrics": outcome.metrics})
+        self._append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,
+                                   metrics=outcome.metrics))
         if outcome.regressed:
             shown = "; ".join(f"{n} {_figure(outcome.metrics[n])}" for n in outcome.regressed)
             raise RefusedError(
@@ -761,56 +770,56 @@ class ExperimentManager:
     def _message(self, exp: ExperimentState, title: str, hidden: holdout.HoldoutOutcome | None = None) -> str:
         c = self.config
         launch = exp.launch
-        design = stats.Design.from_dict(launch["design"])
+        design = stats.Design.from_dict(launch.design)
         level = round((1 - design.alpha) * 100)
         outcome = exp.outcome
         lines = [title.strip(), ""]
-        if launch.get("hypothesis"):
-            lines += [_quoted("Hypothesis: " + launch["hypothesis"]), ""]
-        if launch.get("sources"):
-            lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch["sources"]] + [""]
+        if launch.hypothesis:
+            lines += [_quoted("Hypothesis: " + launch.hypothesis), ""]
+        if launch.sources:
+            lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch.sources] + [""]
         m = exp.metric(c.metric)
         lines.append(
-            f"Result: {c.metric} {m['baseline']['mean']:.6g} -> {m['candidate']['mean']:.6g} "
-            f"({m['delta_pct']:+.2f}%, {level}% CI [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%], "
-            f"p={m['p_value']:.2g}, {m['n_pairs']} interleaved pairs; {c.direction} is better)")
-        won = exp.analysis.get("won") or []
+            f"Result: {c.metric} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} "
+            f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
+            f"p={m.p_value:.2g}, {m.n_pairs} interleaved pairs; {c.direction} is better)")
+        won = exp.analysis.won or []
         if won:
-            objectives = exp.launch.get("objectives") or [c.metric]
+            objectives = exp.launch.objectives or [c.metric]
             lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
         for name, other in sorted(exp.metrics.items()):
-            if name != c.metric and other.get("delta_pct") is not None:
-                role = (f" ({other['role']}, {other['judgement']}"
-                        + (f" within {other['tolerance_pct']:g}%" if other.get("tolerance_pct") is not None else "")
-                        + ")") if other.get("role") else ""
+            if name != c.metric and other.delta_pct is not None:
+                role = (f" ({other.role}, {other.judgement}"
+                        + (f" within {other.tolerance_pct:g}%" if other.tolerance_pct is not None else "")
+                        + ")") if other.role else ""
                 lines.append(f"  also {name}: {_figure(other)}{role}")
-        checks = outcome.get("checks", {})
-        lines.append("Checks: " + ("passed (autoresearch.checks.sh"
-                                   + (f", {checks['duration_s']:.1f} s)" if checks.get("duration_s") else ")")
-                                   if checks.get("ran") else "none configured (no autoresearch.checks.sh)"))
+        ran = bool(outcome.checks and outcome.checks.ran)
+        took = outcome.checks.duration_s if outcome.checks else None
+        lines.append("Checks: " + ("passed (autoresearch.checks.sh" + (f", {took:.1f} s)" if took else ")")
+                                   if ran else "none configured (no autoresearch.checks.sh)"))
         if hidden is not None:
             lines.append(f"Holdout: {hidden.verdict} over {hidden.pairs} pairs ("
                          + "; ".join(f"{n} {_figure(m)}" for n, m in sorted(hidden.metrics.items())) + ")")
-        host = outcome.get("host", {})
+        host = outcome.host
         if host:
             lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
                          f"{host.get('cpus')} CPUs)")
-        platform_results = {}
+        platform_results: dict[str, str] = {}
         if len(self.platforms) > 1:
             first = self.platforms[0]
-            platform_results[first.name] = (f"{exp.verdict} {m['delta_pct']:+.2f}%, checks "
-                                            + ("passed" if checks.get("ran") else "none"))
+            platform_results[first.name] = (f"{exp.verdict} {m.delta_pct:+.2f}%, checks "
+                                            + ("passed" if ran else "none"))
             for p in self.platforms[1:]:
-                platform_results[p.name] = str(exp.platforms.get(p.name, {}).get("summary"))
+                platform_results[p.name] = str(exp.platforms[p.name].summary if p.name in exp.platforms else None)
             labels = {p.name: p.label for p in self.platforms}
             lines += ["Platforms:"] + [f"- {labels[n]}: {text.splitlines()[0] if text else ''}"
                                        for n, text in platform_results.items()]
-        lines.append(f"Files: {', '.join(launch.get('changed_files', []))}")
-        result = {"metric": c.metric, "direction": c.direction, "delta_pct": m["delta_pct"],
-                  "ci_low_pct": m["ci_low_pct"], "ci_high_pct": m["ci_high_pct"], "confidence": 1 - design.alpha,
-                  "p_value": m["p_value"], "n_pairs": m["n_pairs"], "baseline_mean": m["baseline"]["mean"],
-                  "candidate_mean": m["candidate"]["mean"], "verdict": exp.verdict, "won": won,
-                  "base_commit": launch["base_commit"]}
+        lines.append(f"Files: {', '.join(launch.changed_files)}")
+        result: dict[str, Any] = {"metric": c.metric, "direction": c.direction, "delta_pct": m.delta_pct,
+                  "ci_low_pct": m.ci_low_pct, "ci_high_pct": m.ci_high_pct, "confidence": 1 - design.alpha,
+                  "p_value": m.p_value, "n_pairs": m.n_pairs, "baseline_mean": m.baseline.mean,
+                  "candidate_mean": m.candidate.mean, "verdict": exp.verdict, "won": won,
+                  "base_commit": launch.base_commit}
         if platform_results:
             result["platforms"] = platform_results
         lines += ["", f"Autoresearch-Experiment: {exp.experiment_id}",
@@ -843,12 +852,12 @@ def _quoted(text: str) -> str:
 
 def _platforms_running(exp: ExperimentState) -> list[str]:
     """The other platforms still checking `exp`."""
-    return [name for name, p in exp.platforms.items() if p.get("status") not in FINAL_STATUSES]
+    return [name for name, p in exp.platforms.items() if p.status not in FINAL_STATUSES]
 
 
 def _progress(exp: ExperimentState) -> tuple[str, ...]:
     """The statuses a waiting fetch watches: the experiment's and those of its other platforms."""
-    return (exp.status, *(f"{name}={p.get('status')}" for name, p in sorted(exp.platforms.items())))
+    return (exp.status, *(f"{name}={p.status}" for name, p in sorted(exp.platforms.items())))
 
 
 def _duplicate(other: ExperimentState) -> str:
@@ -875,8 +884,8 @@ def _not_continuable(exp: ExperimentState) -> str | None:
     if verdict not in _REMEASURE:
         return (f"its verdict is {verdict!r}, already a decision" if verdict in _DECIDED
                 else f"it ended {exp.status} with verdict {verdict!r}; fix the cause and launch a new experiment")
-    n = int(exp.metric(str(exp.launch.get("metric"))).get("n_pairs") or 0)
-    budget = stats.Design.from_dict(exp.launch["design"]).budget
+    n = int(exp.metric(str(exp.launch.metric)).n_pairs or 0)
+    budget = stats.Design.from_dict(exp.launch.design).budget
     if n >= budget:
         return (f"it used the design's whole budget of {budget} pairs; more would spend a fresh alpha. Treat it as "
                 "no gain, or make the benchmark steadier")
@@ -890,11 +899,12 @@ def _holdout_summary(hidden: holdout.HoldoutOutcome | None) -> HoldoutSummary | 
                           delta_pct={n: m["delta_pct"] for n, m in hidden.metrics.items()})
 
 
-def _figure(m: dict[str, Any]) -> str:
-    """`+1.23% [+0.50%, +2.00%]`, or `no interval` when a metric has none."""
-    if m.get("delta_pct") is None or m.get("ci_low_pct") is None:
+def _figure(m: Comparison | dict[str, Any]) -> str:
+    """`+1.23% [+0.50%, +2.00%]`, or `no interval` when a metric has none (a holdout's is a dict)."""
+    c = m if isinstance(m, Comparison) else Comparison.model_validate(m)
+    if c.delta_pct is None or c.ci_low_pct is None or c.ci_high_pct is None:
         return "no interval"
-    return f"{m['delta_pct']:+.2f}% [{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%]"
+    return f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
 
 
 TAIL_BYTES = 32 * 1024

@@ -26,7 +26,9 @@ from typing import Any
 from autoresearch_mcp import safefs
 from autoresearch_mcp.core import runner
 from autoresearch_mcp.core.config import Platform, job_env
+from autoresearch_mcp.core.ledger import PlatformState
 from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, Released
+from autoresearch_mcp.core.records import Comparison
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, PlatformResult
 
@@ -45,9 +47,9 @@ def job_id(experiment_id: str, platform: str, attempt: int = 1) -> str:
     return f"{experiment_id}-{platform}" + (f"-{attempt}" if attempt > 1 else "")
 
 
-def platform_job(experiment_id: str, platform: str, record: dict[str, Any]) -> str:
+def platform_job(experiment_id: str, platform: str, state: PlatformState) -> str:
     """The job id of a platform's latest run, from its folded ledger records."""
-    return str(record.get("job_id") or job_id(experiment_id, platform))
+    return state.job_id or job_id(experiment_id, platform)
 
 
 # --- can it run at all? (start_session) -----------------------------------------------------------
@@ -187,7 +189,7 @@ def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
     return True, f"{verdict}{delta} in the confirmation A/B, {checked}"
 
 
-def result_of(platform: Platform, record: dict[str, Any] | None, incremental: bool = False) -> PlatformResult:
+def result_of(platform: Platform, record: PlatformState | None, incremental: bool = False) -> PlatformResult:
     """One extra platform's row for fetch_sky_logs, from its folded ledger records."""
     base = dict(name=platform.name, executor=platform.executor, measured=platform.measure,
                 emulator=platform.emulator or None)
@@ -195,36 +197,35 @@ def result_of(platform: Platform, record: dict[str, Any] | None, incremental: bo
         return PlatformResult(**base, status="not_run", summary=(
             "runs on the clean-build confirmation of this incremental result" if incremental
             else "runs once the host's verdict is improved with passing checks"))
-    outcome = record.get("outcome") or {}
-    analysis = record.get("analysis") or {}
-    build = outcome.get("build") or {}
+    outcome, analysis = record.outcome, record.analysis
     built: str | None = None
-    if outcome:
-        built = "failed" if outcome.get("status") == "failed" and outcome.get("phase") == "build" else (
-            "ok" if build else None)
-    checks = outcome.get("checks")
-    primary = analysis.get("primary") or {}
+    if outcome is not None:
+        built = "failed" if outcome.status == "failed" and outcome.phase == "build" else (
+            "ok" if outcome.build else None)
+    checks = outcome.checks if outcome else None
+    primary = (analysis.primary if analysis else None) or Comparison()
     return PlatformResult(
-        **base, status=str(record.get("status", "queued")), worker=record.get("worker"), build=built,
-        checks=ChecksResult(**checks) if checks else None, verdict=analysis.get("verdict"),
-        delta_pct=primary.get("delta_pct"), ci_low_pct=primary.get("ci_low_pct"),
-        ci_high_pct=primary.get("ci_high_pct"), passed=record.get("passed"), summary=record.get("summary"),
-        error=outcome.get("error") or record.get("detail"), cost_usd=record.get("cost_usd"))
+        **base, status=record.status or "queued", worker=record.worker, build=built,
+        checks=ChecksResult.model_validate(checks.model_dump(exclude_unset=True)) if checks else None,
+        verdict=analysis.verdict if analysis else None,
+        delta_pct=primary.delta_pct, ci_low_pct=primary.ci_low_pct, ci_high_pct=primary.ci_high_pct,
+        passed=record.passed, summary=record.summary, error=(outcome.error if outcome else None) or record.detail,
+        cost_usd=record.cost_usd)
 
 
-def refusal(experiment_id: str, extra: list[Platform], records: dict[str, dict[str, Any]]) -> str | None:
+def refusal(experiment_id: str, extra: list[Platform], records: dict[str, PlatformState]) -> str | None:
     """Why commit_winner must refuse, naming each platform that blocks; None when all passed."""
-    state = {p.name: records.get(p.name, {}) for p in extra}
-    blocked = [name for name, r in state.items() if r.get("passed") is False]
-    gone = [name for name, r in state.items() if r.get("passed") is None and r.get("status") in FINAL_STATUSES]
-    pending = [name for name, r in state.items() if r.get("passed") is None and name not in gone]
+    state = {p.name: records.get(p.name) or PlatformState() for p in extra}
+    blocked = [name for name, r in state.items() if r.passed is False]
+    gone = [name for name, r in state.items() if r.passed is None and r.status in FINAL_STATUSES]
+    pending = [name for name, r in state.items() if r.passed is None and name not in gone]
     if blocked:
-        reasons = [f"{name}: {state[name].get('summary') or state[name].get('status')}" for name in blocked]
+        reasons = [f"{name}: {state[name].summary or state[name].status}" for name in blocked]
         return (f"experiment {experiment_id} fails on platform(s) {', '.join(blocked)}; a winner must build and "
                 "pass its checks on every platform and must not regress on a measured one:\n- "
                 + "\n- ".join(reasons) + "\nFix the change for those platforms and launch it again")
     if gone:
-        ended = "; ".join(f"{name}: {state[name].get('summary') or state[name]['status']}" for name in gone)
+        ended = "; ".join(f"{name}: {state[name].summary or state[name].status}" for name in gone)
         return (f"experiment {experiment_id} was not checked on every platform ({ended}); check it there again: "
                 f"launch_experiment(source='experiment', experiment_id='{experiment_id}')")
     if pending:

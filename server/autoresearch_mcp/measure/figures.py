@@ -10,24 +10,24 @@ library only) keeps its own look at the pairs; the two agree on the same samples
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable
 from typing import Any
 
 from autoresearch_mcp.core.ledger import ExperimentState
+from autoresearch_mcp.core.records import Analysis, LaunchRecord, Outcome, SessionRecord
 from autoresearch_mcp.measure import metrics, stats
 
 # --- the baseline ----------------------------------------------------------------------------------
 
 
-def baseline_mean(sessions: Iterable[dict[str, Any]], session_id: str, metric: str, *,
+def baseline_mean(sessions: Iterable[SessionRecord], session_id: str, metric: str, *,
                   head: str | None = None, oldest: bool = False) -> float | None:
     """Mean of `metric` over one validation start_session recorded for the session: the newest (or
     with `oldest`, the oldest) of those at `head` (at any head if None) that measured the metric."""
-    mine = [s for s in sessions if s.get("session_id") == session_id and (head is None or s.get("head") == head)]
+    mine = [s for s in sessions if s.session_id == session_id and (head is None or s.head == head)]
     for rec in mine if oldest else reversed(mine):
-        values = (rec.get("baseline") or {}).get(metric)
+        values = rec.baseline.get(metric)
         if values:
             return float(math.fsum(values) / len(values))
     return None
@@ -49,9 +49,9 @@ def worker_noise(outcome: dict[str, Any]) -> float | None:
 def experiment_cost(exp: ExperimentState, *, platforms: bool = True) -> float | None:
     """What an experiment's runs cost (its last round, and with `platforms` its runs on the other
     platforms); None when none of them reported a cost (a local run)."""
-    costs = [(exp.result or {}).get("cost_usd")]
+    costs = [exp.result.cost_usd if exp.result else None]
     if platforms:
-        costs += [p.get("cost_usd") for p in exp.platforms.values()]
+        costs += [p.cost_usd for p in exp.platforms.values()]
     known = [float(c) for c in costs if c is not None]
     return math.fsum(known) if known else None
 
@@ -68,38 +68,40 @@ def is_winner(exp: ExperimentState) -> bool:
     """Eligible for commit_winner and for "best": it improved, its checks passed, and no other
     platform failed it (commit_winner also waits for those still running)."""
     return (exp.status == "done" and exp.verdict == "improved"
-            and not any(p.get("passed") is False for p in exp.platforms.values()))
+            and not any(p.passed is False for p in exp.platforms.values()))
 
 
 def best(experiments: Iterable[ExperimentState], metric: str, direction: str) -> ExperimentState | None:
     """The winner with the largest change of `metric` in its better direction (the first on a tie)."""
     sign = 1.0 if direction == "higher" else -1.0
-    winners = [e for e in experiments if is_winner(e) and e.metric(metric).get("delta_pct") is not None]
-    return max(winners, key=lambda e: sign * float(e.metric(metric)["delta_pct"]), default=None)
+    winners = [e for e in experiments if is_winner(e) and e.metric(metric).delta_pct is not None]
+    return max(winners, key=lambda e: sign * (e.metric(metric).delta_pct or 0.0), default=None)
 
 
 # --- pairs -----------------------------------------------------------------------------------------
 
 
-def pair_count(outcome: dict[str, Any]) -> int:
+def pair_count(outcome: Outcome) -> int:
     """How many pairs an outcome's samples started (a pair counts once either side ran)."""
-    return len({s["pair"] for s in outcome.get("samples", [])})
+    return len({s.pair for s in outcome.samples})
 
 
 def measured_pairs(exp: ExperimentState) -> tuple[list[float], list[float]]:
     """The primary metric's (baseline, candidate) values of the complete blocks of pairs the latest
     measured round holds: the pairs a continuation pools with its own (a round only stops at a block)."""
-    base, cand = metrics.pairs((exp.measured or {}).get("outcome") or {}, str(exp.launch["metric"]))
+    measured = exp.measured
+    base, cand = metrics.pairs(measured.outcome.raw() if measured else {}, exp.launch.metric)
     done = len(base) - len(base) % 2
     return base[:done], cand[:done]
 
 
 def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
     """A continuation round's outcome with the earlier rounds' pairs in front (one design, one analysis)."""
-    prior_pairs = int((exp.continued or {}).get("prior_pairs", 0))
-    earlier = (exp.measured or {}).get("outcome") or {}
+    prior_pairs = exp.continued.prior_pairs if exp.continued else 0
+    measured = exp.measured
+    earlier = measured.outcome.raw() if measured else {}
     kept = [s for s in earlier.get("samples", []) if 0 <= int(s.get("pair", -1)) < prior_pairs]
-    rounds = [*earlier.get("rounds", []), {"pairs": prior_pairs, "worker": (exp.measured or {}).get("worker"),
+    rounds = [*earlier.get("rounds", []), {"pairs": prior_pairs, "worker": measured.worker if measured else None,
                                            "host": earlier.get("host")}] if prior_pairs else []
     return {**outcome, "samples": kept + list(outcome.get("samples", [])), "rounds": rounds}
 
@@ -107,18 +109,20 @@ def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
 # --- comparisons and verdicts ----------------------------------------------------------------------
 
 
-def analyze(outcome: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
-    """The comparisons of every metric and the verdict of an outcome, judged as its launch recorded
-    (metric, direction, objectives, guards, design): what the manager stores with a result."""
-    return metrics.analyze(outcome, metrics.Judging.from_launch(launch), stats.Design.from_dict(launch["design"]))
+def analyze(outcome: dict[str, Any], launch: LaunchRecord) -> Analysis:
+    """The comparisons of every metric and the verdict of a runner's outcome (as it wrote it; its
+    refused values are dropped), judged as its launch recorded (metric, direction, objectives,
+    guards, design): what the manager stores with a result."""
+    judging = metrics.Judging.from_launch(launch)
+    return Analysis.model_validate(metrics.analyze(outcome, judging, stats.Design.from_dict(launch.design)))
 
 
-def recomputed(exp: ExperimentState) -> dict[str, Any]:
+def recomputed(exp: ExperimentState) -> Analysis:
     """The experiment's analysis recomputed from its stored samples (the stored one is what was
     judged then); empty until it has a result. One measured with the earlier t-test design keeps
     the analysis it was judged with."""
     if exp.result is None:
-        return {}
-    if "bounds" not in exp.launch.get("design", {}):  # the earlier t-test design: today's test would differ
-        return dict((exp.result or {}).get("analysis") or {})
-    return analyze(copy.deepcopy((exp.result or {}).get("outcome") or {}), exp.launch)
+        return Analysis()
+    if "bounds" not in exp.launch.design:  # the earlier t-test design: today's test would judge it otherwise
+        return exp.result.analysis
+    return analyze(exp.result.outcome.raw(), exp.launch)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoresearch_mcp.core import runner
+from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.measure import stats
 
 
@@ -47,9 +48,8 @@ class Judging:
         return {"objectives": self.objective_names, "guards": self.guards}
 
     @classmethod
-    def from_launch(cls, launch: dict[str, Any]) -> Judging:
-        return cls(str(launch["metric"]), str(launch["direction"]), list(launch.get("objectives") or []),
-                   dict(launch.get("guards") or {}))
+    def from_launch(cls, launch: LaunchRecord) -> Judging:
+        return cls(launch.metric, launch.direction, list(launch.objectives), dict(launch.guards))
 
 
 def pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
