@@ -125,6 +125,7 @@ class Analysis(_Open):
 class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
+    type: str  # each record's own Literal
     schema_version: int = SCHEMA_VERSION
     ts: float = 0.0
 

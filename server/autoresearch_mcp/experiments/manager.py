@@ -120,7 +120,7 @@ class ExperimentManager:
             return
         self.executor.recover([Interrupted(e.experiment_id, e.worker, dict(e.runtime)) for e in interrupted]
                               + [Interrupted(platforms_.platform_job(e.experiment_id, name, p), p.worker,
-                                             dict(p.runtime or {})) for e, name, p in rounds])
+                                             dict(p.runtime)) for e, name, p in rounds])
         for e in interrupted:
             self._append(StatusRecord(experiment_id=e.experiment_id, status="lost",
                                       detail="the server stopped while this experiment ran; launch it again"))
@@ -259,7 +259,7 @@ class ExperimentManager:
             self._pairs_done[exp_id] = done
         base_commit, candidate = exp.launch.base_commit, exp.launch.candidate_commit
         spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch.candidate_tree,
-                          bool(exp.launch.incremental), self.platforms[0])
+                          exp.launch.incremental, self.platforms[0])
         spec["stops"] = stops
         spec["prior"] = [[b, c] for b, c in zip(base, cand, strict=True)]
         self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
@@ -528,7 +528,7 @@ class ExperimentManager:
             log_path=str(log_path),
             metrics={k: ComparisonResult.model_validate(v.model_dump(exclude_unset=True))
                      for k, v in exp.metrics.items()},
-            won=list(exp.analysis.won or []), blocking=list(exp.analysis.blocking or []),
+            won=list(exp.analysis.won), blocking=list(exp.analysis.blocking),
             checks=checks, confidence_level=1 - design.alpha,
             pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
             else figures.pair_count(outcome),
@@ -537,7 +537,7 @@ class ExperimentManager:
             noise_note=exp.analysis.noise_note,
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
-            platforms=[platforms_.result_of(p, exp.platforms.get(p.name), bool(exp.launch.incremental))
+            platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
                        for p in self.platforms[1:]],
         )
 
@@ -581,7 +581,7 @@ class ExperimentManager:
                 return (f"{noise}. More pairs at this noise are unlikely to decide: make the machine or the benchmark "
                         f"steadier, then {further}")
             need = exp.analysis.pairs_needed
-            n = int(exp.metric(self.config.metric).n_pairs or 0)
+            n = exp.metric(self.config.metric).n_pairs
             more = f"; about {need - n} more pairs would decide with 80% power" if need else ""
             return f"not decided yet: {further}{more}"
         if verdict == "invalid":
@@ -595,9 +595,9 @@ class ExperimentManager:
         mine = sorted(self._mine(), key=lambda e: float(e.launch.ts))
         for exp in mine:
             outcome = exp.outcome
-            for phase, seconds in (outcome.durations or {}).items():
+            for phase, seconds in outcome.durations.items():
                 totals[phase] = round(totals.get(phase, 0.0) + float(seconds), 3)
-            for build in (outcome.build or {}).values():
+            for build in outcome.build.values():
                 for key, count in (build.get("cache") or {}).items():
                     totals[f"cache_{key}"] = totals.get(f"cache_{key}", 0) + count
             if exp.commit:
@@ -723,11 +723,11 @@ class ExperimentManager:
     @staticmethod
     def _blocked_reason(exp: ExperimentState) -> str | None:
         """Which objective won and which objective or guard refused it, with the figures."""
-        blocking = exp.analysis.blocking or []
-        judged = {*(exp.launch.objectives or []), *(exp.launch.guards or {})}
+        blocking = exp.analysis.blocking
+        judged = {*exp.launch.objectives, *exp.launch.guards}
         if not blocking or len(judged) < 2:
             return None  # one judged metric: its verdict says it all
-        won = exp.analysis.won or []
+        won = exp.analysis.won
         parts = []
         for name in blocking:
             m = exp.metric(name)
@@ -783,7 +783,7 @@ class ExperimentManager:
             f"Result: {c.metric} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} "
             f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
             f"p={m.p_value:.2g}, {m.n_pairs} interleaved pairs; {c.direction} is better)")
-        won = exp.analysis.won or []
+        won = exp.analysis.won
         if won:
             objectives = exp.launch.objectives or [c.metric]
             lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
@@ -884,7 +884,7 @@ def _not_continuable(exp: ExperimentState) -> str | None:
     if verdict not in _REMEASURE:
         return (f"its verdict is {verdict!r}, already a decision" if verdict in _DECIDED
                 else f"it ended {exp.status} with verdict {verdict!r}; fix the cause and launch a new experiment")
-    n = int(exp.metric(str(exp.launch.metric)).n_pairs or 0)
+    n = exp.metric(exp.launch.metric).n_pairs
     budget = stats.Design.from_dict(exp.launch.design).budget
     if n >= budget:
         return (f"it used the design's whole budget of {budget} pairs; more would spend a fresh alpha. Treat it as "
