@@ -36,6 +36,7 @@ from autoresearch_mcp.core.config import (
 )
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.port import VALIDATION_RUNS, RemoteValidator, ValidationRun
+from autoresearch_mcp.core.records import SessionRecord
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import platforms as platforms_
@@ -468,11 +469,10 @@ def start_session(
     if compiler_cache() is None:
         warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
                         "in fresh worktrees reuse objects")
-    Ledger(state_dir(root) / "ledger.jsonl").append({
-        "type": "session", "session_id": config.session_id, "tag": config.tag, "branch": config.branch,
-        "head": head, "metric": config.metric, "direction": config.direction, "resumed": resumed,
-        "baseline": {n: s.samples for n, s in summary.items()}, "build_duration_s": round(build_s, 3),
-    })
+    Ledger(state_dir(root) / "ledger.jsonl").append(SessionRecord(
+        session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
+        direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in summary.items()},
+        build_duration_s=round(build_s, 3)))
     result = StartSessionResult(
         **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,

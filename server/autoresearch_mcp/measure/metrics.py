@@ -44,9 +44,6 @@ class Judging:
         guard = self.guards.get(name)
         return str(guard["direction"]) if guard else self.direction
 
-    def record(self) -> dict[str, Any]:
-        return {"objectives": self.objective_names, "guards": self.guards}
-
     @classmethod
     def from_launch(cls, launch: LaunchRecord) -> Judging:
         return cls(launch.metric, launch.direction, list(launch.objectives), dict(launch.guards))
