@@ -82,6 +82,9 @@ def test_an_experiments_cost_adds_its_platforms_runs_and_is_none_when_nothing_wa
     only_platform = experiment(-5.0, platforms={"arm": PlatformState(cost_usd=0.5)})
     assert figures.experiment_cost(only_platform) == 0.5 and figures.experiment_cost(only_platform,
                                                                                    platforms=False) is None
+    continued = experiment(-5.0, cost=0.25)
+    continued.rounds = [ResultRecord(experiment_id="e", status="done", cost_usd=0.5)]
+    assert figures.experiment_cost(continued) == 0.75  # the earlier round ran (and was charged) too
     assert figures.session_cost([exp, experiment(None, cost=0.1), only_platform]) == pytest.approx(1.35)
     assert figures.session_cost([]) == 0.0
 

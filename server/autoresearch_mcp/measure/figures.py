@@ -47,9 +47,9 @@ def worker_noise(outcome: dict[str, Any]) -> float | None:
 
 
 def experiment_cost(exp: ExperimentState, *, platforms: bool = True) -> float | None:
-    """What an experiment's runs cost (its last round, and with `platforms` its runs on the other
+    """What an experiment's runs cost (every round of it, and with `platforms` its runs on the other
     platforms); None when none of them reported a cost (a local run)."""
-    costs = [exp.result.cost_usd if exp.result else None]
+    costs = [r.cost_usd for r in [*exp.rounds, *([exp.result] if exp.result else [])]]
     if platforms:
         costs += [p.cost_usd for p in exp.platforms.values()]
     known = [float(c) for c in costs if c is not None]
