@@ -28,6 +28,10 @@ class _Open(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    def carries(self, name: str) -> bool:
+        """Whether it holds `name` (even as null), not only its default."""
+        return name in self.model_fields_set
+
 
 # --- what the runner reported ----------------------------------------------------------------------
 
@@ -91,6 +95,7 @@ class Comparison(_Open):
     ci_low_pct: float | None = None
     ci_high_pct: float | None = None
     p_value: float | None = None
+    log_se: float | None = None  # standard error of the log-ratio estimate
     n_pairs: int = 0
     verdict: str | None = None
     pairs_needed: int | None = None

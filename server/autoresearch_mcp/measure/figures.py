@@ -64,10 +64,11 @@ def session_cost(experiments: Iterable[ExperimentState], *, platforms: bool = Tr
 # --- the best experiment ---------------------------------------------------------------------------
 
 
-def is_winner(exp: ExperimentState) -> bool:
-    """Eligible for commit_winner and for "best": it improved, its checks passed, and no other
-    platform failed it (commit_winner also waits for those still running)."""
-    return (exp.status == "done" and exp.verdict == "improved"
+def is_winner(exp: ExperimentState, verdict: str | None = None) -> bool:
+    """Eligible for commit_winner and for "best": it improved (its recorded verdict, or `verdict`, one
+    recomputed from its samples), its checks passed, and no other platform failed it (commit_winner
+    also waits for those still running)."""
+    return (exp.status == "done" and (verdict or exp.verdict) == "improved"
             and not any(p.passed is False for p in exp.platforms.values()))
 
 
@@ -117,12 +118,14 @@ def analyze(outcome: dict[str, Any], launch: LaunchRecord) -> Analysis:
     return Analysis.model_validate(metrics.analyze(outcome, judging, stats.Design.from_dict(launch.design)))
 
 
-def recomputed(exp: ExperimentState) -> Analysis:
-    """The experiment's analysis recomputed from its stored samples (the stored one is what was
-    judged then); empty until it has a result. One measured with the earlier t-test design keeps
-    the analysis it was judged with."""
+def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Analysis:
+    """The experiment's analysis recomputed from its stored samples, judged as its launch (or
+    `launch`) says (the stored analysis is what was judged then); empty until it has a result. One
+    measured with the earlier t-test design keeps the analysis it was judged with."""
+    launch = launch or exp.launch
     if exp.result is None:
         return Analysis()
-    if "bounds" not in exp.launch.design:  # the earlier t-test design: today's test would judge it otherwise
+    if "bounds" not in launch.design:  # the earlier t-test design: today's test would judge it otherwise
         return exp.result.analysis
-    return analyze(exp.result.outcome.raw(), exp.launch)
+    # analyze drops refused values from what it is given: a copy, the record stays as read
+    return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch)

@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView
+from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import FINAL_STATUSES
 from autoresearch_mcp.report.measured import RECORDED, SAMPLES, Measured, measure
 
@@ -59,7 +58,7 @@ class Row:
     head_level: float | None = None  # log-ratio of the session head right after its commit
 
     @property
-    def launch(self) -> dict[str, Any]:
+    def launch(self) -> LaunchRecord:
         return self.exp.launch
 
     @property
@@ -76,15 +75,14 @@ class Row:
     @property
     def winner(self) -> bool:
         """Improved (as its samples say), checks passed, and no other platform failed it."""
-        return (self.exp.status == "done" and self.verdict == "improved"
-                and not any(p.get("passed") is False for p in self.exp.platforms.values()))
+        return figures.is_winner(self.exp, self.verdict)
 
     def checks(self) -> str:
         checks = self.exp.checks
-        if not checks.get("ran"):
+        if checks is None or not checks.ran:
             return "not run"
-        took = f" ({checks['duration_s']:.1f} s)" if checks.get("duration_s") is not None else ""
-        return ("passed" if checks.get("passed") else "failed") + took
+        took = f" ({checks.duration_s:.1f} s)" if checks.duration_s is not None else ""
+        return ("passed" if checks.passed else "failed") + took
 
 
 @dataclass
@@ -119,7 +117,7 @@ class SessionData:
 
     @property
     def cost(self) -> float:
-        return sum(r.exp.cost_usd or 0.0 for r in self.rows)
+        return figures.session_cost(r.exp for r in self.rows)
 
     @property
     def finished(self) -> int:
@@ -181,15 +179,15 @@ class _Link:
 
 def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[KeptCommit],
           note: str | None) -> SessionData:
-    mine = sorted((e for e in view.experiments.values() if e.launch.get("session_id") == config.session_id),
-                  key=lambda e: float(e.launch.get("ts", 0)))
+    mine = sorted((e for e in view.experiments.values() if e.launch.session_id == config.session_id),
+                  key=lambda e: e.launch.ts)
     measured = {e.experiment_id: measure(e, config) for e in mine}
     warnings = list(view.warnings)
     chain = _chain(config, mine, commits, warnings)
     if note:
         warnings.append(note + "; the total is chained from the ledger's commit records instead")
-        chain = [_Link(str(e.commit["commit"]), float(e.commit.get("ts", 0)), [e])
-                 for e in sorted((e for e in mine if e.commit), key=lambda e: float((e.commit or {}).get("ts", 0)))
+        chain = [_Link(e.commit.commit, e.commit.ts, [e])
+                 for e in sorted((e for e in mine if e.commit), key=lambda e: e.commit.ts if e.commit else 0.0)
                  if e.commit]
     metric = config.metric
     # The session head after each commit of the branch: its log-ratio vs the start.
@@ -199,28 +197,28 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
     level = 0.0
     for position, link in enumerate(chain):
         for exp in link.experiments:
-            figures = measured[exp.experiment_id]
-            level += _log(figures.comparison(metric).get("delta_pct"))
-            if figures.error is not None:
-                errors.append(figures.error)
+            shown = measured[exp.experiment_id]
+            level += _log(shown.comparison(metric).get("delta_pct"))
+            if shown.error is not None:
+                errors.append(shown.error)
         for exp in link.experiments:
             placed[exp.experiment_id] = (position, level)
         level_of[link.sha] = level
     for exp in mine:
         if exp.commit and exp.experiment_id not in placed:
             warnings.append(f"experiment {exp.experiment_id} ({exp.title!r}) was committed as "
-                            f"{str(exp.commit.get('commit'))[:12]}, which is no longer on {config.branch} (reset or "
+                            f"{exp.commit.commit[:12]}, which is no longer on {config.branch} (reset or "
                             "rewritten?): it is not counted as kept")
     warnings += _provenance_warnings(mine, measured)
     # For an experiment whose base commit left the branch: the head as it was when it was launched.
     times = list(itertools.accumulate((link.ts for link in chain), max))
     rows = []
     for index, exp in enumerate(mine, start=1):
-        before = bisect.bisect_right(times, float(exp.launch.get("ts", 0)))
+        before = bisect.bisect_right(times, exp.launch.ts)
         fallback = level_of[chain[before - 1].sha] if before else 0.0
-        figures = measured[exp.experiment_id]
-        row = Row(index, exp, figures, _outcome(exp, figures, exp.experiment_id in placed),
-                  level_of.get(str(exp.launch.get("base_commit")), fallback))
+        shown = measured[exp.experiment_id]
+        row = Row(index, exp, shown, _outcome(exp, shown, exp.experiment_id in placed),
+                  level_of.get(exp.launch.base_commit, fallback))
         row.position, row.head_level = placed.get(exp.experiment_id, (None, None))
         cmp = row.primary(metric)
         if cmp.get("delta_pct") is not None:
@@ -231,7 +229,10 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
         rows.append(row)
     half = stats.combined_half_width(errors, 1 - config.alpha) if placed else None
     machines = sorted({_machine(e) for e in mine if e.result})
-    return SessionData(root, config, rows, _baseline(view, config), level, half, 1 - config.alpha,
+    baseline = (figures.baseline_mean(view.sessions, config.session_id, config.metric, head=config.start_commit,
+                                      oldest=True)
+                or figures.baseline_mean(view.sessions, config.session_id, config.metric, oldest=True))
+    return SessionData(root, config, rows, baseline, level, half, 1 - config.alpha,
                        commits=commits, machines=machines, warnings=warnings)
 
 
@@ -241,12 +242,12 @@ def _provenance_warnings(mine: list[ExperimentState], measured: dict[str, Measur
     not_recomputed: dict[str, list[str]] = {}
     contradicted: list[str] = []
     for exp in mine:
-        figures = measured[exp.experiment_id]
-        if figures.source == RECORDED and figures.why:
-            not_recomputed.setdefault(figures.why, []).append(exp.experiment_id)
-        elif figures.source == SAMPLES and exp.result and "verdict" in exp.analysis \
-                and figures.verdict != exp.verdict:
-            contradicted.append(f"{exp.experiment_id} (recorded {exp.verdict}, its samples give {figures.verdict})")
+        shown = measured[exp.experiment_id]
+        if shown.source == RECORDED and shown.why:
+            not_recomputed.setdefault(shown.why, []).append(exp.experiment_id)
+        elif shown.source == SAMPLES and exp.result and exp.analysis.carries("verdict") \
+                and shown.verdict != exp.verdict:
+            contradicted.append(f"{exp.experiment_id} (recorded {exp.verdict}, its samples give {shown.verdict})")
     out = [f"{why}: {_listed(ids)}: shown as the ledger recorded them, not recomputed from samples"
            for why, ids in not_recomputed.items()]
     if contradicted:
@@ -265,7 +266,7 @@ def _chain(config: SessionConfig, mine: list[ExperimentState], commits: list[Kep
     """The branch's commits with the experiments the ledger records commit_winner making them as; a
     warning for each commit whose effect cannot be counted (made by hand, or rewritten since). Commit
     messages are never parsed for this: their text is not evidence."""
-    by_commit = {str(e.commit.get("commit")): e for e in mine if e.commit}
+    by_commit = {e.commit.commit: e for e in mine if e.commit}
     chain = []
     for commit in commits:
         exp = by_commit.get(commit.sha)
@@ -278,29 +279,18 @@ def _chain(config: SessionConfig, mine: list[ExperimentState], commits: list[Kep
     return chain
 
 
-def _outcome(exp: ExperimentState, figures: Measured, on_branch: bool) -> str:
+def _outcome(exp: ExperimentState, shown: Measured, on_branch: bool) -> str:
     if on_branch:
         return KEPT
     if exp.status not in FINAL_STATUSES:
         return RUNNING
-    if exp.status in _FAILED_STATUSES or figures.verdict in _FAILED_VERDICTS:
+    if exp.status in _FAILED_STATUSES or shown.verdict in _FAILED_VERDICTS:
         return FAILED
     return DISCARDED
 
 
-def _baseline(view: LedgerView, config: SessionConfig) -> float | None:
-    """Mean of the primary metric in the session's validation at its start commit (else the first)."""
-    records = [s for s in view.sessions if s.get("session_id") == config.session_id]
-    records.sort(key=lambda s: s.get("head") != config.start_commit)
-    for rec in records:
-        values = (rec.get("baseline") or {}).get(config.metric)
-        if values:
-            return float(np.mean(values))
-    return None
-
-
 def _machine(exp: ExperimentState) -> str:
-    host = exp.outcome.get("host") or {}
+    host = exp.outcome.host
     worker = exp.worker or "?"
     detail = ", ".join(str(x) for x in (host.get("hostname"), host.get("cpu_model"),
                                         f"{host['cpus']} CPUs" if host.get("cpus") else None) if x)

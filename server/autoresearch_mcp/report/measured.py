@@ -10,13 +10,13 @@ an experiment without a result shows nothing.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.core.records import Analysis
+from autoresearch_mcp.measure import figures, stats
 
 # Where an experiment's figures come from.
 SAMPLES, RECORDED, NONE = "samples", "recorded", "none"
@@ -41,37 +41,40 @@ def measure(exp: ExperimentState, config: SessionConfig) -> Measured:
     """The experiment's figures: from its stored samples when it has them, else what the ledger recorded."""
     if exp.result is None:
         return Measured(NONE)
-    launch = {"metric": config.metric, "direction": config.direction, **exp.launch}
-    outcome = exp.outcome
-    design = _recorded_design(launch)
-    if not outcome.get("samples"):
+    # a launch of an early version may not name its metric or direction: the session's
+    launch = exp.launch.model_copy(update={
+        "metric": exp.launch.metric or config.metric,
+        "direction": exp.launch.direction if exp.launch.carries("direction") else config.direction})
+    design = _recorded_design(launch.design)
+    if not exp.outcome.samples:
         why = "the result stores no samples"
     elif design is None:
         why = "the launch records no design"
     elif design.statistic != "wilcoxon":
         why = "measured with the earlier t-test design, which this version does not recompute"
     else:
-        # analyze drops refused values from the outcome it is given: the ledger's copy stays as read
-        outcome = {"status": exp.result.get("status"), **copy.deepcopy(outcome)}
         try:
-            analysis = metrics.analyze(outcome, metrics.Judging.from_launch(launch), design)
+            analysis = figures.recomputed(exp, launch)
         except (KeyError, TypeError, ValueError) as exc:
             why = f"its samples could not be analyzed ({type(exc).__name__}: {str(exc)[:80]})"
         else:
-            primary = analysis["metrics"].get(config.metric) or {}
-            se, n = primary.get("log_se"), int(primary.get("n_pairs") or 0)
+            primary = analysis.metric(config.metric)
+            se, n = (primary.log_se, primary.n_pairs) if primary else (None, 0)
             error = (float(se), n - 1) if se is not None and n >= 2 else None
-            return Measured(SAMPLES, analysis["metrics"], analysis["verdict"], error)
-    recorded = exp.metrics
+            return Measured(SAMPLES, _dicts(analysis), analysis.verdict, error)
+    recorded = _dicts(exp.analysis)
     if not recorded and exp.verdict is None:
         return Measured(NONE, why=why)
     error = stats.log_standard_error(recorded.get(config.metric) or {}, design or _earliest_design(exp, config))
     return Measured(RECORDED, recorded, exp.verdict, error, why)
 
 
-def _recorded_design(launch: dict[str, Any]) -> stats.Design | None:
-    recorded = launch.get("design")
-    if not isinstance(recorded, dict):
+def _dicts(analysis: Analysis) -> dict[str, dict[str, Any]]:
+    return {name: comparison.model_dump() for name, comparison in analysis.metrics.items()}
+
+
+def _recorded_design(recorded: dict[str, Any]) -> stats.Design | None:
+    if not recorded:
         return None
     try:
         return stats.Design.from_dict(recorded)
@@ -81,6 +84,6 @@ def _recorded_design(launch: dict[str, Any]) -> stats.Design | None:
 
 def _earliest_design(exp: ExperimentState, config: SessionConfig) -> stats.Design:
     """The design of a launch that recorded none: the earliest one, a fixed t test at the session's alpha."""
-    return stats.Design.from_dict({"looks": [max(2, int(exp.metric(config.metric).get("n_pairs") or 2))],
+    return stats.Design.from_dict({"looks": [max(2, exp.metric(config.metric).n_pairs or 2)],
                                    "alphas": [config.alpha], "min_effect": config.min_effect,
                                    "noise_limit": config.noise_limit, "alpha": config.alpha})

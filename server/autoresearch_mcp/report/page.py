@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure.figures import experiment_cost
 from autoresearch_mcp.report.accounting import DISCARDED, FAILED, KEPT, RUNNING, Row, SessionData
 from autoresearch_mcp.report.format import num, pct, short
 from autoresearch_mcp.report.measured import RECORDED, SAMPLES
@@ -94,12 +95,12 @@ def _row(r: Row, metric: str, has_log: bool) -> _RowView:
     figures = (None if source.source == SAMPLES or source.why is None
                else f"as recorded, not recomputed: {source.why}" if source.source == RECORDED
                else source.why)
-    cost = r.exp.cost_usd
+    cost = experiment_cost(r.exp)
     return _RowView(
         index=r.index, id=r.exp.experiment_id, outcome=r.outcome, title=r.exp.title,
-        hypothesis=short(str(r.launch.get("hypothesis") or ""), 400),
+        hypothesis=short(r.launch.hypothesis, 400),
         sources=[(short(str(s), 60), str(s)) if re.fullmatch(r"https?://\S+", str(s)) else (short(str(s), 120), None)
-                 for s in r.launch.get("sources") or []],
+                 for s in r.launch.sources],
         verdict=verdict, figures=figures, change=pct(cmp.get("delta_pct")),
         ci=(f"{pct(cmp.get('ci_low_pct'))} … {pct(cmp.get('ci_high_pct'))}"
             if cmp.get("ci_low_pct") is not None else "–"),

@@ -9,6 +9,7 @@ import re
 
 from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure.figures import experiment_cost
 from autoresearch_mcp.report.accounting import DISCARDED, FAILED, KEPT, RUNNING, SessionData
 from autoresearch_mcp.report.format import num, pct
 
@@ -54,15 +55,15 @@ def tsv_text(data: SessionData) -> str:
     out.writerow(TSV_COLUMNS)
     for r in data.rows:
         cmp = r.primary(metric)
-        launched = dt.datetime.fromtimestamp(float(r.launch.get("ts", 0)), dt.UTC).isoformat(timespec="seconds")
+        launched = dt.datetime.fromtimestamp(r.launch.ts, dt.UTC).isoformat(timespec="seconds")
         values: list[object] = [
             r.index, r.exp.experiment_id, launched, r.exp.title, r.exp.status, r.verdict, r.outcome,
-            (r.exp.commit or {}).get("commit"), metric, data.config.direction,
+            r.exp.commit.commit if r.exp.commit else None, metric, data.config.direction,
             (cmp.get("baseline") or {}).get("mean"), (cmp.get("candidate") or {}).get("mean"),
             cmp.get("delta_pct"), cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), cmp.get("p_value"),
-            cmp.get("n_pairs"), stats.pct(r.level), r.checks(), r.exp.cost_usd,
-            r.exp.worker, "; ".join(map(str, r.launch.get("sources") or [])),
-            " ".join(map(str, r.launch.get("changed_files") or [])), r.launch.get("hypothesis"),
+            cmp.get("n_pairs"), stats.pct(r.level), r.checks(), experiment_cost(r.exp),
+            r.exp.worker, "; ".join(r.launch.sources),
+            " ".join(r.launch.changed_files), r.launch.hypothesis,
             r.measured.source,
         ]
         out.writerow(["" if v is None else re.sub(r"[\t\r\n]+", " ", str(v)) for v in values])

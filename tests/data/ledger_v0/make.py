@@ -10,6 +10,8 @@ experiment, report numbers): `test_records.py` checks that the current code give
 It only makes format-0 files with the code of that time (commit c2c589f):
     git archive c2c589f server tests | tar -x -C /tmp/v0
     cd /tmp/v0 && PYTHONPATH=server:tests python tests/data/ledger_v0/make.py OUT_DIR
+The report package that came next (8d5f63e, still format 0) computes the total's interval from
+unrounded standard errors; rereport.py wrote its numbers into expected.json the same way.
 """
 
 from __future__ import annotations
