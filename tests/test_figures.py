@@ -21,6 +21,7 @@ from autoresearch_mcp.core.records import (
     ResultRecord,
     SessionRecord,
 )
+from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.measure import figures, metrics, stats
 
 V0 = Path(__file__).parent / "data" / "ledger_v0" / "ledger.jsonl"
@@ -166,6 +167,17 @@ def test_a_verdict_of_the_earlier_t_test_design_is_kept_as_it_was_judged() -> No
                           result=ResultRecord(experiment_id="e", status="done", analysis=stored))
     assert figures.recomputed(exp) == stored
     assert figures.recomputed(ExperimentState("e", launch())) == Analysis()
+
+
+def test_a_launch_without_a_direction_is_never_judged_with_a_default_one() -> None:
+    stored = Ledger(V0).view()
+    exp = next(e for e in stored.experiments.values() if e.result is not None)
+    unnamed = LaunchRecord.model_validate({k: v for k, v in exp.launch.model_dump().items() if k != "direction"})
+    assert unnamed.direction == "higher"  # the model's default, which must not be taken for the session's
+    with pytest.raises(StateError, match="names no metric or no direction"):
+        figures.recomputed(exp, unnamed)
+    with pytest.raises(StateError, match="names no metric or no direction"):
+        figures.recomputed(exp, exp.launch.model_copy(update={"metric": ""}))
 
 
 @pytest.mark.parametrize("seed", range(6))

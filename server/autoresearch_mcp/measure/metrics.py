@@ -20,6 +20,7 @@ from typing import Any
 
 from autoresearch_mcp.core import runner
 from autoresearch_mcp.core.records import LaunchRecord
+from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.measure import stats
 
 
@@ -46,6 +47,11 @@ class Judging:
 
     @classmethod
     def from_launch(cls, launch: LaunchRecord) -> Judging:
+        # never a default direction: judging "higher is better" by accident would flip a verdict
+        if not launch.metric or not launch.carries("direction"):
+            raise StateError(f"the launch record of experiment {launch.experiment_id} names no metric or no "
+                             "direction, so its samples cannot be judged; the ledger was not written by this "
+                             "server (or was edited)")
         return cls(launch.metric, launch.direction, list(launch.objectives), dict(launch.guards))
 
 
