@@ -18,6 +18,7 @@ from autoresearch_mcp.core.records import (
     ContinueRecord,
     LaunchRecord,
     Outcome,
+    ProfileRecord,
     ResultRecord,
     SessionRecord,
 )
@@ -91,6 +92,18 @@ def test_an_experiments_cost_adds_its_platforms_runs_and_is_none_when_nothing_wa
 
 
 # --- the best experiment ---------------------------------------------------------------------------
+
+
+def test_the_sessions_cost_counts_its_profiles_read_back_from_the_ledger(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / ".autoresearch" / "ledger.jsonl")
+    (tmp_path / ".autoresearch").mkdir()
+    ledger.append(ProfileRecord(session_id="s", profile_id="p1", build="baseline", commit="c", worker="ar-1",
+                                cost_usd=0.25))
+    ledger.append(ProfileRecord(session_id="s", profile_id="p2", build="baseline", commit="c"))  # a local one
+    profiles = ledger.view().profiles
+    assert [p.profile_id for p in profiles] == ["p1", "p2"]
+    assert figures.session_cost([experiment(1.0, cost=0.5)], profiles=profiles) == pytest.approx(0.75)
+    assert figures.session_cost([], profiles=profiles[1:]) == 0.0
 
 
 def test_the_best_is_the_winner_with_the_largest_change_in_the_better_direction() -> None:

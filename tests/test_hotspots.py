@@ -228,6 +228,10 @@ async def test_on_a_cloud_worker_the_profile_runs_alone_and_find_passes_reads_th
         assert Path(path).stat().st_size > 0
         assert Path(prof["report_path"]).read_text().count("\x1f") > 10
         assert any("stays on it" in n for n in prof["notes"])
+        # the profiles' cloud time is the session's cost too (the ledger keeps it across restarts)
+        listed = await call(client, "list_experiments")
+        runs = sum(e["cost_usd"] or 0.0 for e in listed["experiments"])
+        assert listed["cost_usd"] == pytest.approx(runs + cand["cost_usd"] + prof["cost_usd"], abs=1e-3)
 
         found = await call(client, "find_passes", profile_id=prof["profile_id"])
         assert {"cpu_soft_max", "cpu_rms_norm"} <= {f["function"] for f in found["findings"]}

@@ -25,6 +25,7 @@ from autoresearch_mcp import safefs
 from autoresearch_mcp.core import gitops, profiler, runner
 from autoresearch_mcp.core.config import BENCH_SCRIPT, job_env, state_dir
 from autoresearch_mcp.core.port import Job, JobSpec
+from autoresearch_mcp.core.records import ProfileRecord
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.executors.sky_pool import SkyPool
@@ -109,6 +110,9 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
         perf_data_path=run.raw["perf_data"], bench_exit_code=run.raw["bench"]["exit_code"],
         worker=run.worker, cost_usd=run.cost_usd, notes=_notes(hot, run))
     safefs.write_text(root, profiles_dir(root) / f"{profile_id}.json", saved.model_dump_json())
+    session.manager.record_profile(ProfileRecord(session_id=config.session_id, profile_id=profile_id,
+                                                 build=target.build, commit=target.commit, worker=run.worker,
+                                                 cost_usd=run.cost_usd))
     shown = [f.model_copy(update={"lines": f.lines[:lines]}) for f in hot[:top]]
     return saved.model_copy(update={"functions": shown})
 

@@ -31,6 +31,7 @@ from autoresearch_mcp.core.records import (
     LaunchRecord,
     Outcome,
     PlatformRecord,
+    ProfileRecord,
     Record,
     ResultRecord,
     SessionRecord,
@@ -124,6 +125,7 @@ class ExperimentState:
 class LedgerView:
     sessions: list[SessionRecord] = field(default_factory=list)
     experiments: dict[str, ExperimentState] = field(default_factory=dict)
+    profiles: list[ProfileRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -192,6 +194,9 @@ def apply(view: LedgerView, rec: Record) -> None:
     """Fold one record into the view."""
     if isinstance(rec, SessionRecord):
         view.sessions.append(rec)
+        return
+    if isinstance(rec, ProfileRecord):
+        view.profiles.append(rec)
         return
     if isinstance(rec, LaunchRecord):
         view.experiments[rec.experiment_id] = ExperimentState(rec.experiment_id, rec, updated_at=rec.ts)

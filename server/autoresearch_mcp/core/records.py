@@ -264,9 +264,22 @@ class HoldoutRecord(_Record):
     metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class ProfileRecord(_Record):
+    """profile_hotspots ran the benchmark under perf (on a cloud worker it was charged like a job)."""
+
+    type: Literal["profile"] = "profile"
+    session_id: str
+    profile_id: str
+    build: str  # baseline, or the experiment whose candidate was profiled
+    commit: str
+    worker: str | None = None
+    cost_usd: float | None = None
+
+
 Record = Annotated[SessionRecord | LaunchRecord | StatusRecord | ResultRecord | ContinueRecord | PlatformRecord
-                   | CommitRecord | WorkersRecord | HoldoutRecord, Field(discriminator="type")]
-TYPES = frozenset({"session", "launch", "status", "result", "continue", "platform", "commit", "workers", "holdout"})
+                   | CommitRecord | WorkersRecord | HoldoutRecord | ProfileRecord, Field(discriminator="type")]
+TYPES = frozenset({"session", "launch", "status", "result", "continue", "platform", "commit", "workers", "holdout",
+                   "profile"})
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
 
 

@@ -224,7 +224,7 @@ def session_spend(repo_root: Path, session_id: str) -> float:
     view = Ledger(state_dir(repo_root) / "ledger.jsonl").view()
     # the host's runs only: each other platform's pool keeps its own meter
     return figures.session_cost((e for e in view.experiments.values() if e.launch.session_id == session_id),
-                                platforms=False)
+                                platforms=False, profiles=(p for p in view.profiles if p.session_id == session_id))
 
 
 class SkyExecutor(SkyPool):

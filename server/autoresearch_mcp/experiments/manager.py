@@ -33,6 +33,7 @@ from autoresearch_mcp.core.records import (
     LaunchRecord,
     Outcome,
     PlatformRecord,
+    ProfileRecord,
     Record,
     ResultRecord,
     StatusRecord,
@@ -91,6 +92,13 @@ class ExperimentManager:
         with self._lock:
             apply(self.view, self.ledger.append(record))
             self._changed.notify_all()
+
+    def record_profile(self, record: ProfileRecord) -> None:
+        """A profile ran (profile_hotspots): its cloud cost counts in the session's."""
+        self._append(record)
+
+    def _profiles(self) -> list[ProfileRecord]:
+        return [p for p in self.view.profiles if p.session_id == self.config.session_id]
 
     def _wait(self, experiment_id: str, done: Callable[[ExperimentState], bool], timeout: float) -> None:
         """Block until `done(experiment)` holds or `timeout` seconds pass (records wake the waiters)."""
@@ -611,7 +619,8 @@ class ExperimentManager:
         best = figures.best(mine, self.config.metric, self.config.direction)
         return ListExperimentsResult(experiments=items, best=best and self._summary(best), kept=kept,
                                      discarded=discarded, running=running,
-                                     cost_usd=round(figures.session_cost(mine), 4), totals=totals,
+                                     cost_usd=round(figures.session_cost(mine, profiles=self._profiles()), 4),
+                                     totals=totals,
                                      warnings=list(self.view.warnings))
 
     def _summary(self, exp: ExperimentState) -> ExperimentSummary:

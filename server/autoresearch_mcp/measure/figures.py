@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import Analysis, LaunchRecord, Outcome, SessionRecord
+from autoresearch_mcp.core.records import Analysis, LaunchRecord, Outcome, ProfileRecord, SessionRecord
 from autoresearch_mcp.measure import metrics, stats
 
 # --- the baseline ----------------------------------------------------------------------------------
@@ -56,9 +56,11 @@ def experiment_cost(exp: ExperimentState, *, platforms: bool = True) -> float | 
     return math.fsum(known) if known else None
 
 
-def session_cost(experiments: Iterable[ExperimentState], *, platforms: bool = True) -> float:
-    """The sum of the experiments' costs (0.0 when none reported one)."""
-    return math.fsum(experiment_cost(e, platforms=platforms) or 0.0 for e in experiments)
+def session_cost(experiments: Iterable[ExperimentState], *, platforms: bool = True,
+                 profiles: Iterable[ProfileRecord] = ()) -> float:
+    """The sum of the experiments' costs and of the profiles' (0.0 when none reported one)."""
+    return math.fsum([*(experiment_cost(e, platforms=platforms) or 0.0 for e in experiments),
+                      *(p.cost_usd or 0.0 for p in profiles)])
 
 
 # --- the best experiment ---------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView
-from autoresearch_mcp.core.records import LaunchRecord
+from autoresearch_mcp.core.records import LaunchRecord, ProfileRecord
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import FINAL_STATUSES
@@ -111,13 +111,14 @@ class SessionData:
     machines: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: str | None = None  # .autoresearch/notes.md, as the agent wrote it
+    profiles: list[ProfileRecord] = field(default_factory=list)  # profile_hotspots runs (their cloud cost)
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.rows if r.outcome == outcome)
 
     @property
     def cost(self) -> float:
-        return figures.session_cost(r.exp for r in self.rows)
+        return figures.session_cost((r.exp for r in self.rows), profiles=self.profiles)
 
     @property
     def finished(self) -> int:
@@ -233,7 +234,8 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
                                       oldest=True)
                 or figures.baseline_mean(view.sessions, config.session_id, config.metric, oldest=True))
     return SessionData(root, config, rows, baseline, level, half, 1 - config.alpha,
-                       commits=commits, machines=machines, warnings=warnings)
+                       commits=commits, machines=machines, warnings=warnings,
+                       profiles=[p for p in view.profiles if p.session_id == config.session_id])
 
 
 def _provenance_warnings(mine: list[ExperimentState], measured: dict[str, Measured]) -> list[str]:
