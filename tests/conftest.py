@@ -58,6 +58,21 @@ def patches() -> Path:
     return EXAMPLE / "patches"
 
 
+def balanced_noise(width: float = 0.004) -> str:
+    """Shell that sets $n, this run's noise factor, to 1 +- width/2 without chance in it.
+
+    Each tree counts its own runs (in a file outside the repository, named after the tree); its runs
+    2k and 2k+1 get +a_k and -a_k, with a_k from a golden-ratio sequence in the tree's own phase. The
+    differences of the pairs are then symmetric around zero whatever order the pairs run in, so a test
+    that expects "no change" (or one metric held) cannot see a false winner: $RANDOM noise would, as
+    often as the design's own false-positive rate, one run in sixty."""
+    return ('h=$(pwd | cksum | cut -d" " -f1); f="${AUTORESEARCH_CACHE_DIR:-${TMPDIR:-/tmp}}/noise-$h"; '
+            'i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+1)) > "$f"; '
+            f"n=$(awk -v i=$i -v h=$h -v w={width / 2} "
+            "'BEGIN{g=(int(i/2)+1)*0.6180339887+h/4294967296; a=g-int(g); "
+            "printf \"%.9f\", 1+((i%2==0)?1:-1)*w*a}'); ")
+
+
 def script_repo(tmp_path: Path, bench: str, checks: str = "exit 0", build: str = "true") -> Path:
     """A repository whose benchmark is a few lines of shell (for failure modes)."""
     repo = tmp_path / "scripted"

@@ -11,14 +11,14 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from conftest import git, script_repo
+from conftest import balanced_noise, git, script_repo
 from helpers import call, error, wait_final
 
 pytestmark = pytest.mark.anyio
 
 # One sample: the value in value.txt with +/-0.2% noise, so effects are known exactly.
-NOISY_VALUE = ("awk -v v=$(cat value.txt) -v s=$RANDOM "
-               "'BEGIN{srand(s); printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*(1+0.004*(rand()-0.5))}'")
+NOISY_VALUE = (balanced_noise() + "awk -v v=$(cat value.txt) -v n=$n "
+               "'BEGIN{printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*n}'")
 
 
 def value_patch(old: str, new: str) -> str:

@@ -15,14 +15,14 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp.app import build_server
-from conftest import git, init_repo, script_repo
+from conftest import balanced_noise, git, init_repo, script_repo
 from helpers import call, error, wait_final
 
 pytestmark = pytest.mark.anyio
 
 # One sample: the value in value.txt with +/-0.2% noise (as in test_experiments).
-NOISY_VALUE = ("awk -v v=$(cat value.txt) -v s=$RANDOM "
-               "'BEGIN{srand(s); printf \"METRIC score=%.5f\\n\", v*(1+0.004*(rand()-0.5))}'")
+NOISY_VALUE = (balanced_noise() + "awk -v v=$(cat value.txt) -v n=$n "
+               "'BEGIN{printf \"METRIC score=%.5f\\n\", v*n}'")
 
 
 def add_file(path: str, content: str = "x") -> str:

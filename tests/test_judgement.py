@@ -13,14 +13,14 @@ from mcp import Client
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core.config import config_path
-from conftest import git, script_repo
+from conftest import balanced_noise, git, script_repo
 from helpers import call, error, wait_final
 
 pytestmark = pytest.mark.anyio
 
 # One sample: each of a, b and mem is the number in its file, with +/-0.2% noise.
-BENCH = ("awk -v a=$(cat a.txt) -v b=$(cat b.txt) -v m=$(cat mem.txt) -v s=$RANDOM 'BEGIN{srand(s); "
-         "n=1+0.004*(rand()-0.5); printf \"METRIC a=%.5f\\nMETRIC b=%.5f\\nMETRIC mem=%.5f\\n\", a*n, b*n, m*n}'")
+BENCH = (balanced_noise() + "awk -v a=$(cat a.txt) -v b=$(cat b.txt) -v m=$(cat mem.txt) -v n=$n 'BEGIN{"
+         "printf \"METRIC a=%.5f\\nMETRIC b=%.5f\\nMETRIC mem=%.5f\\n\", a*n, b*n, m*n}'")
 
 
 @pytest.fixture
@@ -133,9 +133,20 @@ async def test_checks_compare_the_candidate_with_the_baseline_build(repo: Path) 
     assert other["status"] == "checks_failed" and "out.txt differs from the baseline's" in other["checks"]["tail"]
 
 
+def undecidable_bench(counters: Path) -> str:
+    """A benchmark whose candidate is +-50% around the baseline, deterministic and symmetric: the
+    candidate's runs 2k and 2k+1 are 100+a_k and 100-a_k, whatever order the pairs run in, so no
+    budget can tell the two apart, and no seed can make them look different by chance."""
+    return (f'if [ -e wrong ]; then f={counters}/cand; w=50; else f={counters}/base; w=0.05; fi; '
+            'i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+1)) > "$f"; '
+            "awk -v i=$i -v w=$w 'BEGIN{k=int(i/2)+1; g=k*0.6180339887; a=w*(0.1+0.9*(g-int(g))); "
+            "s=(i%2==0)?1:-1; printf \"METRIC a=%.4f\\n\", 100+s*a}'")
+
+
 async def test_a_noisy_candidate_still_gets_its_checks(tmp_path: Path) -> None:
-    wild = "awk -v s=$RANDOM 'BEGIN{srand(s); printf \"METRIC a=%.3f\\n\", 100*(0.5+rand())}'"
-    repo = script_repo(tmp_path, wild, checks="echo checked; test ! -e wrong")
+    counters = tmp_path / "counters"
+    counters.mkdir()
+    repo = script_repo(tmp_path, undecidable_bench(counters), checks="echo checked; test ! -e wrong")
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), metric="a", direction="higher", tag="t")
         # noisy: even the whole budget (100 pairs) could not decide at this spread

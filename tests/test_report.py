@@ -30,7 +30,7 @@ from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.finalize import finalize
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_chart, write_report
-from conftest import git, init_repo
+from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
 # --- a session written record by record ----------------------------------------------------------
@@ -163,8 +163,8 @@ def markers(png: Path | bytes, color: str, tolerance: float = 0.08, min_pixels: 
 # --- end to end ----------------------------------------------------------------------------------
 
 # One sample: value.txt times factor.txt with +/-0.2% noise, so effects are known exactly.
-PRODUCT = ("awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v s=$RANDOM "
-           "'BEGIN{srand(s); printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*(1+0.004*(rand()-0.5))}'")
+PRODUCT = (balanced_noise() + "awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v n=$n "
+           "'BEGIN{printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*n}'")
 
 
 def product_repo(tmp_path: Path) -> Path:
