@@ -7,6 +7,7 @@ import ast
 import graphlib
 import shutil
 import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def test_no_two_parts_of_the_package_import_each_other() -> None:
 
 
 def test_the_layer_contract_holds() -> None:
-    lint = shutil.which("lint-imports")
+    # the interpreter's own environment first: the venv need not be on PATH (`.venv/bin/python -m pytest`)
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert lint is not None, "import-linter is a dev dependency: pip install -e '.[dev]'"
     done = subprocess.run([lint, "--no-cache"], cwd=ROOT,  # reads pyproject.toml there
                           capture_output=True, text=True, timeout=120)

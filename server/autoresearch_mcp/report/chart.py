@@ -67,7 +67,8 @@ def _primary_panel(ax: Any, data: SessionData) -> None:
     ax.set_ylim(*_limits(shown))
     ax.set_ylabel(f"{data.config.metric} vs start (%)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.85)
+    if ax.get_legend_handles_labels()[0]:  # a session with no experiments yet has nothing to name
+        ax.legend(loc="upper left", fontsize=8, framealpha=0.85)
 
 
 def _secondary_panel(ax: Any, data: SessionData, name: str) -> None:
