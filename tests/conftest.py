@@ -58,8 +58,9 @@ def patches() -> Path:
     return EXAMPLE / "patches"
 
 
-def balanced_noise(width: float = 0.004) -> str:
-    """Shell that sets $n, this run's noise factor, to 1 +- width/2 without chance in it.
+def balanced_noise(width: float | str = 0.004) -> str:
+    """Shell that sets $n, this run's noise factor, to 1 +- width/2 without chance in it (`width` may
+    be a shell expression, such as "$w", for noise that depends on the tree).
 
     Each tree counts its own runs (in a file outside the repository, named after the tree); its runs
     2k and 2k+1 get +a_k and -a_k, with a_k from a golden-ratio sequence in the tree's own phase. The
@@ -68,9 +69,9 @@ def balanced_noise(width: float = 0.004) -> str:
     often as the design's own false-positive rate, one run in sixty."""
     return ('h=$(pwd | cksum | cut -d" " -f1); f="${AUTORESEARCH_CACHE_DIR:-${TMPDIR:-/tmp}}/noise-$h"; '
             'i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+1)) > "$f"; '
-            f"n=$(awk -v i=$i -v h=$h -v w={width / 2} "
+            f"n=$(awk -v i=$i -v h=$h -v w={width} "
             "'BEGIN{g=(int(i/2)+1)*0.6180339887+h/4294967296; a=g-int(g); "
-            "printf \"%.9f\", 1+((i%2==0)?1:-1)*w*a}'); ")
+            "printf \"%.9f\", 1+((i%2==0)?1:-1)*w/2*a}'); ")
 
 
 def script_repo(tmp_path: Path, bench: str, checks: str = "exit 0", build: str = "true") -> Path:

@@ -133,20 +133,12 @@ async def test_checks_compare_the_candidate_with_the_baseline_build(repo: Path) 
     assert other["status"] == "checks_failed" and "out.txt differs from the baseline's" in other["checks"]["tail"]
 
 
-def undecidable_bench(counters: Path) -> str:
-    """A benchmark whose candidate is +-50% around the baseline, deterministic and symmetric: the
-    candidate's runs 2k and 2k+1 are 100+a_k and 100-a_k, whatever order the pairs run in, so no
-    budget can tell the two apart, and no seed can make them look different by chance."""
-    return (f'if [ -e wrong ]; then f={counters}/cand; w=50; else f={counters}/base; w=0.05; fi; '
-            'i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+1)) > "$f"; '
-            "awk -v i=$i -v w=$w 'BEGIN{k=int(i/2)+1; g=k*0.6180339887; a=w*(0.1+0.9*(g-int(g))); "
-            "s=(i%2==0)?1:-1; printf \"METRIC a=%.4f\\n\", 100+s*a}'")
-
-
 async def test_a_noisy_candidate_still_gets_its_checks(tmp_path: Path) -> None:
-    counters = tmp_path / "counters"
-    counters.mkdir()
-    repo = script_repo(tmp_path, undecidable_bench(counters), checks="echo checked; test ! -e wrong")
+    # the candidate (the tree with `wrong`) is +-50% around the baseline, balanced: no budget can tell
+    # the two apart, and no seed can make them look different by chance
+    undecidable = ('if [ -e wrong ]; then w=1; else w=0.001; fi; ' + balanced_noise("$w")
+                   + "awk -v n=$n 'BEGIN{printf \"METRIC a=%.4f\\n\", 100*n}'")
+    repo = script_repo(tmp_path, undecidable, checks="echo checked; test ! -e wrong")
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), metric="a", direction="higher", tag="t")
         # noisy: even the whole budget (100 pairs) could not decide at this spread
