@@ -44,11 +44,11 @@ async def test_the_next_baseline_reuses_the_committed_winners_build(logged: tupl
     async with Client(build_server()) as c:
         await start(c, repo)
         first = await call(c, "launch_experiment", title="110", source="patch", patch=value_patch("100", "110"),
-                           repeats=14)
+                           repeats=24)
         assert (await wait_final(c, first["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=first["experiment_id"])
         second = await call(c, "launch_experiment", title="120", source="patch", patch=value_patch("110", "120"),
-                            repeats=3)
+                            repeats="auto")
         res = await wait_final(c, second["experiment_id"])
         listing = await call(c, "list_experiments")
     assert res["build"]["baseline"]["mode"] == "reused"
@@ -64,10 +64,10 @@ async def test_a_candidate_measured_again_reuses_its_build(tmp_path: Path) -> No
     async with Client(build_server()) as c:
         await start(c, repo)
         patch = value_patch("100", "101")
-        first = await call(c, "launch_experiment", title="small", source="patch", patch=patch, repeats=3)
+        first = await call(c, "launch_experiment", title="small", source="patch", patch=patch, repeats="auto")
         assert (await wait_final(c, first["experiment_id"]))["verdict"] in ("inconclusive", "noisy")
         again = await call(c, "launch_experiment", title="more pairs", source="experiment",
-                           experiment_id=first["experiment_id"], repeats=4)
+                           experiment_id=first["experiment_id"], repeats="auto")
         assert again["experiment_id"] == first["experiment_id"] and again["prior_pairs"] == 4
         res = await wait_final(c, again["experiment_id"])
     assert res["build"]["candidate"]["mode"] == "reused"
@@ -91,7 +91,7 @@ async def test_a_candidate_in_a_fresh_worktree_reuses_cached_objects(
     monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="cc")
-        launched = await call(c, "launch_experiment", title="fuse", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="fuse", source="patch", repeats="auto",
                               patch=(patches / "fuse-rms-norm-mul.patch").read_text())
         res = await wait_final(c, launched["experiment_id"])
     cache = res["build"]["candidate"]["cache"]
@@ -107,15 +107,15 @@ async def test_incremental_winners_must_be_confirmed_on_a_clean_build(logged: tu
         config.write_text(json.dumps({**json.loads(config.read_text()), "incremental": True, "build_parallelism": 1}))
         await start(c, repo)  # resuming keeps the settings a person edited
         a = await call(c, "launch_experiment", title="105", source="patch", patch=value_patch("100", "105"),
-                       repeats=3)
+                       repeats="auto")
         await wait_final(c, a["experiment_id"])
         b = await call(c, "launch_experiment", title="120", source="patch", patch=value_patch("100", "120"),
-                       repeats=14)
+                       repeats=24)
         res = await wait_final(c, b["experiment_id"])
         assert res["verdict"] == "improved" and res["build"]["candidate"]["mode"] == "incremental"
         assert "incremental build" in await error(c, "commit_winner", experiment_id=b["experiment_id"])
         confirm = await call(c, "launch_experiment", title="120, clean", source="commit",
-                             commit=b["candidate_commit"], clean_build=True, repeats=14)
+                             commit=b["candidate_commit"], clean_build=True, repeats=24)
         confirmed = await wait_final(c, confirm["experiment_id"])
         assert confirmed["build"]["candidate"]["mode"] == "fresh"
         await call(c, "commit_winner", experiment_id=confirm["experiment_id"])

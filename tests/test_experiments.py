@@ -42,15 +42,15 @@ async def launch_value(c: Client, new: str, **kw: Any) -> dict[str, Any]:
 async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await launch_value(c, "110", repeats=14)
+        launched = await launch_value(c, "110", repeats=24)
         assert launched["status"] == "queued"
         assert git(repo, "rev-parse", f"refs/autoresearch/exp/{launched['experiment_id']}") == \
             launched["candidate_commit"]
         res = await wait_final(c, launched["experiment_id"])
         assert res["status"] == "done" and res["verdict"] == "improved"
         score = res["metrics"]["score"]
-        assert score["n_pairs"] == 14 and 9.0 < score["delta_pct"] < 11.0
-        assert score["ci_low_pct"] > 0 and len(score["baseline"]["samples"]) == 14
+        assert score["n_pairs"] == 24 and 9.0 < score["delta_pct"] < 11.0
+        assert score["ci_low_pct"] > 0 and len(score["baseline"]["samples"]) == 24
         assert res["checks"]["passed"] is True
         committed = await call(c, "commit_winner", experiment_id=launched["experiment_id"])
     assert git(repo, "rev-parse", "autoresearch/t") == committed["commit"]
@@ -60,15 +60,15 @@ async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(re
     assert f"Autoresearch-Experiment: {launched['experiment_id']}" in message
     trailer = next(line for line in message.splitlines() if line.startswith("Autoresearch-Result: "))
     result = json.loads(trailer.split(": ", 1)[1])
-    assert result["verdict"] == "improved" and result["n_pairs"] == 14
+    assert result["verdict"] == "improved" and result["n_pairs"] == 24
 
 
 async def test_no_change_and_regression_are_refused_by_commit_winner(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        same = await call(c, "launch_experiment", title="comment", source="patch", repeats=14,
+        same = await call(c, "launch_experiment", title="comment", source="patch", repeats=24,
                           patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+a note\n")
-        worse = await launch_value(c, "90", repeats=14)
+        worse = await launch_value(c, "90", repeats=24)
         assert (await wait_final(c, same["experiment_id"]))["verdict"] == "no_change"
         assert (await wait_final(c, worse["experiment_id"]))["verdict"] == "regressed"
         for exp in (same, worse):
@@ -94,7 +94,7 @@ async def test_worktree_snapshot_leaves_index_head_and_files_alone(repo: Path) -
         (repo / "value.txt").write_text("120\n")
         (repo / "untracked.txt").write_text("new file\n")
         head = git(repo, "rev-parse", "HEAD")
-        launched = await call(c, "launch_experiment", title="edit", source="worktree", repeats=3)
+        launched = await call(c, "launch_experiment", title="edit", source="worktree", repeats="auto")
         assert git(repo, "rev-parse", "HEAD") == head
         assert git(repo, "diff", "--cached", "--name-only") == ""
         assert (repo / "value.txt").read_text() == "120\n" and (repo / "untracked.txt").exists()
@@ -108,7 +108,7 @@ async def test_restore_worktree_resets_to_the_session_head(repo: Path) -> None:
         await session(c, repo)
         (repo / "value.txt").write_text("120\n")
         (repo / "scratch.c").write_text("int x;\n")
-        launched = await call(c, "launch_experiment", title="edit", restore_worktree=True, repeats=3)
+        launched = await call(c, "launch_experiment", title="edit", restore_worktree=True, repeats="auto")
         assert launched["worktree_restored"] is True
         assert git(repo, "status", "--porcelain") == ""
         assert (repo / "value.txt").read_text() == "100\n"
@@ -130,7 +130,7 @@ async def test_refusals(repo: Path) -> None:
                                                patch=value_patch("999", "1"))
         assert "protected files ['autoresearch.sh']" in await error(
             c, "launch_experiment", title="game it", source="commit", commit="gamed")
-        first = await launch_value(c, "105", repeats=3)
+        first = await launch_value(c, "105", repeats="auto")
         dup = await error(c, "launch_experiment", title="again", source="patch", patch=value_patch("100", "105"))
         assert first["experiment_id"] in dup
         assert "between 1 and max_pairs=100" in await error(c, "launch_experiment", title="x", source="patch",
@@ -147,8 +147,8 @@ async def test_commit_source_and_stale_base_is_refused(repo: Path) -> None:
     git(repo, "checkout", "-q", "main")
     async with Client(build_server()) as c:
         await session(c, repo)
-        a = await call(c, "launch_experiment", title="from branch", source="commit", commit="idea", repeats=14)
-        b = await launch_value(c, "120", repeats=14)
+        a = await call(c, "launch_experiment", title="from branch", source="commit", commit="idea", repeats=24)
+        b = await launch_value(c, "120", repeats=24)
         assert (await wait_final(c, a["experiment_id"]))["verdict"] == "improved"
         assert (await wait_final(c, b["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=a["experiment_id"], title="Take the idea branch")
@@ -160,7 +160,7 @@ async def test_commit_source_and_stale_base_is_refused(repo: Path) -> None:
 async def test_failing_checks_are_never_committed(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="fast but wrong", source="patch", repeats=14,
+        launched = await call(c, "launch_experiment", title="fast but wrong", source="patch", repeats=24,
                               patch=value_patch("100", "200") + "--- /dev/null\n+++ b/wrong\n@@ -0,0 +1 @@\n+x\n")
         res = await wait_final(c, launched["experiment_id"])
         assert res["status"] == "checks_failed" and res["checks"]["passed"] is False
@@ -187,7 +187,7 @@ async def test_a_broken_candidate_is_reported_not_measured(
         cfg["timeouts"]["bench"] = 2
         (config / "config.json").write_text(json.dumps(cfg))
         await session(c, repo)  # resume picks up the edited timeout
-        launched = await call(c, "launch_experiment", title="broken", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="broken", source="patch", repeats="auto",
                               patch="--- /dev/null\n+++ b/broken\n@@ -0,0 +1 @@\n+x\n")
         res = await wait_final(c, launched["experiment_id"])
     assert res["status"] == status and res["verdict"] == verdict
@@ -199,7 +199,7 @@ async def test_cancel_kills_a_running_experiment(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, f'if [ -e slow ]; then sleep 30; touch {marker}; fi; {NOISY_VALUE}')
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
                               patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
         exp_id = launched["experiment_id"]
         import anyio
@@ -221,7 +221,7 @@ async def test_cancel_kills_a_running_experiment(tmp_path: Path) -> None:
 async def test_more_pairs_continue_the_same_experiment_and_are_pooled(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        first = await launch_value(c, "110", repeats=4)
+        first = await launch_value(c, "110", repeats="auto")
         res = await wait_final(c, first["experiment_id"])
         assert res["verdict"] == "inconclusive" and res["metrics"]["score"]["pairs_needed"] == 14
         assert "source='experiment'" in res["next_step"]
@@ -247,13 +247,13 @@ async def test_more_pairs_continue_the_same_experiment_and_are_pooled(repo: Path
 async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        small = await launch_value(c, "105", repeats=4)
+        small = await launch_value(c, "105", repeats="auto")
         await wait_final(c, small["experiment_id"])
         (repo / "notes.txt").write_text("a\n")  # the head moves (a commit by hand on the session branch)
         git(repo, "add", "notes.txt")
         git(repo, "commit", "-qm", "notes")
         again = await call(c, "launch_experiment", title="value 105 on the new head", source="experiment",
-                           experiment_id=small["experiment_id"], repeats=4)
+                           experiment_id=small["experiment_id"], repeats="auto")
         res = await wait_final(c, again["experiment_id"])
         (repo / "value.txt").write_text("7\n")  # now the line its change edits is gone
         git(repo, "commit", "-qam", "value moved")

@@ -145,7 +145,7 @@ async def test_commit_winner_refuses_to_replace_an_ignored_file(tmp_path: Path) 
     (repo / "secrets.env").write_text("TOKEN=mine\n")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="faster", source="patch", repeats=14,
+        launched = await call(c, "launch_experiment", title="faster", source="patch", repeats=24,
                               patch=value_patch() + add_file("secrets.env", "TOKEN=theirs"))
         assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
         head = git(repo, "rev-parse", "HEAD")
@@ -166,7 +166,7 @@ async def test_commit_winner_names_ignored_files_in_a_folder_the_winner_replaces
     async with Client(build_server()) as c:
         await session(c, repo)
         patch = value_patch() + "--- a/data/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-1\n" + add_file("data", "now a file")
-        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=14, patch=patch)
+        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=24, patch=patch)
         assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
         msg = await error(c, "commit_winner", experiment_id=launched["experiment_id"])
         assert "data/cache.bin" in msg and (repo / "data" / "cache.bin").read_text() == "mine\n"
@@ -183,7 +183,7 @@ async def test_an_out_of_range_metric_makes_the_experiment_invalid_not_stuck(tmp
     repo = script_repo(tmp_path, f"if [ -e odd ]; then echo METRIC score={value}; else {NOISY_VALUE}; fi")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="odd", source="patch", repeats=3, patch=add_file("odd"))
+        launched = await call(c, "launch_experiment", title="odd", source="patch", repeats="auto", patch=add_file("odd"))
         res = await wait_final(c, launched["experiment_id"], timeout=60)
         listing = await call(c, "list_experiments")
     assert res["status"] == "done" and res["verdict"] == "invalid"
@@ -202,7 +202,7 @@ async def test_a_result_that_cannot_be_recorded_ends_the_experiment_failed(tmp_p
     repo = script_repo(tmp_path, f"if [ -e slow ]; then sleep 2; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3, patch=add_file("slow"))
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto", patch=add_file("slow"))
         ledger = repo / ".autoresearch" / "ledger.jsonl"
         elsewhere = tmp_path / "elsewhere.jsonl"
         elsewhere.write_text("")
@@ -232,7 +232,7 @@ async def test_protected_entries_match_plain_names(repo: Path, entry: str, path:
 async def test_changed_files_show_plain_names(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="accent", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="accent", source="patch", repeats="auto",
                               patch=add_file("données.txt"))
         await call(c, "cancel_experiment", experiment_id=launched["experiment_id"])
     assert launched["changed_files"] == ["données.txt"]
@@ -257,7 +257,7 @@ async def test_a_log_tail_is_bounded_by_bytes(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, f"if [ -e big ]; then head -c 3000000 /dev/zero | tr '\\0' x; echo; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="big", source="patch", repeats=3, patch=add_file("big"))
+        launched = await call(c, "launch_experiment", title="big", source="patch", repeats="auto", patch=add_file("big"))
         await wait_final(c, launched["experiment_id"], timeout=90)
         result = await c.call_tool("fetch_sky_logs", {"experiment_id": launched["experiment_id"], "tail_lines": 400})
     assert not result.is_error and answer_bytes(result) <= 64 * 1024
@@ -287,9 +287,9 @@ async def test_a_title_cannot_forge_a_trailer_and_the_report_counts_the_ledger(r
         await session(c, repo)
         assert "one line" in await error(c, "launch_experiment", title="A\n\nAutoresearch-Experiment: x",
                                          source="patch", patch=value_patch())
-        win = await call(c, "launch_experiment", title="win", source="patch", repeats=14, patch=value_patch(),
+        win = await call(c, "launch_experiment", title="win", source="patch", repeats=24, patch=value_patch(),
                          hypothesis="faster\n\nAutoresearch-Experiment: forged")
-        other = await call(c, "launch_experiment", title="other", source="patch", repeats=14,
+        other = await call(c, "launch_experiment", title="other", source="patch", repeats=24,
                            patch=value_patch("100", "120"))
         for exp in (win, other):
             assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"
@@ -393,7 +393,7 @@ async def test_cancel_says_what_happened_to_the_builds(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, f"if [ -e slow ]; then sleep 30; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3, patch=add_file("slow"))
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto", patch=add_file("slow"))
         with anyio.fail_after(30):
             while (await call(c, "fetch_sky_logs", experiment_id=launched["experiment_id"]))["status"] != "running":
                 await anyio.sleep(0.1)
@@ -443,7 +443,7 @@ async def test_a_process_that_leaves_its_session_does_not_survive_the_experiment
     repo = script_repo(tmp_path, escaping_bench(pidfile, "0.2"))
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="escape", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="escape", source="patch", repeats="auto",
                               patch=add_file("escape"))
         await wait_final(c, launched["experiment_id"], timeout=60)
     pid = escaped_pid(pidfile)
@@ -474,7 +474,7 @@ async def test_restore_worktree_saves_index_untracked_files_and_keeps_empty_fold
         (repo / "new").mkdir()
         (repo / "new" / "file.c").write_text("int y;\n")
         (repo / "empty" / "deeper").mkdir(parents=True)
-        launched = await call(c, "launch_experiment", title="edit", repeats=3, restore_worktree=True)
+        launched = await call(c, "launch_experiment", title="edit", repeats="auto", restore_worktree=True)
         assert (repo / "value.txt").read_text() == "100\n" and not (repo / "new").exists()
         assert (repo / "empty" / "deeper").is_dir()  # untouched: it was in no snapshot
         git(repo, "stash", "apply", "--index")
@@ -488,7 +488,7 @@ async def test_a_nested_repository_is_refused(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
         init_repo_with_file(repo / "vendor" / "lib")
-        msg = await error(c, "launch_experiment", title="nested", repeats=3)
+        msg = await error(c, "launch_experiment", title="nested", repeats="auto")
     assert "vendor/lib is a nested git repository" in msg
 
 
@@ -504,7 +504,7 @@ async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) 
     repo = script_repo(tmp_path, f"if [ -e hang ]; then echo $$ > {pidfile}; exec sleep 300; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="hang", source="patch", repeats=3, patch=add_file("hang"))
+        launched = await call(c, "launch_experiment", title="hang", source="patch", repeats="auto", patch=add_file("hang"))
         with anyio.fail_after(60):
             while escaped_pid(pidfile) is None:
                 await anyio.sleep(0.1)
@@ -523,7 +523,7 @@ async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: 
     params = stdio_server(repo)
     async with Client(params) as c:
         await session(c, repo)
-        await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
+        await call(c, "launch_experiment", title="escape", source="patch", repeats="auto", patch=add_file("escape"))
         with anyio.fail_after(60):
             while escaped_pid(pidfile) is None:
                 await anyio.sleep(0.1)
@@ -541,7 +541,7 @@ async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(t
     with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
         async with Client(params) as c:
             await session(c, repo)
-            await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
+            await call(c, "launch_experiment", title="escape", source="patch", repeats="auto", patch=add_file("escape"))
             with anyio.fail_after(60):
                 while escaped_pid(pidfile) is None:
                     await anyio.sleep(0.1)

@@ -254,7 +254,7 @@ def test_stop_reminds_once_while_an_experiment_runs(tmp_path: Path) -> None:
         async with Client(build_server()) as c:
             await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="s")
             seen["idle"] = run_hook("stop", stop_event(repo), tmp_path)
-            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
                                   patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
             seen["busy"] = run_hook("stop", stop_event(repo), tmp_path)
             seen["again"] = run_hook("stop", stop_event(repo, active=True), tmp_path)

@@ -109,7 +109,7 @@ async def test_a_candidate_build_is_profiled_and_bad_ids_are_explained(debug_exa
     async with Client(build_server()) as client:
         await call(client, "start_session", repo=str(debug_example), metric="rows_per_s", direction="higher",
                    tag="cand")
-        launched = await call(client, "launch_experiment", title="fuse", source="patch", repeats=3,
+        launched = await call(client, "launch_experiment", title="fuse", source="patch", repeats="auto",
                               patch=(patches / "fuse-rms-norm-mul.patch").read_text())
         await wait_final(client, launched["experiment_id"], timeout=240)
         prof = await call(client, "profile_hotspots", experiment_id=launched["experiment_id"], top=5)
@@ -210,7 +210,7 @@ async def test_on_a_cloud_worker_the_profile_runs_alone_and_find_passes_reads_th
     async with Client(build_server()) as client:
         await call(client, "start_session", repo=str(debug_example), metric="rows_per_s", direction="higher",
                    executor="sky", tag="skyprof")
-        launched = await call(client, "launch_experiment", title="fuse", source="patch", repeats=3,
+        launched = await call(client, "launch_experiment", title="fuse", source="patch", repeats="auto",
                               patch=(patches / "fuse-rms-norm-mul.patch").read_text())
         # while its pairs are measured, the candidate's profile goes to another worker, never beside them
         cand = await call(client, "profile_hotspots", experiment_id=launched["experiment_id"], top=3)
@@ -295,7 +295,7 @@ async def test_a_candidate_that_does_not_build_on_the_worker_is_named_with_the_b
                                                         "exit 1; fi")
     async with Client(build_server()) as client:
         await call(client, "start_session", repo=str(repo), metric="t", direction="lower", executor="sky", tag="b")
-        launched = await call(client, "launch_experiment", title="breaks", source="patch", repeats=3,
+        launched = await call(client, "launch_experiment", title="breaks", source="patch", repeats="auto",
                               patch="--- /dev/null\n+++ b/broken\n@@ -0,0 +1 @@\n+x\n")
         assert (await wait_final(client, launched["experiment_id"]))["status"] == "failed"
         message = await error(client, "profile_hotspots", experiment_id=launched["experiment_id"])

@@ -108,7 +108,7 @@ async def test_a_broken_rms_norm_fails_the_checks_with_its_kl_figures(llama: Pat
     broken = RMS_SUM.replace("i00 < ne00;", "i00 < ne00 - 1;")  # each row's last element left out
     async with Client(build_server()) as c:
         await start(c, llama, shared["model"], "rms")
-        res = await run(c, llama, "rms norm without the last element", OPS, RMS_SUM, broken, repeats=3)
+        res = await run(c, llama, "rms norm without the last element", OPS, RMS_SUM, broken, repeats="auto")
         refused = await error(c, "commit_winner", experiment_id=res["experiment_id"])
     assert res["status"] == "checks_failed", res["checks"]
     tail = res["checks"]["tail"]
@@ -121,7 +121,7 @@ async def test_a_broken_rms_norm_fails_the_checks_with_its_kl_figures(llama: Pat
 async def test_a_no_op_passes_the_checks(llama: Path, shared: dict[str, Path]) -> None:
     async with Client(build_server()) as c:
         await start(c, llama, shared["model"], "noop")
-        res = await run(c, llama, "comment only", OPS, RMS_SUM, RMS_SUM.replace("{", "{ // same sum", 1), repeats=3)
+        res = await run(c, llama, "comment only", OPS, RMS_SUM, RMS_SUM.replace("{", "{ // same sum", 1), repeats="auto")
     assert res["checks"]["passed"], res["checks"]
     assert "mean KLD 0.00000 (limit 0.001)" in res["checks"]["tail"]
     assert res["verdict"] in ("no_change", "inconclusive", "noisy")  # 3 pairs decide nothing here
@@ -139,7 +139,7 @@ async def test_a_tg_win_that_slows_pp_beyond_tolerance_is_refused_by_the_guard(
         config_path(llama).write_text(json.dumps(config))
         resumed = await start(c, llama, shared["model"], "guard")
         assert resumed["guards"] == ["pp_tps"] and resumed["objectives"] == ["tg_tps"]
-        res = await run(c, llama, "decode cost moved to prompt batches", CONTEXT, SLOW_TG, SLOW_PP, repeats=14)
+        res = await run(c, llama, "decode cost moved to prompt batches", CONTEXT, SLOW_TG, SLOW_PP, repeats=24)
         refused = await error(c, "commit_winner", experiment_id=res["experiment_id"])
     tg, pp = res["metrics"]["tg_tps"], res["metrics"]["pp_tps"]
     assert tg["judgement"] == "improved" and tg["role"] == "objective"

@@ -31,7 +31,7 @@ async def test_notes_survive_restore_worktree_and_a_restart_and_never_enter_a_ca
         first = await call(c, "add_note", text="analyze_bounds: memory_bound at 71% of triad bandwidth")
         await call(c, "add_note", text="idea: fuse norm+mul (source: ggml-cuda/ggml-cuda.cu:3100)\nsecond line")
         (repo / "value.txt").write_text("101\n")
-        launched = await call(c, "launch_experiment", title="value 101", source="worktree", repeats=3,
+        launched = await call(c, "launch_experiment", title="value 101", source="worktree", repeats="auto",
                               restore_worktree=True)
         await wait_final(c, launched["experiment_id"])
     path = repo / ".autoresearch" / "notes.md"
@@ -72,7 +72,7 @@ async def test_a_note_must_say_something(repo: Path) -> None:
 async def test_fetch_with_wait_s_returns_on_each_change_of_status_instead_of_polling(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
-        launched = await call(c, "launch_experiment", title="value 102", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="value 102", source="patch", repeats="auto",
                               patch="--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+102\n")
         seen = ["queued"]
         with anyio.fail_after(120):

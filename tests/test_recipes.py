@@ -266,7 +266,7 @@ async def test_model_url_is_downloaded_once_into_the_cache(
 
 
 async def checked(c: Client, tree: Path, new: str, title: str) -> dict[str, Any]:
-    exp = await call(c, "launch_experiment", title=title, source="patch", repeats=3,
+    exp = await call(c, "launch_experiment", title=title, source="patch", repeats="auto",
                      patch=speed_patch(speed(), new))
     return await wait_final(c, exp["experiment_id"], timeout=180)
 

@@ -66,7 +66,7 @@ async def test_after_kill_9_the_ledger_survives_and_interrupted_experiments_are_
     with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
         async with Client(params) as c:
             await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="k")
-            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
                                   patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
             with anyio.fail_after(60):
                 while (await call(c, "fetch_sky_logs", experiment_id=launched["experiment_id"]))["status"] != "running":

@@ -547,7 +547,7 @@ async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers
                                                 "executor": "sky", "tag": "sky1"})
         assert not r.is_error, r
         r = await c.call_tool("launch_experiment", {
-            "title": "faster", "source": "patch", "repeats": 3,
+            "title": "faster", "source": "patch", "repeats": "auto",
             "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n"})
         assert not r.is_error, r
         exp_id = r.structured_content["experiment_id"]
@@ -910,7 +910,7 @@ async def test_a_sky_session_validates_its_benchmark_on_a_worker_it_then_reuses(
         assert start["raw_metric_lines"] == ["METRIC t=7", "METRIC t=7"]
         assert "fake.8xlarge" in start["worker"] and "every worker" in start["worker"]  # the default 8+ cpus
         r = await c.call_tool("launch_experiment", {
-            "title": "x", "source": "patch", "repeats": 3,
+            "title": "x", "source": "patch", "repeats": "auto",
             "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-1\n+2\n"})
         assert not r.is_error, r
         res = await wait_final(c, r.structured_content["experiment_id"])

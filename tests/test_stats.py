@@ -1,226 +1,257 @@
-"""The decision rules on small fixed inputs: balanced order, the robust statistic and its floor, the
-calibrated boundaries, noise as a diagnostic, pairs_needed, and re-measuring rounds of one design."""
+"""The decision rule on small fixed inputs (core/decide.py through measure/stats.py): each pair's order a
+coin of its own, exact sign-flip tests whose looks add up to alpha/2, the average run and the worst runs
+beside the typical one, futility and equivalence, the printed resolution, and a focus judged against the
+untouched controls."""
 
 from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
-import numpy as np
 import pytest
 from scipy import stats as sps
 
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.measure import calibrate, stats
+from autoresearch_mcp.measure import calibrate, metrics, stats
 
 DESIGN = stats.make_design("auto")
+PLAN = DESIGN.plan()
+SPEC = decide.Spec("score", "higher", 0.01)
 
 
-def shifted(base: list[float], log_shift: float, jitter: list[float] | None = None) -> list[float]:
-    return [round(b * math.exp(log_shift + (jitter[i] if jitter else 0.0)), 2) for i, b in enumerate(base)]
+def run_pairs(values: list[tuple[float, float]], seed: int = 1, text: str = "{:.2f}") -> list[dict[str, Any]]:
+    """Samples as the runner records them: (baseline, candidate) of each pair, the order a coin per pair."""
+    rng = random.Random(seed)
+    samples = []
+    for i, (base, cand) in enumerate(values):
+        second = rng.random() < 0.5
+        for role, value in (("baseline", base), ("candidate", cand)):
+            printed = text.format(value)
+            position = int(second) if role == "candidate" else int(not second)
+            samples.append({"pair": i, "role": role, "position": position, "metrics": {"score": float(printed)},
+                            "steps": {"score": decide.printed_step(printed)}})
+    return samples
 
 
-# --- the failing inputs of the issue -----------------------------------------------------------------
+def first_decision(values: list[tuple[float, float]], spec: decide.Spec = SPEC, **kw: Any) -> decide.Decision:
+    """Judge after every pair, as the runner does with repeats='auto', until the verdict is final."""
+    samples = run_pairs(values, **kw)
+    for n in range(1, len(values) + 1):
+        decision = decide.judge(samples[: 2 * n], spec, PLAN, n=n, final_n=DESIGN.budget)
+        if decision.final:
+            return decision
+    return decision
 
 
-def test_five_pairs_with_the_candidate_always_second_decide_nothing() -> None:
-    base = [99.96, 99.93, 99.99, 100.18, 100.17]
-    cand = [102.07, 102.21, 101.83, 102.0, 102.13]
-    cmp = stats.paired(base, cand, "higher", DESIGN)
-    assert cmp.verdict == "inconclusive" and cmp.ci_low_pct is None and cmp.p_value is None
-    assert cmp.pairs_needed == DESIGN.looks[0] == 14
+def noisy(n: int, effect: float, sd: float, seed: int = 3, base: float = 100.0) -> list[tuple[float, float]]:
+    rng = random.Random(seed)
+    return [(base * math.exp(rng.gauss(0, sd)), base * math.exp(effect + rng.gauss(0, sd))) for _ in range(n)]
 
 
-def test_exact_ties_get_an_interval_as_wide_as_the_printed_resolution() -> None:
-    cmp = stats.paired([100.0] * 14, [102.0] * 14, "higher", DESIGN)
-    # integers printed: each value is known to +/-0.5, so the log-ratio to about +/-1%
-    assert cmp.verdict == "improved" and cmp.delta_pct == pytest.approx(2.0)
-    assert cmp.ci_low_pct == pytest.approx(0.985, abs=0.01) and cmp.ci_high_pct == pytest.approx(3.025, abs=0.01)
-    assert cmp.p_value is not None and cmp.p_value > 0
+# --- printed resolution ----------------------------------------------------------------------------
 
 
-def test_the_first_look_is_where_a_distribution_free_test_can_reach_its_level() -> None:
-    for budget, schedule in calibrate.SCHEDULES.items():
-        d = stats.make_design("auto", max_pairs=budget)
-        for n, w, level in zip(d.looks, d.bounds, d.levels, strict=True):
-            assert w <= n * (n + 1) // 2 and level >= 2.0**-n  # some data can cross each boundary
-        # the schedule's earlier looks were dropped: their smallest p-value, 2^-n, was above their level
-        assert [n for n in schedule if n < d.looks[0]] == [n for n in schedule if n not in d.looks]
-        assert all(2.0**-n > d.levels[0] for n in schedule if n < d.looks[0])
+@pytest.mark.parametrize(("text", "step"), [("100.00", 0.01), ("48", 1.0), ("1.5e3", 100.0), ("7.25e-05", 1e-7),
+                                            ("-3.0", 0.1), ("102.07", 0.01)])
+def test_the_resolution_is_read_from_the_printed_text(text: str, step: float) -> None:
+    assert decide.printed_step(text) == pytest.approx(step)
 
 
-def test_an_order_effect_cancels_in_balanced_blocks() -> None:
-    # second run of each pair 2% faster, 0.2% noise: in each block the candidate runs second once
-    rng = random.Random(5)
-    flips: dict[int, bool] = {}
-    base, cand = [], []
-    for i in range(40):
-        first = runner.candidate_first(rng, i, flips)
-        noise = [math.exp(rng.gauss(0, 0.002)) for _ in range(2)]
-        b, c = 100 * noise[0] * (1.02 if first else 1.0), 100 * noise[1] * (1.0 if first else 1.02)
-        base.append(round(b, 2))
-        cand.append(round(c, 2))
-    cmp = stats.paired(base, cand, "higher", DESIGN)
-    assert cmp.verdict != "improved" and abs(cmp.delta_pct or 0) < 0.5
+def test_a_round_printed_no_op_ends_no_change_within_ten_pairs() -> None:
+    decision = first_decision([(100.0, 100.0)] * 40)
+    assert decision.verdict == "no_change" and decision.n <= 10
+    # read from the float, 100.00 would have a step of 1 and a floor of 1%: it could never end
+    assert decision.metrics["score"].look.floor == pytest.approx(0.0001)
 
 
-def test_every_complete_block_runs_each_side_first_once() -> None:
+def test_an_integer_metric_near_48_still_sees_two_percent_either_way() -> None:
+    for effect, verdict in ((0.02, "improved"), (-0.02, "regressed")):
+        values = [(round(48 * math.exp(x)), round(48 * math.exp(effect + y))) for x, y in
+                  ((random.Random(i).gauss(0, 0.01), random.Random(1000 + i).gauss(0, 0.01)) for i in range(100))]
+        assert first_decision(values, text="{:.0f}").verdict == verdict
+
+
+# --- early decisions -------------------------------------------------------------------------------
+
+
+def test_deterministic_changes_decide_where_the_exact_test_first_can() -> None:
+    small = first_decision([(100.0, 100.5)] * 40)
+    assert small.verdict == "no_change" and small.n <= 10
+    worse = first_decision([(100.0, 49.0)] * 40)
+    assert worse.verdict == "regressed" and worse.n == DESIGN.looks[0] == 10
+    better = first_decision([(100.0, 151.0)] * 40)
+    assert better.verdict == "improved" and better.n == DESIGN.min_pairs_improved == 24
+
+
+def test_a_fixed_count_that_cannot_decide_is_refused_with_the_count_that_can() -> None:
+    with pytest.raises(InputError, match="at least 24"):
+        stats.make_design(8)
+    assert stats.make_design(24).stops == [24]
+    assert stats.make_design(30).stops == [32]  # the next look
+
+
+# --- the randomization ------------------------------------------------------------------------------
+
+
+def test_under_no_change_the_order_adjusted_contrasts_keep_their_sizes_whatever_the_coins() -> None:
+    # A periodic disturbance of 3.5 runs: the same runs, measured in every possible assignment of the trees to
+    # the pairs' positions. Exactness rests on this: the magnitudes are fixed, only their signs are random.
+    runs = [100 * math.exp(0.03 * math.sin(2 * math.pi * t / 3.5)) for t in range(40)]
+    sizes = set()
     for seed in range(20):
         rng = random.Random(seed)
-        flips: dict[int, bool] = {}
-        order = [runner.candidate_first(rng, i, flips) for i in range(20)]
-        assert all(order[i] != order[i + 1] for i in range(0, 20, 2))
-    starts = {runner.candidate_first(random.Random(seed), 0, {}) for seed in range(20)}
-    assert starts == {True, False}  # which side opens a block is still a coin flip
+        seconds = [rng.random() < 0.5 for _ in range(20)]
+        pairs = decide.Pairs([runs[2 * i + (0 if s else 1)] for i, s in enumerate(seconds)],
+                             [runs[2 * i + (1 if s else 0)] for i, s in enumerate(seconds)], seconds, [1e-9] * 20)
+        r = [math.log(c / b) for b, c in zip(pairs.base, pairs.cand, strict=True)]
+        s = [1 if x else -1 for x in seconds]
+        ubar = decide.order_effect([si * ri for si, ri in zip(s, r, strict=True)])
+        sizes.add(tuple(sorted(round(abs(ri - si * ubar), 12) for si, ri in zip(s, r, strict=True))))
+    assert len(sizes) == 1
 
 
-def test_outlier_runs_do_not_hide_a_real_gain() -> None:
-    rng = np.random.default_rng(11)
-    base = [round(float(x), 2) for x in 100 * np.exp(rng.normal(0, 0.01, 40))]
-    cand = shifted(base, math.log(1.05), list(rng.normal(0, 0.01, 40)))
-    for i in (3, 11, 25, 30):  # 10% of the candidate's runs hit by a noisy neighbour
-        cand[i] = round(cand[i] * 0.7, 2)
-    cmp = stats.paired(base, cand, "higher", DESIGN)
-    d = np.log(np.array(cand) / np.array(base))
-    t_low = d.mean() - sps.t.ppf(0.99, 39) * d.std(ddof=1) / math.sqrt(40)
-    assert t_low < 0  # a mean-based interval would include no change
-    assert cmp.verdict == "improved" and 4.0 < (cmp.delta_pct or 0) < 6.0
+def test_every_design_spends_at_most_alpha_over_two_per_side_and_every_look_can_decide() -> None:
+    for budget in calibrate.SCHEDULES:
+        d = stats.make_design("auto", max_pairs=budget)
+        assert math.fsum(d.levels) <= calibrate.ALPHA / 2
+        for n, level, w in zip(d.looks, d.levels, d.rank_bounds, strict=True):
+            assert level >= 2.0**-n and w <= n * (n + 1) // 2
+        assert d.looks[-1] == d.limit == 2 * budget  # an undecided experiment can be continued to twice the budget
 
 
-def test_noise_comes_from_the_pair_differences_and_sees_a_bimodal_machine() -> None:
-    rng = random.Random(2)
-    speeds = [1.0 if rng.random() < 0.5 else 0.85 for _ in range(80)]
-    base, cand = [100 * s for s in speeds[:40]], [100 * s for s in speeds[40:]]
-    assert runner.value_resolution(base[0]) >= 0.01
-    cmp = stats.paired(base, cand, "higher", DESIGN)
-    assert cmp.noise_pct is not None and cmp.noise_pct > 1.0
-    # drift that pairing cancels is not noise: both sides move together
-    drift = [100 * math.exp(0.002 * i) for i in range(40)]
-    steady = stats.paired([round(x, 2) for x in drift], [round(x * 1.001, 2) for x in drift], "higher", DESIGN)
-    assert steady.noise_pct is not None and steady.noise_pct < 0.1 and steady.verdict == "no_change"
+def test_an_order_effect_is_taken_out_before_the_signs() -> None:
+    # the second run of each pair 2% faster, 0.2% noise: a no-op and a +0.5% change both end no_change fast
+    rng = random.Random(9)
+    for effect in (0.0, 0.005):
+        samples = []
+        for i in range(30):
+            second = rng.random() < 0.5
+            first, later = 100 * math.exp(rng.gauss(0, 0.002)), 102 * math.exp(rng.gauss(0, 0.002))
+            cand, base = (later, first) if second else (first, later)
+            cand *= math.exp(effect)
+            for role, value, pos in (("baseline", base, int(not second)), ("candidate", cand, int(second))):
+                samples.append({"pair": i, "role": role, "position": pos, "metrics": {"score": value}})
+        decision = decide.judge(samples[:20], SPEC, PLAN, n=10)
+        assert decision.verdict == "no_change"
 
 
-@pytest.mark.parametrize("bad", [0.0, -3.0, math.nan, math.inf])
-def test_a_value_that_cannot_be_a_ratio_makes_the_comparison_invalid(bad: float) -> None:
-    base = [100.0] * 14
-    cand = [101.0] * 13 + [bad]
-    assert runner.log_ratios(list(zip(base, cand, strict=True)), "higher") is None
-    assert stats.paired(base, cand, "higher", DESIGN).verdict == "invalid"
+def test_a_continuation_past_the_budget_judges_at_the_next_look() -> None:
+    assert DESIGN.round_stops(100, "auto") == list(range(101, 121))
+    assert DESIGN.round_stops(40, "auto")[-1] == 100
+    with pytest.raises(InputError, match="every pair"):
+        DESIGN.round_stops(200, "auto")
 
 
-# --- the calibrated boundary ------------------------------------------------------------------------
+# --- the average and the worst runs -------------------------------------------------------------------
 
 
-def test_the_stored_boundaries_keep_false_improved_under_one_percent_on_a_fresh_simulation() -> None:
-    looks = DESIGN.looks
-    wplus, signs = calibrate.simulate(looks, 20_000, seed=99)
-    crossed = ((wplus >= np.array(DESIGN.bounds)) | (signs >= np.array(DESIGN.sign_bounds))).any(axis=1).mean()
-    assert crossed <= 0.0100  # one side; the stored figure came from 400,000 simulations
-    assert [float(calibrate.null_survival(n)[w]) for n, w in zip(looks, DESIGN.bounds, strict=True)] == DESIGN.levels
-    assert [float(sps.binom.sf(b - 1, n, 0.5)) for n, b in zip(looks, DESIGN.sign_bounds, strict=True)] == \
-        DESIGN.sign_levels
+def test_a_candidate_with_a_slow_tail_of_its_own_is_never_improved() -> None:
+    rng = random.Random(4)
+    values = []
+    for i in range(100):
+        cand = 105 * math.exp(rng.gauss(0, 0.01)) * (0.7 if i % 5 == 2 else 1.0)  # 1 run in 5 is 30% slower
+        values.append((100 * math.exp(rng.gauss(0, 0.01)), cand))
+    samples = run_pairs(values)
+    for n in range(1, 101):
+        decision = decide.judge(samples[: 2 * n], SPEC, PLAN, n=n)
+        assert decision.verdict != "improved"
+    analysis = metrics.analyze({"status": "done", "samples": samples}, SPEC, DESIGN)
+    score = analysis["metrics"]["score"]
+    assert score["delta_pct"] > 3 and score["mean_pct"] < 0  # faster typical run, slower on average
+    assert "candidate" in analysis["noise_note"]
+    assert "slow tail" in analysis["noise_note"] or "two speeds" in analysis["noise_note"]
 
 
-def test_the_interval_excludes_zero_exactly_when_a_count_reaches_its_boundary() -> None:
-    rng = np.random.default_rng(4)
-    k = DESIGN.looks.index(26)
-    for _ in range(50):
-        d = list(rng.normal(0.02, 0.03, 26))
-        look = runner.look_at(d, k, DESIGN.job())
-        wplus = sum(d[i] + d[j] > 0 for i in range(26) for j in range(i, 26))
-        positive = sum(x > 0 for x in d)
-        assert (look.low > 0) == (wplus >= DESIGN.bounds[k] or positive >= DESIGN.sign_bounds[k])
+def test_faster_typical_run_but_slower_average_is_named_as_the_reason() -> None:
+    rng = random.Random(5)
+    values = [(100 * math.exp(rng.gauss(0, 0.005)),
+               (105 if i % 20 != 7 else 1) * math.exp(rng.gauss(0, 0.005))) for i in range(60)]
+    decision = decide.judge(run_pairs(values), SPEC, PLAN, n=60)
+    judged = decision.metrics["score"]
+    assert judged.look.low is not None and judged.look.low > 0  # the typical run improved
+    assert decision.verdict != "improved" and judged.reason is not None and "average run" in judged.reason
 
 
-def test_a_bimodal_machine_is_decided_by_the_clean_pairs() -> None:
-    # each run at full speed or 15% slower: half the pairs mix the two and their ranks drown the rest,
-    # but the sign count sees the clean half's +5% plainly
-    rng = random.Random(21)
-    base, cand = [], []
-    for _ in range(60):
-        b, c = (100.0 if rng.random() < 0.5 else 85.0), (100.0 if rng.random() < 0.5 else 85.0)
-        base.append(round(b * math.exp(rng.gauss(0, 0.002)), 2))
-        cand.append(round(c * 1.05 * math.exp(rng.gauss(0, 0.002)), 2))
-    d = runner.log_ratios(list(zip(base, cand, strict=True)), "higher") or []
-    k = DESIGN.looks.index(60)
-    wplus = sum(d[i] + d[j] > 0 for i in range(60) for j in range(i, 60))
-    assert wplus < DESIGN.bounds[k]  # the signed-rank count alone would not decide
-    cmp = stats.paired(base, cand, "higher", DESIGN)
-    assert cmp.verdict == "improved" and 4.0 < (cmp.delta_pct or 0) < 6.0
+# --- futility and noise -------------------------------------------------------------------------------
 
 
-def test_runner_and_server_reach_the_same_verdict_at_every_look() -> None:
-    rng = np.random.default_rng(8)
-    for effect, sigma in ((0.0, 0.002), (0.03, 0.03), (0.0, 0.08), (-0.05, 0.02)):
-        base = [round(float(x), 2) for x in 100 * np.exp(rng.normal(0, sigma, 100))]
-        cand = shifted(base, effect, list(rng.normal(0, sigma, 100)))
-        for k, n in enumerate(DESIGN.looks):
-            pairs = list(zip(base[:n], cand[:n], strict=True))
-            d = runner.log_ratios(pairs, "lower")
-            assert d is not None
-            look = runner.look_at(d, k, DESIGN.job(), runner.resolution_floor(pairs))
-            assert stats.paired(base[:n], cand[:n], "lower", DESIGN).verdict == look.verdict
+def test_a_no_op_at_two_percent_noise_ends_no_change_in_a_median_of_thirty_pairs_at_most() -> None:
+    ends = [first_decision(noisy(100, 0.0, 0.02, seed=seed), seed=seed) for seed in range(25)]
+    assert sum(d.verdict == "no_change" for d in ends) >= 23
+    assert sorted(d.n for d in ends)[12] <= 30
+    values = noisy(100, 0.0, 0.02, seed=0)[: ends[0].n]
+    score = metrics.analyze({"status": "done", "samples": run_pairs(values, seed=0)}, SPEC, DESIGN)["metrics"]["score"]
+    assert score["verdict"] == "no_change" and score["ci_level"] == pytest.approx(0.8)
+    assert 0 < score["equivalence_pct"] < 1
 
 
-# --- noisy, inconclusive and pairs_needed -----------------------------------------------------------
+def test_a_budget_that_cannot_decide_at_this_noise_stops_noisy_early() -> None:
+    decision = first_decision(noisy(100, 0.0, 0.3))
+    assert decision.verdict == "noisy" and decision.n < 100
 
 
-def test_noisy_only_when_the_budget_cannot_decide_at_that_noise() -> None:
-    rng = np.random.default_rng(6)
-    base = [round(float(x), 2) for x in 100 * np.exp(rng.normal(0, 0.08, 100))]
-    cand = shifted(base, 0.0, list(rng.normal(0, 0.08, 100)))
-    noisy = stats.paired(base, cand, "higher", DESIGN)
-    assert noisy.verdict == "noisy" and noisy.resolvable_pct is not None and noisy.resolvable_pct > 1.0
-    assert noisy.note is not None and "per run" in noisy.note and "budget" in noisy.note
-    # quiet pairs whose change sits at the minimum effect: undecided, but not for noise
-    quiet = [round(float(x), 2) for x in 100 * np.exp(rng.normal(0, 0.002, 14))]
-    edge = shifted(quiet, math.log(1.0095), list(rng.normal(0, 0.001, 14)))
-    cmp = stats.paired(quiet, edge, "higher", DESIGN)
-    assert cmp.verdict == "inconclusive" and cmp.note is None
+def test_a_clear_change_at_five_percent_noise_is_improved_and_its_p_value_agrees() -> None:
+    values = noisy(100, math.log(1.10), 0.05)
+    decision = first_decision(values)
+    assert decision.verdict == "improved"
+    analysis = metrics.analyze({"status": "done", "samples": run_pairs(values[: decision.n])}, SPEC, DESIGN)
+    score = analysis["metrics"]["score"]
+    assert score["ci_low_pct"] > 0 and score["p_value"] < DESIGN.alpha and score["ci_level"] == 0.98
 
 
-def test_pairs_needed_plans_for_eighty_percent_power() -> None:
-    rng = np.random.default_rng(12)
-    base = [round(float(x), 2) for x in 100 * np.exp(rng.normal(0, 0.03, 14))]
-    cand = shifted(base, math.log(1.02), list(rng.normal(0, 0.03, 14)))
-    cmp = stats.paired(base, cand, "higher", DESIGN)
-    assert cmp.verdict == "inconclusive" and cmp.pairs_needed is not None and cmp.noise_pct is not None
-    pairs = list(zip(base, cand, strict=True))
-    look = runner.look_at(runner.log_ratios(pairs, "higher") or [], 0, DESIGN.job(), runner.resolution_floor(pairs))
-    without_power = (DESIGN.z[-1] * look.spread / abs(look.estimate)) ** 2
-    with_power = ((DESIGN.z[-1] + sps.norm.ppf(0.8)) * look.spread / abs(look.estimate)) ** 2
-    assert cmp.pairs_needed >= with_power > 1.4 * without_power
-    assert cmp.pairs_needed in DESIGN.looks or cmp.pairs_needed > DESIGN.budget
+# --- focus ------------------------------------------------------------------------------------------
 
 
-# --- rounds of one design ---------------------------------------------------------------------------
+FOCUS = decide.Spec("tg", "higher", 0.01, focus=["RMS_NORM"], focus_min_effect=0.02,
+                    objective_tolerance_pct={"tg": 3.0})
 
 
-def test_rounds_of_one_design_look_only_at_its_calibrated_looks() -> None:
-    fixed = stats.make_design(25)
-    assert fixed.stops == [26] and not fixed.sequential  # the first look at or after 25 pairs
-    assert stats.make_design(3).stops == [4]  # whole blocks; nothing can be decided there
-    assert fixed.round_stops(26, "auto") == [n for n in fixed.looks if n > 26]
-    assert fixed.round_stops(26, 10) == [40]
-    with pytest.raises(InputError, match="beyond the design's budget"):
-        fixed.round_stops(90, 20)
-    with pytest.raises(InputError, match="whole budget"):
-        fixed.round_stops(100, "auto")
-    with pytest.raises(InputError, match="no calibrated design"):
-        stats.make_design("auto", max_pairs=75)
+def focus_samples(focus: float, control: float, tg: float, n: int = 40, seed: int = 2) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    samples = []
+    for i in range(n):
+        second = rng.random() < 0.5
+        for role in ("baseline", "candidate"):
+            cand = role == "candidate"
+            values = {"tg": 50 * (tg if cand else 1) * math.exp(rng.gauss(0, 0.01)),
+                      "focus.RMS_NORM": 10 * (focus if cand else 1) * math.exp(rng.gauss(0, 0.005)),
+                      "control.ADD": 5 * (control if cand else 1) * math.exp(rng.gauss(0, 0.005))}
+            samples.append({"pair": i, "role": role, "position": int(second) if cand else int(not second),
+                            "metrics": values})
+    return samples
 
 
-def test_a_design_recorded_by_the_earlier_t_test_is_still_read() -> None:
-    legacy = stats.Design.from_dict({"looks": [5, 8], "alphas": [0.004, 0.003], "crit": [5.6, 4.4],
-                                     "sequential": True, "min_effect": 0.01, "noise_limit": 0.1, "alpha": 0.02})
-    assert legacy.statistic == "t" and legacy.stops == [5, 8]
-    error = stats.log_standard_error({"n_pairs": 5, "ci_low_pct": 4.0, "ci_high_pct": 16.0}, legacy)
-    assert error is not None and error[0] == pytest.approx(
-        (math.log(1.16) - math.log(1.04)) / 2 / sps.t.ppf(1 - 0.002, 4))
+def test_a_focus_win_is_judged_at_the_op_with_the_objectives_held_within_tolerance() -> None:
+    decision = decide.judge(focus_samples(0.85, 1.0, 1.001), FOCUS, PLAN, n=24)
+    assert decision.verdict == "improved" and decision.won == ["focus.RMS_NORM"]
+    assert decision.metrics["tg"].rule.role == "guard" and decision.metrics["tg"].judgement == "held"
+    assert decision.metrics["control.ADD"].rule.role == "control"
 
 
-@pytest.mark.parametrize(("value", "step"), [(102.07, 0.01), (102.0, 1.0), (1e-05, 1e-05), (1500.0, 1.0),
-                                             (1.5e20, 1e19), (0.125, 0.001), (3.5e-07, 1e-08)])
-def test_the_printed_resolution_of_a_value(value: float, step: float) -> None:
-    assert runner.value_resolution(value) == pytest.approx(step)
+def test_a_focus_change_no_larger_than_what_the_untouched_controls_moved_is_not_a_win() -> None:
+    decision = decide.judge(focus_samples(0.95, 0.95, 1.0), FOCUS, PLAN, n=24)
+    assert decision.verdict != "improved"
+    assert "controls" in (decision.metrics["focus.RMS_NORM"].reason or "")
+
+
+def test_a_focus_win_that_costs_an_objective_beyond_its_tolerance_is_regressed() -> None:
+    decision = decide.judge(focus_samples(0.80, 1.0, 0.90), FOCUS, PLAN, n=24)
+    assert decision.verdict == "regressed" and "tg" in decision.blocking
+
+
+def test_a_focus_run_without_its_focus_metric_is_invalid() -> None:
+    samples = focus_samples(0.85, 1.0, 1.0, n=10)
+    for s in samples:
+        del s["metrics"]["focus.RMS_NORM"]
+    assert decide.judge(samples, FOCUS, PLAN, n=10).verdict == "invalid"
+
+
+# --- helpers without scipy (the runner on a worker) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 10, 30, 200])
+@pytest.mark.parametrize("p", [0.1, 0.01, 0.001])
+def test_student_t_quantiles_without_scipy(df: int, p: float) -> None:
+    assert decide.t_quantile(p, df) == pytest.approx(float(sps.t.isf(p, df)), rel=1e-9)

@@ -211,9 +211,10 @@ def build_server() -> MCPServer[AppState]:
             list[str], Field(description="arXiv ids, fork commits, PRs, backend gaps")
         ] = [],  # noqa: B006 - pydantic copies defaults
         source: Annotated[
-            Literal["worktree", "commit", "patch", "experiment"],
-            Field(description="uncommitted changes, `commit`, `patch` on the session head, or experiment: "
-                              "more pairs for `experiment_id` (re-applied if the head moved)"),
+            Literal["worktree", "commit", "patch", "experiment", "session"],
+            Field(description="uncommitted changes, `commit`, `patch` on the session head; experiment: more "
+                              "pairs for `experiment_id` (re-applied if the head moved); session: the head against "
+                              "the session start, end to end (the measured total)"),
         ] = "worktree",
         commit: Annotated[str | None, Field(description="commit-ish, with source=commit")] = None,
         patch: Annotated[str | None, Field(description="unified diff, with source=patch")] = None,
@@ -228,13 +229,19 @@ def build_server() -> MCPServer[AppState]:
         clean_build: Annotated[
             bool, Field(description="fresh build in incremental mode")
         ] = False,
+        focus: Annotated[
+            list[str] | None,
+            Field(description="what the change acts on, e.g. [\"RMS_NORM\", \"MUL\"] (a chain): judged on the "
+                              "bench's focus.* metrics, objectives kept within tolerance"),
+        ] = None,
     ) -> LaunchResult:
         """Start one experiment, non-blocking: the candidate is measured against the session head in
         interleaved pairs, then checked. Refuses empty changes, edits of the protected scripts and
         duplicates (measure an undecided one further with source=experiment). Follow it with
         fetch_sky_logs; prepare the next idea meanwhile."""
         return _state(ctx).require_session().manager.launch(
-            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build, experiment_id)
+            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build, experiment_id,
+            focus)
 
     @server.tool(annotations=_READ_ONLY)
     @_guard

@@ -101,18 +101,28 @@ class ComparisonResult(BaseModel):
     delta_pct: float | None
     ci_low_pct: float | None
     ci_high_pct: float | None
-    p_value: float | None = Field(None, description="Wilcoxon signed-rank on log-ratios, adjusted for sequential looks")
+    p_value: float | None = Field(None, description="order-adjusted signed-rank test, scaled for the sequential looks")
+    ci_level: float | None = Field(None, description="confidence of the interval: the design's for a decision, "
+                                   "lower (equivalence) for no_change")
     n_pairs: int
     verdict: Verdict | None = None
     pairs_needed: int | None = Field(None, description="when undecided: pairs in all that would decide, 80% power")
     noise_pct: float | None = Field(None, description="per-run noise seen in the pair differences, %")
     resolvable_pct: float | None = Field(None, description="smallest change the budget resolves at this noise, %")
     direction: Direction | None = None
-    role: Literal["objective", "guard"] | None = Field(None, description="null: measured, not judged")
+    role: Literal["objective", "guard", "focus", "control"] | None = Field(
+        None, description="null: measured, not judged; focus: what the change acts on; control: untouched work "
+        "timed beside it")
     tolerance_pct: float | None = Field(None, description="guards: the regression allowed")
     judgement: Literal["improved", "held", "regressed", "undecided"] | None = Field(
         None, description="objectives: improved / held / regressed; guards: held (the interval stays within "
         "tolerance) / regressed / undecided")
+    mean_pct: float | None = Field(None, description="the average run's change (ratio of means), order-adjusted")
+    mean_low_pct: float | None = None
+    mean_high_pct: float | None = None
+    tail_pct: float | None = Field(None, description="the change of each side's worst 5% of runs")
+    equivalence_pct: float | None = Field(None, description="no_change: no change beyond +- this")
+    note: str | None = Field(None, description="why not improved, or why noisy")
 
 
 class ChecksResult(BaseModel):
@@ -167,7 +177,11 @@ class FetchResult(BaseModel):
     build: dict[str, Any] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
     noise_cv: float | None = Field(None, description="per-run noise of the primary metric, from the pair differences")
-    noise_note: str | None = Field(None, description="when noisy: how noisy, and why the budget cannot decide")
+    noise_note: str | None = Field(None, description="how noisy and why the budget cannot decide; a bimodal or "
+                                   "tail-heavy side")
+    focus: list[str] = Field(default_factory=list, description="what the experiment was judged on, if a focus")
+    layout_pct: float | None = Field(None, description="focus: the most the untouched controls moved, % (a focus "
+                                     "win must exceed it)")
     error: str | None = None
     cost_usd: float | None = None
     warnings: list[str] = Field(default_factory=list)
@@ -220,11 +234,19 @@ class ExperimentSummary(BaseModel):
     kept: bool = False
     commit: str | None = None
     cost_usd: float | None = None
+    focus: list[str] = Field(default_factory=list, description="what a focus experiment was judged on")
+    focus_delta_pct: float | None = Field(None, description="the focus metric's change, % (its own value)")
+    source: str | None = Field(None, description="session: the measured total of the session's commits")
 
 
 class ListExperimentsResult(BaseModel):
     experiments: list[ExperimentSummary]
     best: ExperimentSummary | None = Field(None, description="the largest significant improvement so far")
+    session_total: ExperimentSummary | None = Field(
+        None, description="the latest measurement of the session head against its start (source='session')")
+    estimated_total_pct: float | None = Field(
+        None, description="the kept commits' estimates chained together, % of the primary metric: compare with "
+        "session_total")
     kept: int = Field(description="experiments committed with commit_winner")
     discarded: int = Field(description="finished experiments that were not kept")
     running: int = 0

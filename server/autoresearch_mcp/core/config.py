@@ -232,6 +232,11 @@ class SessionConfig(BaseModel):
     holdout: Holdout | None = None
     model: str | None = Field(None, description="model file for recipes that run one (AUTORESEARCH_MODEL)")
     model_url: str | None = Field(None, description="downloaded once into the cache when `model` is not set")
+    focus_direction: Direction = Field("lower", description="which way the focus.* metrics a bench prints are better")
+    focus_min_effect: float = Field(0.02, description="the smallest change of a focus metric that counts as a win")
+    focus_tolerance_pct: dict[str, float] = Field(
+        default_factory=dict, description="per objective: how much worse it may get in a focus experiment (percent)")
+    focus_default_tolerance_pct: float = Field(2.0, description="the same, for an objective not listed")
 
     @field_validator("protected")
     @classmethod
@@ -256,7 +261,8 @@ def judged_metrics(config: SessionConfig) -> list[str]:
 # Settings a person may edit in config.json; a new session on the same repository keeps them.
 KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
          "build_parallelism", "threads", "drift_limit", "warmup", "default_repeats", "incremental", "keep_builds",
-         "recipe", "objectives", "guards", "holdout", "model", "model_url"}
+         "recipe", "objectives", "guards", "holdout", "model", "model_url", "focus_direction", "focus_min_effect",
+         "focus_tolerance_pct", "focus_default_tolerance_pct"}
 
 
 def state_dir(repo_root: Path) -> Path:

@@ -467,6 +467,12 @@ def diff(repo: Repo, a: str, b: str) -> str:
     return _git(repo, "diff", "--binary", "--full-index", "--no-renames", a, b)
 
 
+def diff_hunks(repo: Repo, a: str, b: str) -> str:
+    """The text change from commit a to commit b without context lines, each hunk headed by the line of its
+    enclosing function (git's funcname), for reading what a change touches."""
+    return _git(repo, "diff", "-U0", "--no-renames", "--no-color", "--no-ext-diff", a, b)
+
+
 def _pathspec(paths: Sequence[str]) -> list[str]:
     return ["--", *paths]  # always: a revision is never taken for a path, nor a path for a revision
 

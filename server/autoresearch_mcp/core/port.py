@@ -42,7 +42,9 @@ class JobSpec(TypedDict, total=False):
 
     metric: str
     direction: str
-    design: dict[str, Any]  # measure/stats.py Design.job(): stops, boundaries, noise_limit...
+    design: dict[str, Any]  # measure/stats.py Design.job(): the plan core/decide.py applies
+    judging: dict[str, Any]  # core/decide.py Spec: the metrics judged, their roles, the focus
+    stops: list[int]  # the pair counts this round judges at; the last ends it
     timeouts: JobTimeouts
     threads: int | None
     seed: int
@@ -55,8 +57,7 @@ class JobSpec(TypedDict, total=False):
     platform: str
     measure: bool
     worktree_variant: str | None
-    prior: list[list[float]]  # a continuation: the earlier rounds' (baseline, candidate) pairs
-    stops: list[int]  # a continuation: where this round looks
+    prior_samples: list[dict[str, Any]]  # a continuation: the earlier rounds' samples (complete pairs)
     validate: int  # a validation run (start_session on a worker): how many benches
     profile: str  # a profile run (profile_hotspots on a worker): the profile's id
 

@@ -182,6 +182,8 @@ class LaunchRecord(_Record):
     objectives: list[str] = Field(default_factory=list)
     guards: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> direction, tolerance_pct
     reapplies: str | None = None  # the experiment whose change this one re-applied on a newer head
+    focus: list[str] = Field(default_factory=list)  # what the change acts on (AUTORESEARCH_FOCUS)
+    judging: dict[str, Any] = Field(default_factory=dict)  # core/decide.py Spec: everything a verdict is judged on
 
 
 class StatusRecord(_Record):

@@ -30,7 +30,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:]*)\s*=\s*(\S+)\s*$")
+if __package__:  # imported by the server
+    from . import decide
+else:  # run as a script (here or on a worker), beside decide.py
+    import decide  # type: ignore[no-redef,import-not-found]
+
+METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:+]*)\s*=\s*(\S+)\s*$")
 RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
 BUILT_MARKER = ".autoresearch-built"
@@ -55,6 +60,7 @@ class ParsedMetrics:
     values: dict[str, float]
     lines: list[str]
     problems: list[str]
+    steps: dict[str, float] = field(default_factory=dict)  # the step of each value's last printed digit
 
 
 def check_value(value: float) -> str | None:
@@ -106,6 +112,7 @@ def parse_metrics(text: str) -> ParsedMetrics:
     Problems and lines are listed up to MAX_LISTED and counted beyond, so the answer stays small.
     """
     values: dict[str, float] = {}
+    steps: dict[str, float] = {}
     ambiguous: set[str] = set()
     lines: list[str] = []
     extra_lines = 0
@@ -140,10 +147,14 @@ def parse_metrics(text: str) -> ParsedMetrics:
             ambiguous.add(name)
             continue
         values[name] = value
+        step = decide.printed_step(raw)
+        if step is not None:
+            steps[name] = max(step, steps.get(name, 0.0))
     if extra_lines:
         lines.append(f"... and {extra_lines} more METRIC lines")
     # an ambiguous metric is no metric: the harness must not pick one of the values
-    return ParsedMetrics({k: v for k, v in values.items() if k not in ambiguous}, lines, problems.done())
+    kept = {k: v for k, v in values.items() if k not in ambiguous}
+    return ParsedMetrics(kept, lines, problems.done(), {k: v for k, v in steps.items() if k in kept})
 
 
 # --- one command ---------------------------------------------------------------------------------
@@ -297,117 +308,6 @@ def bench_env(role: str, index: int, threads: int | None, extra: dict[str, str] 
     return env
 
 
-# --- the decision rule (shared with stats.py) ------------------------------------------------------
-#
-# Per pair d = log(candidate / baseline), oriented so that + is better. The estimate is the
-# Hodges-Lehmann estimator (the median of the Walsh averages (d_i + d_j) / 2, i <= j). Two
-# distribution-free tests decide together: the Wilcoxon signed-rank count W+ = #{Walsh averages > 0}
-# and the sign count S = #{d_i > 0}. At a look with boundaries w and s, [A[N - w], A[w - 1]] over the
-# N sorted Walsh averages excludes 0 exactly when W+ reaches w, and [d(n - s), d(s - 1)] over the
-# sorted d exactly when S reaches s; the interval is their intersection. The boundaries come from the
-# server (calibrated by simulation, see calibrate.py); this file only applies them.
-
-FUTILITY_Z = 1.96  # a 95% range of the change, for the "the budget cannot decide" test
-
-
-def value_resolution(value: float) -> float:
-    """The step of the last printed digit of `value` (its shortest repr): 102.07 -> 0.01, 102.0 -> 1."""
-    text = repr(float(value)).lower()
-    mantissa, _, exponent = text.partition("e")
-    decimals = len(mantissa.partition(".")[2].rstrip("0"))
-    return float(10.0 ** (int(exponent or 0) - decimals))
-
-
-def log_ratios(pairs: list[tuple[float, float]], direction: str) -> list[float] | None:
-    """Per pair (baseline, candidate): log(candidate / baseline), + meaning better; None when a value
-    cannot be compared as a ratio (zero, negative or not finite): the experiment is then invalid."""
-    sign = 1.0 if direction == "higher" else -1.0
-    out = []
-    for base, cand in pairs:
-        if not (0 < base < math.inf and 0 < cand < math.inf):
-            return None
-        ratio = math.log(cand / base)
-        if not math.isfinite(ratio):
-            return None
-        out.append(sign * ratio)
-    return out
-
-
-def resolution_floor(pairs: list[tuple[float, float]]) -> float:
-    """Log-ratio error the printed resolution alone can cause: values known to +/- r/2 each."""
-    values = [v for pair in pairs for v in pair]
-    if not values:
-        return 0.0
-    step = min(value_resolution(v) for v in values)
-    return step / min(values)
-
-
-@dataclass
-class Look:
-    """The analysis of the pairs at one look (log-ratio units, + is better)."""
-
-    n: int
-    verdict: str  # improved / regressed / no_change / noisy / inconclusive
-    estimate: float
-    low: float
-    high: float
-    spread: float  # per-pair spread of d as the statistic sees it (its standard error * sqrt(n))
-    reach: float  # half-width the whole budget would reach at this spread
-
-
-def look_at(d: list[float], k: int, design: dict[str, Any], floor: float = 0.0) -> Look:
-    """Judge the first looks[k] pairs at look k of the design.
-
-    improved / regressed / no_change as `classify` says on the look's interval widened by the
-    resolution floor; otherwise `noisy` when the budget could not decide at this spread (at the last
-    look: the interval is still wider than the minimum effect; before it: even the budget's interval
-    would hold the likely range of the change), else `inconclusive`.
-    """
-    n = design["looks"][k]
-    ordered = sorted(d[:n])
-    # pairwise sums of a sorted list come in n sorted runs, which sorted() merges quickly; halved below
-    sums = sorted(x + y for i, x in enumerate(ordered) for y in ordered[i:])
-    signs = design.get("sign_bounds") or []  # none in a design recorded before the sign test joined
-    total, w, s = len(sums), design["bounds"][k], signs[k] if k < len(signs) else n + 1
-    lows, highs = [], []
-    if w <= total:
-        lows.append(sums[total - w] / 2)
-        highs.append(sums[w - 1] / 2)
-    if s <= n:
-        lows.append(ordered[n - s])
-        highs.append(ordered[s - 1])
-    low, high = max(lows), min(highs)
-    if low > high:  # the two intervals disagree (no shift fits both): take their hull, never a decision both lack
-        low, high = min(lows), max(highs)
-    estimate = min(max((sums[(total - 1) // 2] + sums[total // 2]) / 4, low), high)
-    low, high = low - floor, high + floor
-    min_effect = design["min_effect_log"]
-    verdict = classify(low, high, estimate, min_effect)
-    se = (high - low) / 2 / design["z"][k]
-    last = design["looks"][-1]
-    reach = design["z"][-1] * se * math.sqrt(n / last)
-    if verdict == "inconclusive" and reach >= min_effect:
-        likely = abs(estimate) + FUTILITY_Z * se
-        if n >= last or likely < reach:
-            verdict = "noisy"
-    return Look(n, verdict, estimate, low, high, se * math.sqrt(n), reach)
-
-
-def classify(ci_low: float, ci_high: float, estimate: float, min_effect: float) -> str:
-    """Verdict of a log-ratio CI oriented so that + is better, against a minimum effect (log units).
-
-    improved / regressed: the CI excludes 0 and the estimate is at least the minimum effect;
-    no_change: the whole CI lies within +/- the minimum effect; inconclusive otherwise.
-    """
-    if -min_effect < ci_low and ci_high < min_effect:
-        return "no_change"
-    if ci_low > 0 and estimate >= min_effect:
-        return "improved"
-    if ci_high < 0 and estimate <= -min_effect:
-        return "regressed"
-    return "inconclusive"
-
-
 # --- the A/B protocol ----------------------------------------------------------------------------
 
 
@@ -421,6 +321,7 @@ class Sample:
     timed_out: bool
     metrics: dict[str, float]
     problems: list[str] = field(default_factory=list)
+    steps: dict[str, float] = field(default_factory=dict)  # printed resolution of each metric
 
 
 @dataclass
@@ -542,7 +443,7 @@ def build_tree(
     """
     marker = Path(tree) / BUILT_MARKER
     tree_lock = str(Path(tree).parent / (Path(tree).name + ".build.lock"))
-    with file_lock(tree_lock), file_lock(machine_lock, shared=True):
+    with file_lock(tree_lock), machine_turn(machine_lock, shared=True):
         built = _read_marker(marker)
         if built is not None and (content is None or built.get("content") == content):
             log.write(f"[autoresearch] reusing the build of {tree}\n")
@@ -581,51 +482,91 @@ def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any],
                       env=bench_env(role, index, job.get("threads"), job.get("env")), log=log)
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
+    spec = decide.Spec.from_dict(job["judging"])
     if res.timed_out:
         problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
     elif res.exit_code != 0:
         problems.append(f"bench exited with status {res.exit_code}")
-    elif job["metric"] not in parsed.values:
-        problems.append(f"primary metric {job['metric']!r} missing from the bench output")
-    elif not parsed.values[job["metric"]] > 0:
-        problems.append(f"primary metric {job['metric']!r} is {parsed.values[job['metric']]!r}: the comparison "
-                        "is a ratio, so the value must be positive")
+    elif spec.metric not in parsed.values:
+        problems.append(f"primary metric {spec.metric!r} missing from the bench output")
     else:
-        # the other metrics a verdict depends on (objectives, guards) must be in every run too
-        for name in job.get("required_metrics") or []:
+        # every metric a verdict depends on (objectives, guards, the focus) must be in every run, and be a
+        # positive number: the comparison is a ratio
+        for name in spec.required():
             if name not in parsed.values:
                 problems.append(f"metric {name!r} missing from the bench output")
+        if spec.focus and not any(n.startswith(decide.FOCUS_PREFIX) for n in parsed.values):
+            problems.append(f"no {decide.FOCUS_PREFIX}<name> metric in the bench output, although "
+                            f"AUTORESEARCH_FOCUS={','.join(spec.focus)} was set")
+        for name in spec.rules(list(parsed.values)):
+            if not parsed.values[name] > 0:
+                problems.append(f"metric {name!r} is {parsed.values[name]!r}: the comparison is a ratio, so the "
+                                "value must be positive")
     return Sample(index, role, position, res.exit_code, round(res.duration_s, 4), res.timed_out,
-                  parsed.values, problems)
+                  parsed.values, problems, parsed.steps)
 
 
-def pair_values(samples: list[Sample], metric: str) -> list[tuple[float, float]]:
-    """(baseline, candidate) of each complete pair, in pair order."""
-    by_pair: dict[int, dict[str, float]] = {}
-    for s in samples:
-        if metric in s.metrics:
-            by_pair.setdefault(s.pair, {})[s.role] = s.metrics[metric]
-    return [(p["baseline"], p["candidate"]) for _, p in sorted(by_pair.items())
-            if "baseline" in p and "candidate" in p]
+# How many pairs an experiment measures in one turn of the machine before another experiment waiting for it
+# gets its turn: experiments sharing a machine alternate, so a clear one is not held up by an undecidable one.
+TURN_PAIRS = 2
 
 
-def candidate_first(rng: random.Random, pair: int, flips: dict[int, bool]) -> bool:
-    """Balanced order: pairs come in blocks of two (AB then BA, or BA then AB, a coin flip per block),
-    so in every complete block each side runs first once and a first/second-run effect (or a linear
-    drift across the block) cancels exactly from the block's mean log-ratio."""
-    block = pair // 2
-    if block not in flips:
-        flips[block] = rng.random() < 0.5
-    return flips[block] == (pair % 2 == 0)
+@contextlib.contextmanager
+def machine_turn(path: str | None, shared: bool = False) -> Iterator[None]:
+    """The machine lock, taken in turn: whoever waits for it is registered, and a bench that ends a turn
+    while someone waits lets them have the machine before it takes it again (`yield_turn`)."""
+    if not path:
+        yield
+        return
+    waiting = Path(path + ".wait")
+    waiting.mkdir(parents=True, exist_ok=True)
+    mark = waiting / f"{os.getpid()}.{time.time_ns()}"
+    mark.touch()
+    try:
+        with file_lock(path, shared):
+            mark.unlink(missing_ok=True)
+            _count_turn(path)
+            yield
+    finally:
+        mark.unlink(missing_ok=True)
 
 
-def _look(samples: list[Sample], job: dict[str, Any], k: int) -> Look | None:
-    """The analysis at look k of every pair so far (earlier rounds' pairs first); None: invalid values."""
-    pairs = [(float(b), float(c)) for b, c in job.get("prior", [])] + pair_values(samples, job["metric"])
-    d = log_ratios(pairs, job["direction"])
-    if d is None:
-        return None
-    return look_at(d, k, job["design"], resolution_floor(pairs))
+def _count_turn(path: str) -> None:
+    with open(path + ".turns", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        text = fh.read().strip()
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(int(text) + 1 if text.isdigit() else 1))
+
+
+def _turns(path: str) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path(path + ".turns").read_text().strip() or 0)
+    return 0
+
+
+def _others_waiting(path: str) -> bool:
+    me = str(os.getpid())
+    for mark in Path(path + ".wait").glob("*.*"):
+        pid = mark.name.split(".", 1)[0]
+        if pid == me or not pid.isdigit():
+            continue
+        if os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc"):
+            return True
+        mark.unlink(missing_ok=True)  # left by a process that died while it waited
+    return False
+
+
+def yield_turn(path: str | None, timeout_s: float = 3600.0) -> None:
+    """After a turn: if another job waits for the machine, wait until it has taken its turn."""
+    if not path or not _others_waiting(path):
+        return
+    before = _turns(path)
+    deadline = time.monotonic() + timeout_s
+    while _turns(path) == before and _others_waiting(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
@@ -647,53 +588,59 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             return out
     out.durations["build"] = round(time.monotonic() - t0, 3)
 
-    design = job["design"]
+    plan = decide.Plan.from_dict(job["design"])
+    spec = decide.Spec.from_dict(job["judging"])
+    # every pair's order is a coin of its own: the randomization the tests rest on (core/decide.py)
     rng = random.Random(job.get("seed"))
-    flips: dict[int, bool] = {}
-    looks = {n: k for k, n in enumerate(design["looks"])}
-    stops = job.get("stops") or design["stops"]  # where this round looks (a continuation: its own); the last ends it
-    first = len(job.get("prior", []))  # pairs pooled from earlier rounds of the same experiment
+    prior: list[dict[str, Any]] = list(job.get("prior_samples") or [])  # earlier rounds of the same experiment
+    first = len({int(s["pair"]) for s in prior})
+    stops = sorted(int(n) for n in job["stops"])  # where this round judges; the last ends it
     # An unmeasured platform (an emulator: its timings mean nothing) builds and runs the checks only.
     measured = job.get("measure", True)
     if measured:
         emit("status", status="running")
+    lock = job.get("machine_lock") if measured else None
     t1 = time.monotonic()
-    with file_lock(job.get("machine_lock") if measured else None):
-        # Lock wait is not bench time: the clock starts once this worker is ours.
-        t1 = time.monotonic()
-        for w in range(design.get("warmup", 0) if measured else 0):
-            for role, tree in (("baseline", base), ("candidate", cand)):
-                out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
-        for i in range(first, stops[-1] if measured else 0):
-            order = [("baseline", base), ("candidate", cand)]
-            if candidate_first(rng, i, flips):
-                order.reverse()
-            for pos, (role, tree) in enumerate(order):
-                s = _bench(tree, role, i, pos, job, log)
-                out.samples.append(s)
-                emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
-                if s.problems:
-                    failed = s.timed_out or s.exit_code != 0
-                    out.status = "failed" if failed else "done"
-                    out.phase = "bench"
-                    out.stop_reason = "invalid"
-                    out.error = f"{role} run {i}: " + "; ".join(s.problems)
-                    if failed:
-                        out.durations["bench"] = round(time.monotonic() - t1, 3)
-                        return out
-                    break
-            if out.stop_reason == "invalid":
-                break
-            if i + 1 in stops:
-                # a stop before the first look only measures: nothing can be decided there
-                look = _look(out.samples, job, looks[i + 1]) if i + 1 in looks else None
-                verdict = ("inconclusive" if i + 1 not in looks else "invalid" if look is None else look.verdict)
-                out.look = None if look is None else asdict(look)
-                emit("look", pairs=i + 1, verdict=verdict)
-                if verdict != "inconclusive" or i + 1 == stops[-1]:
-                    out.stop_reason = verdict
-                    break
-    out.durations["bench"] = round(time.monotonic() - t1, 3)
+    waited = 0.0
+    i = first
+    while measured and i < stops[-1]:
+        t_wait = time.monotonic()
+        with machine_turn(lock):
+            waited += time.monotonic() - t_wait  # lock wait is not bench time
+            if i == first:
+                for w in range(plan.warmup):
+                    for role, tree in (("baseline", base), ("candidate", cand)):
+                        out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
+            turn_end = min(stops[-1], i + TURN_PAIRS)
+            while i < turn_end and out.stop_reason is None:
+                order = [("baseline", base), ("candidate", cand)]
+                if rng.random() < 0.5:
+                    order.reverse()
+                for pos, (role, tree) in enumerate(order):
+                    s = _bench(tree, role, i, pos, job, log)
+                    out.samples.append(s)
+                    emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
+                    if s.problems:
+                        failed = s.timed_out or s.exit_code != 0
+                        out.status = "failed" if failed else "done"
+                        out.phase = "bench"
+                        out.stop_reason = "invalid"
+                        out.error = f"{role} run {i}: " + "; ".join(s.problems)
+                        break
+                i += 1
+                if out.stop_reason is None and i in stops:
+                    decision = decide.judge(prior + [asdict(x) for x in out.samples], spec, plan, n=i,
+                                            final_n=stops[-1])
+                    out.look = {"pairs": i, "verdict": decision.verdict, "final": decision.final}
+                    emit("look", pairs=i, verdict=decision.verdict)
+                    if decision.final or i == stops[-1]:
+                        out.stop_reason = decision.verdict
+        if out.stop_reason is not None:
+            break
+        yield_turn(lock)
+    out.durations["bench"] = round(time.monotonic() - t1 - waited, 3)
+    if out.status == "failed":
+        return out
 
     # Every candidate that reaches a verdict (noisy and invalid ones too) gets a checks result.
     if job.get("run_checks", True):
@@ -704,7 +651,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             log.write("[autoresearch] checks\n")
             log.flush()
             env = checks_env(base, job)
-            with file_lock(job.get("machine_lock"), shared=True):
+            with machine_turn(job.get("machine_lock"), shared=True):
                 res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"], env=env,
                                   log=log)
             out.checks = {"ran": True, "passed": res.ok, "exit_code": res.exit_code,

@@ -6,6 +6,7 @@ guard rails: protected paths, duplicates, the statistics behind a verdict, and w
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import limits
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core import decide, gitops
 from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
 from autoresearch_mcp.core.port import Event, Executor, Interrupted, Job, JobSpec, Released, ResultEvent
@@ -41,6 +42,7 @@ from autoresearch_mcp.core.records import (
 )
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.experiments import focus as focus_
 from autoresearch_mcp.experiments import holdout
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.measure import figures, metrics, stats
@@ -147,24 +149,34 @@ class ExperimentManager:
     def launch(
         self, title: str, hypothesis: str, sources: list[str], source: str, commit: str | None,
         patch: str | None, repeats: int | str | None, restore_worktree: bool, clean_build: bool = False,
-        experiment_id: str | None = None,
+        experiment_id: str | None = None, focus: list[str] | None = None,
     ) -> LaunchResult:
         reapplies = None
+        focus = focus_.names(focus)
         if source == "experiment":
             if commit or patch:
                 raise InputError("source='experiment' takes experiment_id, neither commit nor patch; drop them")
             if not experiment_id:
                 raise InputError("source='experiment' needs experiment_id (the experiment to measure further)")
             earlier = self._get(experiment_id)
-            if earlier.launch.base_commit == self.session_head():
+            if focus and focus != list(earlier.launch.focus):
+                raise InputError(f"experiment {experiment_id} is judged on focus {earlier.launch.focus or 'none'}; "
+                                 "measuring it further keeps it: drop focus, or launch the change afresh")
+            if self._measures_head(earlier):
                 if self._unchecked_platforms(earlier):
                     return self._recheck(earlier)
                 return self._continue(earlier, repeats)
+            if earlier.launch.source == "session":
+                return self.launch(title or earlier.title, hypothesis, sources, "session", None, None, repeats,
+                                   False)
             reapplies = earlier
             title, hypothesis = title.strip() or earlier.title, hypothesis.strip() or earlier.launch.hypothesis
             sources = sources or list(earlier.launch.sources)
+            focus = list(earlier.launch.focus)
         elif experiment_id:
             raise InputError("experiment_id goes with source='experiment'; drop it or change source")
+        if source == "session":
+            return self._launch_session(title, hypothesis, repeats, focus)
         title = one_line(title, "title")
         if restore_worktree and source != "worktree":
             raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
@@ -197,22 +209,26 @@ class ExperimentManager:
             for other in self._mine():
                 if self._measured(other, head, tree, incremental):
                     raise RefusedError(_duplicate(other))
+            if focus:
+                focus_.check(gitops.diff_hunks(self.repo, head, candidate), focus)
             gitops.update_ref(self.repo, gitops.EXP_REF + exp_id, candidate)
             saved = gitops.reset_saving(self.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
                 if restore_worktree else None
             restored = saved is not None
             design = self._design(repeats)
-            judging = self.judging()
-            self._append(LaunchRecord(
+            spec = self.spec(focus)
+            launch = LaunchRecord(
                 experiment_id=exp_id, session_id=self.config.session_id, title=title.strip(),
                 hypothesis=hypothesis.strip(), sources=sources, source=source, base_commit=head,
                 candidate_commit=candidate, candidate_tree=tree, changed_files=changed, repeats=repeats,
-                design=design.__dict__, metric=self.config.metric, direction=self.config.direction,
-                executor=self.executor.name, incremental=incremental, objectives=judging.objective_names,
-                guards=judging.guards, reapplies=reapplies.experiment_id if reapplies else None,
-            ))
+                design=design.record(), metric=self.config.metric, direction=self.config.direction,
+                executor=self.executor.name, incremental=incremental, objectives=spec.objective_names,
+                guards=spec.guards, reapplies=reapplies.experiment_id if reapplies else None, focus=focus,
+                judging=dataclasses.asdict(spec),
+            )
+            self._append(launch)
         job = Job(exp_id, head, candidate, self.logs / f"{exp_id}.log",
-                  spec=self._spec(design, base_tree, tree, incremental, self.platforms[0]))
+                  spec=self._spec(design, launch, base_tree, tree, incremental, self.platforms[0]))
         self.executor.submit(job, self._on_event)
         note = f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)" if reapplies else ""
         return LaunchResult(
@@ -226,18 +242,65 @@ class ExperimentManager:
                                                           "brings it back)" if saved else "")),
         )
 
-    def _spec(self, design: stats.Design, base_tree: str, tree: str, incremental: bool,
-              platform: Platform) -> JobSpec:
+    def _spec(self, design: stats.Design, launch: LaunchRecord, base_tree: str, tree: str, incremental: bool,
+              platform: Platform, stops: list[int] | None = None) -> JobSpec:
         """The runner job of one experiment on one platform (the host's first)."""
+        spec = metrics.spec_of(launch)
+        focus = {"AUTORESEARCH_FOCUS": ",".join(spec.focus)} if spec.focus else {}
         return JobSpec(
-            metric=self.config.metric, direction=self.config.direction, design=design.job(),
-            timeouts=self.config.timeouts.for_job(), threads=self.config.threads,
+            metric=spec.metric, direction=spec.direction, design=design.job(), judging=dataclasses.asdict(spec),
+            stops=stops or design.stops, timeouts=self.config.timeouts.for_job(), threads=self.config.threads,
             seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
-            baseline_tree=base_tree, candidate_tree=tree, required_metrics=self.judging().required(),
-            env={**self.env, **job_env(platform)}, platform=platform.name,
+            baseline_tree=base_tree, candidate_tree=tree, required_metrics=spec.required(),
+            env={**self.env, **job_env(platform), **focus}, platform=platform.name,
             measure=platform.measure,
             worktree_variant=None if platform is self.platforms[0] else platform.name,
         )
+
+    def _measures_head(self, exp: ExperimentState) -> bool:
+        """Whether `exp` still measures against the session head: more pairs for it pool with its own. The
+        session's measured total measures the head itself (against the session's start)."""
+        head = self.session_head()
+        if exp.launch.source == "session":
+            return exp.launch.candidate_commit == head
+        return exp.launch.base_commit == head
+
+    def _launch_session(self, title: str, hypothesis: str, repeats: int | str | None,
+                        focus: list[str]) -> LaunchResult:
+        """The session's head against its start, end to end, on every objective: the measured total of what
+        was committed (never committable itself)."""
+        if focus:
+            raise InputError("source='session' measures the whole session end to end, on its objectives; drop focus")
+        repeats = self._repeats(repeats)
+        start, head = self.config.start_commit, self.session_head()
+        if start == head:
+            raise RefusedError("nothing was committed in this session yet: the session head is its start")
+        exp_id = uuid.uuid4().hex[:10]
+        with self._lock:
+            tree = gitops.tree_of(self.repo, head)
+            for other in self._mine():
+                if other.launch.source == "session" and self._measured(other, start, tree, False):
+                    raise RefusedError(_duplicate(other))
+            design = self._design(repeats)
+            spec = self.spec([])
+            launch = LaunchRecord(
+                experiment_id=exp_id, session_id=self.config.session_id,
+                title=one_line(title or "session total", "title"),
+                hypothesis=hypothesis.strip() or "every commit of the session together, end to end",
+                sources=[], source="session", base_commit=start, candidate_commit=head, candidate_tree=tree,
+                changed_files=gitops.changed_paths(self.repo, start, head), repeats=repeats, design=design.record(),
+                metric=self.config.metric, direction=self.config.direction, executor=self.executor.name,
+                objectives=spec.objective_names, guards=spec.guards, judging=dataclasses.asdict(spec),
+            )
+            self._append(launch)
+        job = Job(exp_id, start, head, self.logs / f"{exp_id}.log",
+                  spec=self._spec(design, launch, gitops.tree_of(self.repo, start), tree, False, self.platforms[0]))
+        self.executor.submit(job, self._on_event)
+        return LaunchResult(
+            experiment_id=exp_id, status="queued", base_commit=start, candidate_commit=head,
+            changed_files=list(launch.changed_files), repeats=repeats,
+            message=(f"queued: the session head {head[:12]} against its start {start[:12]}, end to end; "
+                     f"list_experiments shows it as the session's measured total. Poll fetch_sky_logs('{exp_id}')"))
 
     def _continue(self, exp: ExperimentState, repeats: int | str | None) -> LaunchResult:
         """More pairs for an undecided experiment on the same head: a new round of the same design,
@@ -249,14 +312,14 @@ class ExperimentManager:
             why = _not_continuable(exp)
             if why:
                 raise RefusedError(f"experiment {exp_id} cannot be measured further: {why}")
-            design = stats.Design.from_dict(exp.launch.design)
-            if design.statistic != "wilcoxon":
+            design = stats.load_design(exp.launch.design)
+            if not isinstance(design, stats.Design):
                 raise RefusedError(
-                    f"experiment {exp_id} was measured with the earlier t-test design, whose pairs cannot be pooled "
+                    f"experiment {exp_id} was measured with an earlier design, whose pairs cannot be pooled "
                     "with the current one; launch it afresh: source='commit', "
                     f"commit='{exp.launch.candidate_commit}'")
-            base, cand = figures.measured_pairs(exp)
-            done = len(base)
+            prior = figures.measured_samples(exp)
+            done = len({int(s["pair"]) for s in prior})
             repeats = "auto" if repeats is None else self._repeats(repeats)
             try:
                 stops = design.round_stops(done, repeats)
@@ -266,10 +329,9 @@ class ExperimentManager:
             self._append(ContinueRecord(experiment_id=exp_id, prior_pairs=done, stops=stops, repeats=repeats))
             self._pairs_done[exp_id] = done
         base_commit, candidate = exp.launch.base_commit, exp.launch.candidate_commit
-        spec = self._spec(design, gitops.tree_of(self.repo, base_commit), exp.launch.candidate_tree,
-                          exp.launch.incremental, self.platforms[0])
-        spec["stops"] = stops
-        spec["prior"] = [[b, c] for b, c in zip(base, cand, strict=True)]
+        spec = self._spec(design, exp.launch, gitops.tree_of(self.repo, base_commit), exp.launch.candidate_tree,
+                          exp.launch.incremental, self.platforms[0], stops)
+        spec["prior_samples"] = prior
         self.executor.submit(Job(exp_id, base_commit, candidate, self.logs / f"{exp_id}.log", spec=spec),
                              self._on_event)
         return LaunchResult(
@@ -326,15 +388,20 @@ class ExperimentManager:
             raise InputError(f"repeats must be between 1 and max_pairs={self.config.max_pairs} (or 'auto'), not {n}")
         return n
 
-    def judging(self) -> metrics.Judging:
+    def spec(self, focus: list[str]) -> decide.Spec:
+        """What a new launch is judged on: the session's metrics, guards and focus settings."""
         c = self.config
-        return metrics.Judging(c.metric, c.direction, c.objective_metrics(),
-                               {name: g.model_dump() for name, g in c.guards.items()})
+        return decide.Spec(c.metric, c.direction, c.min_effect, c.objective_metrics(),
+                           {name: g.model_dump() for name, g in c.guards.items()}, focus, c.focus_direction,
+                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct)
 
     def _design(self, repeats: int | str) -> stats.Design:
         c = self.config
-        return stats.make_design(repeats, alpha=c.alpha, min_effect=c.min_effect, noise_limit=c.noise_limit,
-                                 max_pairs=c.max_pairs, warmup=c.warmup)
+        try:
+            return stats.make_design(repeats, alpha=c.alpha, min_effect=c.min_effect, noise_limit=c.noise_limit,
+                                     max_pairs=c.max_pairs, warmup=c.warmup)
+        except InputError as exc:
+            raise InputError(f"repeats={repeats!r}: {exc}") from None
 
     def _candidate_tree(self, source: str, commit: str | None, patch: str | None, head: str) -> tuple[str, str]:
         if source != "patch" and patch:
@@ -390,7 +457,7 @@ class ExperimentManager:
             outcome = dict(event["outcome"])
             if exp.continued is not None:
                 outcome = figures.pooled(exp, outcome)
-            analysis = figures.analyze(outcome, exp.launch)
+            analysis = figures.analyze(outcome, exp.launch, figures.round_end(exp))
             # A host winner goes to the other platforms; they are queued before the result is visible, so
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
@@ -447,11 +514,12 @@ class ExperimentManager:
         if not queued:
             return
         launch = exp.launch
-        design = stats.Design.from_dict(launch.design)
+        recorded = stats.load_design(launch.design)
+        design = recorded if isinstance(recorded, stats.Design) else self._design("auto")
         base_tree = gitops.tree_of(self.repo, launch.base_commit)
         for platform, job_id in queued:
             job = Job(job_id, launch.base_commit, launch.candidate_commit, self.logs / f"{job_id}.log",
-                      spec=self._spec(design, base_tree, launch.candidate_tree, False, platform))
+                      spec=self._spec(design, launch, base_tree, launch.candidate_tree, False, platform))
             sink = functools.partial(self._on_platform_event, exp.experiment_id, platform)
             self.executor.submit(job, sink)
 
@@ -527,7 +595,7 @@ class ExperimentManager:
             exp = self._get(experiment_id)
         log_path = self.logs / f"{experiment_id}.log"
         outcome = exp.outcome
-        design = stats.Design.from_dict(exp.launch.design)
+        design = stats.load_design(exp.launch.design)
         checks = ChecksResult.model_validate(exp.checks.model_dump(exclude_unset=True)) if exp.checks else None
         return FetchResult(
             experiment_id=experiment_id, title=exp.title, status=exp.status,
@@ -542,7 +610,8 @@ class ExperimentManager:
             else figures.pair_count(outcome),
             stop_reason=outcome.stop_reason, durations_s=outcome.durations,
             build=outcome.build, host=outcome.host, noise_cv=exp.analysis.noise_cv,
-            noise_note=exp.analysis.noise_note,
+            noise_note=exp.analysis.noise_note, focus=list(exp.launch.focus),
+            layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
             warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
@@ -616,8 +685,12 @@ class ExperimentManager:
                 running += 1  # a host winner still being checked on other platforms is still running
             if status is None or exp.status == status:
                 items.append(self._summary(exp))
-        best = figures.best(mine, self.config.metric, self.config.direction)
+        best = figures.best([e for e in mine if not e.launch.focus], self.config.metric, self.config.direction)
+        totals_measured = [e for e in mine if e.launch.source == "session" and e.result is not None]
+        chained = figures.chained_pct(mine, self.config.metric)
         return ListExperimentsResult(experiments=items, best=best and self._summary(best), kept=kept,
+                                     session_total=self._summary(totals_measured[-1]) if totals_measured else None,
+                                     estimated_total_pct=chained,
                                      discarded=discarded, running=running,
                                      cost_usd=round(figures.session_cost(mine, profiles=self._profiles()), 4),
                                      totals=totals,
@@ -631,7 +704,9 @@ class ExperimentManager:
             ci_low_pct=primary.ci_low_pct, ci_high_pct=primary.ci_high_pct,
             n_pairs=primary.n_pairs, sources=list(exp.launch.sources),
             kept=exp.commit is not None, commit=exp.commit.commit if exp.commit else None,
-            cost_usd=figures.experiment_cost(exp),
+            cost_usd=figures.experiment_cost(exp), focus=list(exp.launch.focus),
+            focus_delta_pct=exp.metric(_lead_metric(exp)).delta_pct if exp.launch.focus else None,
+            source=exp.launch.source,
         )
 
     # --- control ---------------------------------------------------------------------------------
@@ -664,6 +739,9 @@ class ExperimentManager:
             verdict = exp.verdict
             if exp.commit:
                 raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit.commit}")
+            if exp.launch.source == "session":
+                raise RefusedError(f"experiment {experiment_id} measures the session's commits together (the head "
+                                   "against the session's start): it is the measured total, not a change to commit")
             if exp.status not in FINAL_STATUSES:
                 raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
             blocked = self._blocked_reason(exp)
@@ -779,7 +857,7 @@ class ExperimentManager:
     def _message(self, exp: ExperimentState, title: str, hidden: holdout.HoldoutOutcome | None = None) -> str:
         c = self.config
         launch = exp.launch
-        design = stats.Design.from_dict(launch.design)
+        design = stats.load_design(launch.design)
         level = round((1 - design.alpha) * 100)
         outcome = exp.outcome
         lines = [title.strip(), ""]
@@ -787,21 +865,33 @@ class ExperimentManager:
             lines += [_quoted("Hypothesis: " + launch.hypothesis), ""]
         if launch.sources:
             lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch.sources] + [""]
-        m = exp.metric(c.metric)
+        lead = _lead_metric(exp)
+        m = exp.metric(lead)
+        better = (launch.judging or {}).get("focus_direction", c.direction) if launch.focus else c.direction
         lines.append(
-            f"Result: {c.metric} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} "
+            f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} "
             f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
-            f"p={m.p_value:.2g}, {m.n_pairs} interleaved pairs; {c.direction} is better)")
+            + (f"p={m.p_value:.2g}, " if m.p_value is not None else "")
+            + f"{m.n_pairs} interleaved pairs; {better} is better)")
+        extra = m.model_extra or {}
+        if extra.get("mean_pct") is not None:
+            lines.append(f"  average run {extra['mean_pct']:+.2f}% [{extra['mean_low_pct']:+.2f}%, "
+                         f"{extra['mean_high_pct']:+.2f}%]; worst 5% of runs {extra.get('tail_pct') or 0:+.2f}%")
+        if launch.focus:
+            layout = (exp.analysis.model_extra or {}).get("layout_pct")
+            lines.append(f"Focus: {', '.join(launch.focus)} (the op level; end to end below)"
+                         + (f"; untouched controls moved at most {layout:.2f}%" if layout is not None else ""))
         won = exp.analysis.won
-        if won:
+        if won and not launch.focus:
             objectives = exp.launch.objectives or [c.metric]
             lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
         for name, other in sorted(exp.metrics.items()):
-            if name != c.metric and other.delta_pct is not None:
+            if name != lead and other.delta_pct is not None:
                 role = (f" ({other.role}, {other.judgement}"
                         + (f" within {other.tolerance_pct:g}%" if other.tolerance_pct is not None else "")
                         + ")") if other.role else ""
-                lines.append(f"  also {name}: {_figure(other)}{role}")
+                lines.append(f"  {'end to end' if launch.focus and other.role == 'guard' else 'also'} {name}: "
+                             f"{_figure(other)}{role}")
         ran = bool(outcome.checks and outcome.checks.ran)
         took = outcome.checks.duration_s if outcome.checks else None
         lines.append("Checks: " + ("passed (autoresearch.checks.sh" + (f", {took:.1f} s)" if took else ")")
@@ -824,11 +914,16 @@ class ExperimentManager:
             lines += ["Platforms:"] + [f"- {labels[n]}: {text.splitlines()[0] if text else ''}"
                                        for n, text in platform_results.items()]
         lines.append(f"Files: {', '.join(launch.changed_files)}")
-        result: dict[str, Any] = {"metric": c.metric, "direction": c.direction, "delta_pct": m.delta_pct,
+        result: dict[str, Any] = {"metric": lead, "direction": better, "delta_pct": m.delta_pct,
                   "ci_low_pct": m.ci_low_pct, "ci_high_pct": m.ci_high_pct, "confidence": 1 - design.alpha,
                   "p_value": m.p_value, "n_pairs": m.n_pairs, "baseline_mean": m.baseline.mean,
                   "candidate_mean": m.candidate.mean, "verdict": exp.verdict, "won": won,
                   "base_commit": launch.base_commit}
+        if launch.focus:
+            result["focus"] = list(launch.focus)
+            result["end_to_end"] = {name: {"delta_pct": o.delta_pct, "ci_low_pct": o.ci_low_pct,
+                                           "ci_high_pct": o.ci_high_pct, "judgement": o.judgement}
+                                    for name, o in sorted(exp.metrics.items()) if o.role == "guard"}
         if platform_results:
             result["platforms"] = platform_results
         lines += ["", f"Autoresearch-Experiment: {exp.experiment_id}",
@@ -857,6 +952,12 @@ def _quoted(text: str) -> str:
     """Free text for a commit message: a line that looks like one of the server's trailers is quoted, so
     only the server writes Autoresearch-* trailers."""
     return _TRAILER_LIKE.sub(r"\1> \2", text)
+
+
+def _lead_metric(exp: ExperimentState) -> str:
+    """The metric an experiment is decided on: its (first) focus metric, else the primary metric."""
+    focus = sorted(name for name, m in exp.metrics.items() if m.role == "focus")
+    return focus[0] if focus else exp.launch.metric
 
 
 def _platforms_running(exp: ExperimentState) -> list[str]:
@@ -894,9 +995,10 @@ def _not_continuable(exp: ExperimentState) -> str | None:
         return (f"its verdict is {verdict!r}, already a decision" if verdict in _DECIDED
                 else f"it ended {exp.status} with verdict {verdict!r}; fix the cause and launch a new experiment")
     n = exp.metric(exp.launch.metric).n_pairs
-    budget = stats.Design.from_dict(exp.launch.design).budget
-    if n >= budget:
-        return (f"it used the design's whole budget of {budget} pairs; more would spend a fresh alpha. Treat it as "
+    design = stats.load_design(exp.launch.design)
+    limit = design.limit if isinstance(design, stats.Design) else design.budget
+    if n >= limit:
+        return (f"it used every pair its design allows ({limit}); more would spend a fresh alpha. Treat it as "
                 "no gain, or make the benchmark steadier")
     return None
 

@@ -1,26 +1,22 @@
-"""Calibrate the sequential boundaries of the signed-rank and sign design by simulation.
+"""The sequential designs: where an experiment may decide and with which exact boundaries.
 
-    python -m autoresearch_mcp.measure.calibrate [--simulations 400000]
+`python -m autoresearch_mcp.measure.calibrate` writes `design_constants.json` beside this file;
+`stats.make_design` reads it, and the runner applies it (core/decide.py).
 
-writes `design_constants.json` beside this file; `stats.make_design` reads it. Two statistics
-decide together: the Wilcoxon signed-rank count W+ (efficient on normal noise and robust to outlier
-runs) and the sign count S (the number of positive pairs; it wins on a bimodal machine, where half
-the pairs mix two speeds and their ranks drown the clean half). A look rejects "no improvement" when
-either crosses its boundary, so the reported interval is the intersection of the Hodges-Lehmann
-(Walsh) interval and the median (order statistic) interval.
+Each design is a list of looks (pair counts at which `improved` or `regressed` may be decided) up to its
+budget, then the looks of rounds that continue an undecided experiment up to twice the budget. Each side
+(a false `improved`, a false `regressed`) gets a total level SIDE, under alpha/2; the looks' levels add up
+to it (RESERVE of it kept for the continuation looks), and each look's level is shared by the two tests
+that decide together (the signed-rank test gets RANK_SHARE, the sign test the rest; all of it to the
+signed-rank test where the sign test could not reach its share at that look). Since the tests are exact
+sign-flip tests under the randomization of each pair's order, the chance of a false decision over all
+looks is at most the sum of the levels, whatever the noise and however the looks correlate: a union bound,
+so no simulation is needed to set the boundaries. The first look gets just what makes its signed-rank test
+able to decide at all (its smallest p-value is 2^-n); the rest is spent in proportion to (n / budget)^RHO,
+RHO < 1 spending more early, where a clear change should end.
 
-What is simulated: under "no change" the paired log-ratios are symmetric about 0, and then the whole
-sequence of (W+, S) over the looks has the same joint distribution whatever the noise (normal,
-heavy-tailed, bimodal: the signs are fair coins independent of the ranks). So one simulation with
-normal draws calibrates the design for every continuous symmetric noise, and ties or zeros can only
-lower W+ and S (a Walsh average or a pair of exactly 0 is not counted as positive): conservative.
-
-At look k each statistic gets the smallest boundary whose exact null tail is at most
-a * (n_k / budget) ** RHO / 2; `a` is the largest value whose simulated chance of crossing any
-look's boundary (either statistic) is at most TARGET (one side). A boundary beyond the statistic's
-maximum cannot be crossed by any data; a look where the signed-rank boundary cannot be is dropped, so
-the first look is the first n at which a distribution-free test can reach its level. RHO > 0 spends less early
-(where few pairs decide little) and more at the budget, which is where power is won.
+The equivalence bounds (no_change, a futility stop at EQ_LEVEL per side, which spends no alpha) and the
+non-inferiority bounds (guards and the average run, GUARD_LEVEL) are tabulated for every pair count.
 """
 
 from __future__ import annotations
@@ -28,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +32,25 @@ import numpy as np
 from scipy import stats as sps
 
 CONSTANTS = Path(__file__).with_name("design_constants.json")
-ALPHA = 0.02  # two-sided; each side (false `improved`, false `regressed`) gets half
-TARGET = 0.0085  # one side, under alpha/2: room for the simulation's own error and for what a benchmark shows
-RHO = 0.7
+ALPHA = 0.02  # two-sided; each side (false `improved`, false `regressed`) gets at most half
+SIDE = 0.009  # the sum of the looks' levels per side: under alpha/2, with room for what a benchmark shows
+RESERVE = 0.1  # share of SIDE kept for rounds that continue an experiment beyond its budget
+RHO = 0.8
+RANK_SHARE = 0.75
+EQ_LEVEL = 0.10  # one side of the equivalence interval: no_change is "within +-min effect at 80%"
+GUARD_LEVEL = 0.01  # one side of a guard's or the average run's non-inferiority bound
+MIN_PAIRS_IMPROVED = 24  # a slow path taken by 1 run in 5 shows in 24 runs with 99.5% probability
+EARLY = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 32, 40]
 SCHEDULES = {
-    50: [10, 14, 20, 26, 32, 40, 50],
-    100: [10, 14, 20, 26, 32, 40, 50, 60, 70, 80, 90, 100],
-    200: [10, 14, 20, 26, 32, 40, 50, 60, 70, 80, 90, 100, 120, 140, 160, 180, 200],
+    50: [*EARLY, 50],
+    100: [*EARLY, 50, 60, 70, 80, 90, 100],
+    200: [*EARLY, 50, 60, 70, 80, 90, 100, 120, 140, 160, 180, 200],
 }
+EXTENSIONS = 5  # continuation looks, evenly spaced up to twice the budget
 
 
-def null_survival(n: int) -> np.ndarray:
+@cache
+def null_survival(n: int) -> tuple[float, ...]:
     """P(W+ >= w) for w = 0 .. n(n+1)/2 under the null, exactly (W+ = sum of the ranks with a + sign)."""
     total = n * (n + 1) // 2
     pmf = np.zeros(total + 1)
@@ -54,14 +59,13 @@ def null_survival(n: int) -> np.ndarray:
         shifted = np.zeros_like(pmf)
         shifted[rank:] = pmf[: total + 1 - rank]
         pmf = (pmf + shifted) / 2
-    survival: np.ndarray = np.cumsum(pmf[::-1])[::-1]
-    return survival
+    return tuple(float(x) for x in np.cumsum(pmf[::-1])[::-1])
 
 
-def bound(n: int, level: float) -> int:
-    """Smallest w with P(W+ >= w) <= level; n(n+1)/2 + 1 when no w is small enough."""
-    ok = np.nonzero(null_survival(n) <= level)[0]
-    return int(ok[0]) if ok.size else n * (n + 1) // 2 + 1
+def rank_bound(n: int, level: float) -> int:
+    """Smallest w with P(W+ >= w) <= level; n(n+1)/2 + 1 when no w is small enough (the look cannot decide)."""
+    survival = null_survival(n)
+    return next((w for w, p in enumerate(survival) if p <= level), n * (n + 1) // 2 + 1)
 
 
 def sign_bound(n: int, level: float) -> int:
@@ -71,68 +75,63 @@ def sign_bound(n: int, level: float) -> int:
     return int(ok[0]) if ok.size else n + 1
 
 
-def simulate(looks: list[int], simulations: int, seed: int, chunk: int = 5000) -> tuple[np.ndarray, np.ndarray]:
-    """(W+, S) at each look for `simulations` null sequences: W+_n = #{i <= j <= n: d_i + d_j > 0},
-    S_n = #{i <= n: d_i > 0}."""
-    rng = np.random.default_rng(seed)
-    wplus = np.empty((simulations, len(looks)), dtype=np.int32)
-    signs = np.empty((simulations, len(looks)), dtype=np.int32)
-    for start in range(0, simulations, chunk):
-        d = rng.standard_normal((min(chunk, simulations - start), looks[-1])).astype(np.float32)
-        w = np.zeros(d.shape[0], dtype=np.int64)
-        at = 0
-        for n in range(1, looks[-1] + 1):
-            w += ((d[:, :n] + d[:, n - 1 : n]) > 0).sum(axis=1)
-            if n == looks[at]:
-                wplus[start : start + d.shape[0], at] = w
-                signs[start : start + d.shape[0], at] = (d[:, :n] > 0).sum(axis=1)
-                at += 1
-    return wplus, signs
+def _schedule(budget: int) -> tuple[list[int], list[float]]:
+    """The looks and their levels (one side, both tests; they add up to SIDE). The first look gets just what
+    its signed-rank test needs to decide at all; the rest of the budget's share is spent in proportion to
+    (n / budget)^RHO, and a look whose share could not reach its smallest p-value (2^-n) passes it on."""
+    planned = SCHEDULES[budget]
+    first = planned[0]
+    looks, levels = [first], [2.0 ** -first * 1.02]
+    rest = SIDE * (1 - RESERVE) - levels[0]
+    start = (first / budget) ** RHO
+    carried = 0.0
+    for n in planned[1:]:
+        share = rest * ((n / budget) ** RHO - start) / (1 - start) - (math.fsum(levels[1:]) + carried)
+        if share < 2.0 ** -n * 1.02 and n != budget:
+            continue  # passed on: this look could not decide anything with its share
+        looks.append(n)
+        levels.append(share)
+    step = budget // EXTENSIONS
+    looks += [budget + step * (i + 1) for i in range(EXTENSIONS)]
+    levels += [SIDE * RESERVE / EXTENSIONS] * EXTENSIONS
+    return looks, levels
 
 
-def calibrate(budget: int, simulations: int, seed: int) -> dict[str, Any]:
-    looks = SCHEDULES[budget]
-    wplus, signs = simulate(looks, simulations, seed)
-
-    def bounds_for(a: float) -> tuple[np.ndarray, np.ndarray]:
-        levels = [a * (n / budget) ** RHO / 2 for n in looks]
-        return (np.array([bound(n, x) for n, x in zip(looks, levels, strict=True)]),
-                np.array([sign_bound(n, x) for n, x in zip(looks, levels, strict=True)]))
-
-    def crossing(a: float) -> float:
-        w, s = bounds_for(a)
-        return float(((wplus >= w) | (signs >= s)).any(axis=1).mean())
-
-    low, high = 1e-6, ALPHA / 2
-    for _ in range(40):  # bisection on a log scale; the crossing rate is monotone in a
-        mid = math.sqrt(low * high)
-        low, high = (mid, high) if crossing(mid) <= TARGET else (low, mid)
-    w, s = bounds_for(low)
-    keep = [k for k, n in enumerate(looks) if w[k] <= n * (n + 1) // 2]
+def design(budget: int) -> dict[str, Any]:
+    looks, levels = _schedule(budget)
+    rank, sign = [], []
+    for n, level in zip(looks, levels, strict=True):
+        s = sign_bound(n, level * (1 - RANK_SHARE))
+        if s > n:  # the sign test cannot decide here at its share: the signed-rank test gets the whole level
+            rank.append(rank_bound(n, level))
+        else:
+            rank.append(rank_bound(n, level * RANK_SHARE))
+        sign.append(s)
+    limit = looks[-1]
     return {
-        "looks": [looks[k] for k in keep],
-        "bounds": [int(w[k]) for k in keep],
-        "levels": [float(null_survival(looks[k])[w[k]]) for k in keep],
-        "sign_bounds": [int(s[k]) for k in keep],
-        "sign_levels": [float(sps.binom.sf(s[k] - 1, looks[k], 0.5)) for k in keep],
-        "false_improved": round(crossing(low), 5),
+        "budget": budget, "limit": limit, "looks": looks, "levels": levels, "rank_bounds": rank,
+        "sign_bounds": sign, "eq_level": EQ_LEVEL, "guard_level": GUARD_LEVEL,
+        "eq_bounds": [rank_bound(n, EQ_LEVEL) if n else 1 for n in range(limit + 1)],
+        "guard_bounds": [rank_bound(n, GUARD_LEVEL) if n else 1 for n in range(limit + 1)],
+        "min_pairs_improved": MIN_PAIRS_IMPROVED,
+        "union_bound": round(math.fsum(levels), 6),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--simulations", type=int, default=400_000)
-    parser.add_argument("--seed", type=int, default=20261130)
-    args = parser.parse_args()
-    designs = {str(b): calibrate(b, args.simulations, args.seed + b) for b in SCHEDULES}
-    head = {"generated_by": "python -m autoresearch_mcp.measure.calibrate", "alpha": ALPHA,
-            "target_one_sided": TARGET, "rho": RHO, "simulations": args.simulations, "seed": args.seed}
+    parser.parse_args()
+    designs = {str(b): design(b) for b in SCHEDULES}
+    head = {"generated_by": "python -m autoresearch_mcp.measure.calibrate", "rule": "randomized", "alpha": ALPHA,
+            "side": SIDE, "reserve": RESERVE, "rho": RHO, "rank_share": RANK_SHARE}
     lines = [f' "{k}": {json.dumps(v)},' for k, v in head.items()]
     lines += [' "designs": {'] + [f'  "{b}": {json.dumps(d)},' for b, d in designs.items()]
     lines[-1] = lines[-1].rstrip(",")
     CONSTANTS.write_text("{\n" + "\n".join(lines) + "\n }\n}\n")  # one line per design: readable diffs
     for budget, d in designs.items():
-        print(f"budget {budget}: looks {d['looks']}, simulated false `improved` {d['false_improved']:.3%}")
+        first = next(n for n, w in zip(d["looks"], d["rank_bounds"], strict=True) if w <= n * (n + 1) // 2)
+        print(f"budget {budget}: looks {d['looks']}, first decision at {first} pairs, "
+              f"false decisions per side at most {d['union_bound']:.4%}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def is_winner(exp: ExperimentState, verdict: str | None = None) -> bool:
     """Eligible for commit_winner and for "best": it improved (its recorded verdict, or `verdict`, one
     recomputed from its samples), its checks passed, and no other platform failed it (commit_winner
     also waits for those still running)."""
-    return (exp.status == "done" and (verdict or exp.verdict) == "improved"
+    return (exp.status == "done" and (verdict or exp.verdict) == "improved" and exp.launch.source != "session"
             and not any(p.passed is False for p in exp.platforms.values()))
 
 
@@ -81,6 +81,14 @@ def best(experiments: Iterable[ExperimentState], metric: str, direction: str) ->
     return max(winners, key=lambda e: sign * (e.metric(metric).delta_pct or 0.0), default=None)
 
 
+def chained_pct(experiments: Iterable[ExperimentState], metric: str) -> float | None:
+    """The kept commits' estimates of `metric` chained (their log-ratios added), % of its own value: what the
+    session's measured total (a source='session' experiment) is compared with. None before any commit."""
+    changes = [e.metric(metric).delta_pct for e in experiments if e.commit]
+    logs = [math.log1p(pct / 100) for pct in changes if pct is not None]
+    return round(math.expm1(math.fsum(logs)) * 100, 4) if logs else None
+
+
 # --- pairs -----------------------------------------------------------------------------------------
 
 
@@ -89,13 +97,18 @@ def pair_count(outcome: Outcome) -> int:
     return len({s.pair for s in outcome.samples})
 
 
-def measured_pairs(exp: ExperimentState) -> tuple[list[float], list[float]]:
-    """The primary metric's (baseline, candidate) values of the complete blocks of pairs the latest
-    measured round holds: the pairs a continuation pools with its own (a round only stops at a block)."""
+def measured_samples(exp: ExperimentState) -> list[dict[str, Any]]:
+    """The samples of the complete pairs the latest measured round holds, in order from the first: what a
+    continuation pools with its own pairs (the design's looks count pairs from the experiment's start)."""
     measured = exp.measured
-    base, cand = metrics.pairs(measured.outcome.raw() if measured else {}, exp.launch.metric)
-    done = len(base) - len(base) % 2
-    return base[:done], cand[:done]
+    samples = measured.outcome.raw().get("samples", []) if measured else []
+    roles: dict[int, set[str]] = {}
+    for sample in samples:
+        roles.setdefault(int(sample["pair"]), set()).add(str(sample["role"]))
+    done = 0
+    while roles.get(done) == {"baseline", "candidate"}:
+        done += 1
+    return [sample for sample in samples if 0 <= int(sample["pair"]) < done]
 
 
 def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -112,12 +125,18 @@ def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
 # --- comparisons and verdicts ----------------------------------------------------------------------
 
 
-def analyze(outcome: dict[str, Any], launch: LaunchRecord) -> Analysis:
+def analyze(outcome: dict[str, Any], launch: LaunchRecord, final_n: int | None = None) -> Analysis:
     """The comparisons of every metric and the verdict of a runner's outcome (as it wrote it; its
     refused values are dropped), judged as its launch recorded (metric, direction, objectives,
-    guards, design): what the manager stores with a result."""
-    judging = metrics.Judging.from_launch(launch)
-    return Analysis.model_validate(metrics.analyze(outcome, judging, stats.Design.from_dict(launch.design)))
+    guards, focus, design): what the manager stores with a result. `final_n`: where its round ended."""
+    design = stats.load_design(launch.design)
+    return Analysis.model_validate(metrics.analyze(outcome, metrics.spec_of(launch), design, final_n))
+
+
+def round_end(exp: ExperimentState) -> int | None:
+    """The last pair count of the experiment's latest round (None: as its design's first round)."""
+    stops = exp.continued.stops if exp.continued else exp.launch.design.get("stops")
+    return int(stops[-1]) if stops else None
 
 
 def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Analysis:
@@ -130,4 +149,4 @@ def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Anal
     if "bounds" not in launch.design:  # the earlier t-test design: today's test would judge it otherwise
         return exp.result.analysis
     # analyze drops refused values from what it is given: a copy, the record stays as read
-    return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch)
+    return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch, round_end(exp))

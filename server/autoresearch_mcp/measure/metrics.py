@@ -1,68 +1,44 @@
 """From a runner outcome (raw samples) to per-metric comparisons and the experiment's verdict.
 
-Everything here is recomputed from the stored samples, so a report can redo it at any time.
+Everything here is recomputed from the stored samples, so a report can redo it at any time, and with the
+runner's own rule (core/decide.py `judge`), so the server always reaches what the runner decided.
 
-Several metrics can be judged at once. Objectives (default: the primary metric) are what a winner
-may improve; guards are metrics it must not regress beyond their tolerance. Each metric is judged
-with its own paired interval (`stats.paired`), in its own direction:
-- an objective `improved` or `regressed` by its verdict against the minimum effect;
-- a guard `regressed` when its verdict, against its tolerance, is a regression; `held` when the
-  worst end of its interval stays within the tolerance; `undecided` otherwise (more pairs needed).
-The experiment is `improved` when at least one objective improved, none regressed and every guard
-held; `regressed` when an objective or a guard regressed.
+Several metrics can be judged at once. Objectives (default: the primary metric) are what a winner may
+improve; guards are metrics it must not regress beyond their tolerance. With a focus (what the change acts
+on), the focus metrics the benchmark prints (`focus.*`) are what must improve, beyond what the untouched
+controls (`control.*`) moved, and every objective becomes a guard with its own tolerance.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+import math
 from typing import Any
 
-from autoresearch_mcp.core import runner
+import numpy as np
+
+from autoresearch_mcp.core import decide, runner
 from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure import legacy, stats
 
 
-@dataclass(frozen=True)
-class Judging:
-    """Which metrics decide a verdict, and how: recorded with each launch so a verdict can be redone."""
-
-    metric: str
-    direction: str
-    objectives: list[str] = field(default_factory=list)
-    guards: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {direction, tolerance_pct}
-
-    @property
-    def objective_names(self) -> list[str]:
-        return list(self.objectives) or [self.metric]
-
-    def required(self) -> list[str]:
-        """Every metric a verdict needs, the primary first."""
-        return list(dict.fromkeys([self.metric, *self.objective_names, *self.guards]))
-
-    def direction_of(self, name: str) -> str:
-        guard = self.guards.get(name)
-        return str(guard["direction"]) if guard else self.direction
-
-    @classmethod
-    def from_launch(cls, launch: LaunchRecord) -> Judging:
-        # never a default direction: judging "higher is better" by accident would flip a verdict
-        if not launch.metric or not launch.carries("direction"):
-            raise StateError(f"the launch record of experiment {launch.experiment_id} names no metric or no "
-                             "direction, so its samples cannot be judged; the ledger was not written by this "
-                             "server (or was edited)")
-        return cls(launch.metric, launch.direction, list(launch.objectives), dict(launch.guards))
+def spec_of(launch: LaunchRecord) -> decide.Spec:
+    """What a launch is judged on, as it recorded it; older launches recorded the fields one by one."""
+    # never a default direction: judging "higher is better" by accident would flip a verdict
+    if not launch.metric or not launch.carries("direction"):
+        raise StateError(f"the launch record of experiment {launch.experiment_id} names no metric or no "
+                         "direction, so its samples cannot be judged; the ledger was not written by this "
+                         "server (or was edited)")
+    if launch.judging:
+        return decide.Spec.from_dict(launch.judging)
+    min_effect = float(launch.design.get("min_effect", 0.01))
+    return decide.Spec(launch.metric, launch.direction, min_effect, list(launch.objectives), dict(launch.guards))
 
 
 def pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
     """Baseline and candidate values of `metric` in the complete pairs, in pair order."""
-    by_pair: dict[int, dict[str, float]] = {}
-    for s in outcome.get("samples", []):
-        if metric in s.get("metrics", {}):
-            by_pair.setdefault(int(s["pair"]), {})[s["role"]] = float(s["metrics"][metric])
-    complete = [p for _, p in sorted(by_pair.items()) if "baseline" in p and "candidate" in p]
-    return [p["baseline"] for p in complete], [p["candidate"] for p in complete]
+    p = decide.pairs_of(outcome.get("samples", []), metric)
+    return p.base, p.cand
 
 
 def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
@@ -82,83 +58,91 @@ def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
     return refused
 
 
-def _guard_judgement(cmp: stats.Comparison, direction: str, tolerance_pct: float) -> str:
-    if cmp.verdict == "regressed":
-        return "regressed"
-    if cmp.ci_low_pct is None or cmp.ci_high_pct is None:
-        return "undecided"
-    worst = cmp.ci_low_pct if direction == "higher" else -cmp.ci_high_pct
-    return "held" if worst > -tolerance_pct else "undecided"
-
-
-def _objective_judgement(cmp: stats.Comparison) -> str:
-    return cmp.verdict if cmp.verdict in ("improved", "regressed") else "held"
-
-
-def analyze(outcome: dict[str, Any], judging: Judging, design: stats.Design) -> dict[str, Any]:
-    """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the
-    primary metric's pairs show.
-
-    A run that is not `done`/`checks_failed` has no verdict; a sample without a judged metric (or
-    with an unparsable one) makes the whole experiment `invalid`, never a 0. Noise is a
-    diagnostic taken from the pair differences, and `noisy` is the primary comparison's verdict when
-    the budget could not decide at that noise (`noise_note` says why).
-    """
+def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
+            final_n: int | None = None) -> dict[str, Any]:
+    """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the lead
+    metric's pairs show. A run that is not `done`/`checks_failed` has no verdict; a sample without a judged
+    metric (or with an unusable value) makes the whole experiment `invalid`, never a 0. `final_n`: the last
+    pair count of the round that produced `outcome` (where `noisy` is judged)."""
     status = outcome.get("status")
     refused = screen(outcome)
-    if any(name in judging.required() for name, _ in refused) and status in ("done", "checks_failed"):
+    if isinstance(design, legacy.Design):
+        return legacy.analyze(outcome, spec.metric, spec.direction, spec.objective_names, spec.guards, design,
+                              refused)
+    judged_names = set(spec.required())
+    if any(name in judged_names or name.startswith(decide.FOCUS_PREFIX) for name, _ in refused) and status in (
+            "done", "checks_failed"):
         outcome["stop_reason"] = "invalid"
         outcome["error"] = "; ".join(why for _, why in refused[:5])
-    names = sorted({n for s in outcome.get("samples", []) for n in s.get("metrics", {})})
-    objectives = judging.objective_names
+    samples = outcome.get("samples", [])
+    plan = design.plan()
+    decision = decide.judge(samples, spec, plan, final_n=final_n or design.budget)
+    names = sorted({n for s in samples for n in s.get("metrics", {})})
     comparisons: dict[str, Any] = {}
-    notes: dict[str, str | None] = {}
     for name in names:
-        base, cand = pairs(outcome, name)
-        direction = judging.direction_of(name)
-        guard = judging.guards.get(name)
-        tolerance = float(guard["tolerance_pct"]) if guard else None
-        # a guard's verdict is against its tolerance, not the minimum effect of the objectives
-        own = dataclasses.replace(design, min_effect=tolerance / 100.0) if tolerance is not None else design
-        cmp = stats.paired(base, cand, direction, own)
-        notes[name] = cmp.note
-        role = "guard" if guard else "objective" if name in objectives else None
-        judgement = (_guard_judgement(cmp, direction, tolerance) if tolerance is not None
-                     else _objective_judgement(cmp) if role == "objective" else None)
+        p = decide.pairs_of(samples, name)
+        judgement = decision.metrics.get(name)
+        rule = judgement.rule if judgement is not None else decide.MetricRule(
+            "", spec.focus_direction if name.startswith((decide.FOCUS_PREFIX, decide.CONTROL_PREFIX))
+            else spec.direction, math.log1p(spec.min_effect))
+        n = min(decision.n, len(p))
+        cmp = stats.comparison(p, n, judgement, rule, design, plan)
         comparisons[name] = {
-            "baseline": stats.summarize(base), "candidate": stats.summarize(cand),
+            "baseline": stats.summarize(p.base), "candidate": stats.summarize(p.cand),
             "delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
-            "p_value": cmp.p_value, "n_pairs": cmp.n_pairs, "verdict": cmp.verdict,
+            "ci_level": cmp.ci_level, "p_value": cmp.p_value, "n_pairs": cmp.n_pairs,
+            "verdict": "inconclusive" if cmp.verdict == "undecided" else cmp.verdict,
             "pairs_needed": cmp.pairs_needed, "noise_pct": cmp.noise_pct, "resolvable_pct": cmp.resolvable_pct,
-            "direction": direction, "role": role, "tolerance_pct": tolerance, "judgement": judgement,
-            "log_se": cmp.log_se,
+            "direction": rule.direction, "role": rule.role or None,
+            "tolerance_pct": None if rule.tolerance is None else round(math.expm1(rule.tolerance) * 100, 4),
+            "judgement": judgement.judgement if judgement is not None else None, "log_se": cmp.log_se,
+            "mean_pct": cmp.mean_pct, "mean_low_pct": cmp.mean_low_pct, "mean_high_pct": cmp.mean_high_pct,
+            "tail_pct": cmp.tail_pct, "equivalence_pct": cmp.equivalence_pct, "note": cmp.note,
         }
-    primary = comparisons.get(judging.metric)
-    noise = primary.get("noise_pct") if primary else None
-    judged = {n: comparisons[n] for n in judging.required() if n in comparisons}
-    won = [n for n in objectives if judged.get(n, {}).get("judgement") == "improved"]
-    blocking = [n for n, c in judged.items() if c["judgement"] in ("regressed", "undecided")]
-    pairs_needed = primary.get("pairs_needed") if primary else None
+    lead_name = next((n for n, j in decision.metrics.items() if j.rule.role == "focus"), spec.metric)
+    lead = comparisons.get(lead_name)
     verdict: str | None
     if status not in ("done", "checks_failed"):
         verdict = None
-    elif outcome.get("stop_reason") == "invalid" or primary is None or len(judged) < len(judging.required()):
+    elif outcome.get("stop_reason") == "invalid" or decision.verdict == "invalid" or lead is None:
         verdict = "invalid"
-    elif primary["verdict"] == "noisy":
-        verdict = "noisy"
-    elif any(judged[n]["judgement"] == "regressed" for n in blocking):
-        verdict = "regressed"
-    elif won and blocking:
-        verdict = "inconclusive"  # an objective won, but a guard is not yet shown to have held
-        pairs_needed = max((judged[n]["pairs_needed"] or 0 for n in blocking), default=0) or None
-    elif won:
-        verdict = "improved"
-    elif len(objectives) == 1:
-        verdict = judged[objectives[0]]["verdict"]
     else:
-        verdicts = {judged[n]["verdict"] for n in objectives}
-        verdict = "no_change" if verdicts == {"no_change"} else "inconclusive"
-    note = notes.get(judging.metric) if verdict == "noisy" else None
+        verdict = decision.verdict
+    noise = lead.get("noise_pct") if lead else None
+    notes = [n for n in (lead.get("note") if lead and verdict in ("noisy", "inconclusive") else None,
+                         shape_note(samples, lead_name, spec)) if n]
+    pairs_needed = lead.get("pairs_needed") if lead else None
+    if verdict == "inconclusive" and decision.won and decision.blocking:
+        pairs_needed = max((comparisons[n]["pairs_needed"] or 0 for n in decision.blocking if n in comparisons),
+                           default=0) or pairs_needed
+    problems = [why for _, why in refused[:20]] + decision.problems
     return {"metrics": comparisons, "verdict": verdict, "noise_cv": None if noise is None else noise / 100,
-            "noise_note": note, "problems": [why for _, why in refused[:20]], "pairs_needed": pairs_needed,
-            "won": won, "blocking": blocking}
+            "noise_note": "; ".join(notes) or None, "problems": problems, "pairs_needed": pairs_needed,
+            "won": decision.won, "blocking": decision.blocking,
+            "layout_pct": None if decision.layout is None or not math.isfinite(decision.layout)
+            else round(math.expm1(decision.layout) * 100, 4)}
+
+
+def shape_note(samples: list[dict[str, Any]], metric: str, spec: decide.Spec) -> str | None:
+    """Names a candidate (or a machine) whose runs are tail-heavy or bimodal, which a median alone would hide."""
+    p = decide.pairs_of(samples, metric)
+    if len(p) < 8:
+        return None
+    direction = spec.focus_direction if metric.startswith(decide.FOCUS_PREFIX) else spec.direction
+    sign = 1.0 if direction == "higher" else -1.0
+    notes = []
+    for side, values in (("candidate", p.cand), ("baseline", p.base)):
+        logs = np.sort(sign * np.log(np.asarray(values, dtype=float)))
+        k = max(1, math.ceil(0.1 * logs.size))
+        worst = float(np.median(logs) - logs[:k].mean())  # how far its worst 10% fall below its typical run
+        spread = float(np.subtract(*np.percentile(logs, [75, 25]))) or 1e-12
+        gaps = np.diff(logs)
+        cut = int(np.argmax(gaps))
+        share = (cut + 1) / logs.size
+        if gaps[cut] > 4 * spread and 0.15 <= share <= 0.85:
+            notes.append(f"the {side}'s runs fall at two speeds {math.expm1(float(gaps[cut])) * 100:.0f}% apart "
+                         f"({share:.0%} at the slower)")
+        elif worst > max(6 * spread, 0.02):
+            notes.append(f"the {side} has a slow tail: its worst 10% of runs are {math.expm1(worst) * 100:.0f}% "
+                         "slower than its typical run")
+    return "; ".join(notes) or None

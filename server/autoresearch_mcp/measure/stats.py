@@ -1,27 +1,13 @@
-"""Statistics of paired A/B benchmark runs.
+"""Statistics of paired A/B benchmark runs: the design of an experiment and the figures of one metric.
 
-Method: each pair gives d = log(candidate / baseline) (negated when lower is better, so + is
-better). Pairs run in balanced blocks (AB BA or BA AB), so a first/second-run effect cancels in
-every complete block, and the data are only analyzed at complete blocks. The relative change is
-exp(HL) - 1, HL the Hodges-Lehmann estimate (median of the Walsh averages). Two distribution-free
-tests decide together, each with its interval: the Wilcoxon signed-rank test (the Walsh interval;
-efficient on normal noise, robust to outlier runs) and the sign test (the interval between order
-statistics of d; it wins on a bimodal machine); the reported interval is their intersection. It is
-widened by the error the metric's printed resolution alone can cause, so exact ties never give a
-zero-width interval.
-
-Sequential design: looks at planned pair counts (first at 14 pairs: the first n at which a
-distribution-free test can reach that look's level); the boundaries of both tests were calibrated
-together by simulation (calibrate.py, constants in design_constants.json) so that the chance of a
-false `improved` over all looks, including re-measuring rounds up to the budget, is under alpha/2.
-The runner applies the same rule (runner.look_at) while it adds pairs; the server recomputes it
-from the stored samples. `noisy` is a diagnostic: the pairs' spread is such that the budget could
-not decide this change.
+The decision rule itself lives in core/decide.py (standard library only), which the runner applies while
+it adds pairs and the server applies again to the stored samples; this module builds the design it
+applies (measure/calibrate.py tabulates the exact boundaries in design_constants.json) and adds what needs
+scipy: exact p-values, summaries. Designs recorded before the randomized rule are read by measure/legacy.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -31,98 +17,124 @@ from typing import Any, overload
 import numpy as np
 from scipy import stats as sps
 
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.config import DEFAULT_ALPHA, DEFAULT_MAX_PAIRS, DEFAULT_MIN_EFFECT, DEFAULT_NOISE_LIMIT
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.measure.calibrate import CONSTANTS
+from autoresearch_mcp.measure import calibrate, legacy
 
 POWER = 0.8  # the power `pairs_needed` plans for
 
 
 @cache
 def _constants() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(CONSTANTS.read_text())
+    data: dict[str, Any] = json.loads(calibrate.CONSTANTS.read_text())
     return data
 
 
 @cache
-def _normal_quantiles(levels: tuple[float, ...]) -> list[float]:
-    return [float(sps.norm.isf(a)) for a in levels]
+def _bounds_table(level: float, limit: int) -> tuple[int, ...]:
+    """The signed-rank boundary at one-sided `level` for every pair count up to `limit` (tabulated in the
+    constants for the designs' levels; computed for any other)."""
+    for data in _constants()["designs"].values():
+        for key, at in (("eq_bounds", "eq_level"), ("guard_bounds", "guard_level")):
+            if math.isclose(data[at], level) and len(data[key]) > limit:
+                return tuple(int(b) for b in data[key][: limit + 1])
+    return tuple(calibrate.rank_bound(n, level) if n else 1 for n in range(limit + 1))
+
+
+_PLAN_FIELDS = ("budget", "limit", "looks", "levels", "rank_bounds", "sign_bounds", "eq_level", "guard_level",
+                "eq_from", "warmup", "min_pairs_improved", "tail_share", "tail_tolerance", "noisy_from")
 
 
 @dataclass(frozen=True)
 class Design:
-    """The calibrated looks of one experiment (all rounds), and what the first round analyzes."""
+    """The randomized sequential design of one experiment (every round), as its launch records it."""
 
+    budget: int
+    limit: int
     looks: list[int]
-    bounds: list[int]  # W+ boundary per look
-    levels: list[float]  # nominal one-sided level per look (exact null of W+)
-    stops: list[int]  # the looks the first round analyzes (the last ends it)
+    levels: list[float]
+    rank_bounds: list[int]
+    sign_bounds: list[int]
+    eq_level: float
+    guard_level: float
     min_effect: float
     noise_limit: float
     alpha: float
+    stops: list[int] = field(default_factory=list)  # where the first round judges; its last ends it
     warmup: int = 1
-    statistic: str = "wilcoxon"  # "t": a design recorded before the Wilcoxon design (read-only)
-    legacy_alphas: list[float] = field(default_factory=list)
-    sign_bounds: list[int] = field(default_factory=list)  # sign-count boundary per look
-    sign_levels: list[float] = field(default_factory=list)
+    eq_from: int = 6
+    min_pairs_improved: int = calibrate.MIN_PAIRS_IMPROVED
+    tail_share: float = 0.05
+    tail_tolerance: float = math.log1p(0.05)
+    noisy_from: int = 20
+    rule: str = decide.RULE
 
     @property
-    def sequential(self) -> bool:
-        return len(self.stops) > 1
+    def statistic(self) -> str:
+        return self.rule
 
-    @property
-    def budget(self) -> int:
-        return self.looks[-1]
+    def plan(self) -> decide.Plan:
+        """The plan the decision rule applies, with its per-pair-count boundary tables."""
+        return decide.Plan.from_dict(self.job())
 
-    @property
-    def z(self) -> list[float]:
-        """Normal quantile of each look's level: interval half-width / standard error."""
-        return _normal_quantiles(tuple(self.levels))
+    def record(self) -> dict[str, Any]:
+        """What a launch record keeps (the tables are recomputed from the levels)."""
+        return {k: v for k, v in self.__dict__.items()}
 
     def job(self) -> dict[str, Any]:
-        return {
-            "looks": self.looks,
-            "bounds": self.bounds,
-            "sign_bounds": self.sign_bounds,
-            "z": self.z,
-            "stops": self.stops,
-            "min_effect_log": math.log1p(self.min_effect),
-            "noise_limit": self.noise_limit,
-            "warmup": self.warmup,
-        }
+        """What the runner applies: the plan with its tables."""
+        data = {k: getattr(self, k) for k in _PLAN_FIELDS}
+        data["eq_bounds"] = list(_bounds_table(self.eq_level, self.limit))
+        data["guard_bounds"] = list(_bounds_table(self.guard_level, self.limit))
+        data["noise_limit"] = self.noise_limit
+        return data
 
     def look_for(self, n_pairs: int) -> int | None:
         """Index of the last look n_pairs reach (None before the first look)."""
         reached = [k for k, n in enumerate(self.looks) if n <= n_pairs]
         return reached[-1] if reached else None
 
-    def round_stops(self, done: int, repeats: int | str) -> list[int]:
-        """Where a round that starts after `done` pairs looks: every later look ('auto'), or only the
-        first look at or beyond `repeats` more pairs. Fewer pairs than the first look run as whole
-        blocks and cannot decide (no distribution-free test can at that level): they only measure."""
+    def round_end(self, done: int) -> int:
+        """Where an 'auto' round that starts after `done` pairs ends: the budget, and beyond it (an experiment
+        still undecided there) the next continuation look."""
+        if done < self.budget:
+            return self.budget
         later = [n for n in self.looks if n > done]
         if not later:
-            raise InputError(f"this experiment already used its whole budget of {self.budget} pairs")
+            raise InputError(f"this experiment already used every pair its design allows ({self.limit})")
+        return later[0]
+
+    def round_stops(self, done: int, repeats: int | str) -> list[int]:
+        """The pair counts a round that starts after `done` pairs judges at: every one up to `round_end`
+        ('auto': it stops as soon as the data allow), or only the first look at or beyond `repeats` more
+        pairs. A fixed count that cannot reach an improvement is refused with the count that can."""
         if repeats == "auto":
-            return later
+            return list(range(done + 1, self.round_end(done) + 1))
         want = done + int(repeats)
-        if want > self.budget:
-            raise InputError(f"{done} + {int(repeats)} pairs is beyond the design's budget of {self.budget} "
-                             f"pairs; ask for at most {self.budget - done}, or 'auto'")
-        if want < self.looks[0]:
-            return [want + want % 2]
-        return [next(n for n in later if n >= want)]
+        if want > self.limit:
+            raise InputError(f"{done} + {int(repeats)} pairs is beyond the design's {self.limit} pairs; ask for at "
+                             f"most {self.limit - done}, or 'auto'")
+        if want < self.min_pairs_improved:
+            raise InputError(
+                f"{int(repeats)} pairs cannot decide: an improvement needs at least {self.min_pairs_improved} pairs "
+                f"in all and a regression {self.looks[0]}; ask for at least {self.min_pairs_improved - done} pairs, "
+                "or 'auto' (it stops as soon as the data allow)")
+        return [next(n for n in self.looks if n >= want)]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Design:
-        if "bounds" not in data:  # recorded by the earlier t-test design: kept readable for reports
-            alphas = [float(a) for a in data["alphas"]]
-            looks = [int(n) for n in data["looks"]]
-            return cls(looks, [], [a / 2 for a in alphas], looks if data.get("sequential") else looks[-1:],
-                       float(data["min_effect"]), float(data["noise_limit"]), float(data["alpha"]),
-                       int(data.get("warmup", 1)), "t", alphas)
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+AnyDesign = Design | legacy.Design
+
+
+def load_design(data: dict[str, Any]) -> AnyDesign:
+    """A launch's recorded design: the randomized rule's, or one recorded before it (read-only)."""
+    if data.get("rule") == decide.RULE:
+        return Design.from_dict(data)
+    return legacy.Design.from_dict(data)
 
 
 def make_design(
@@ -135,16 +147,20 @@ def make_design(
     warmup: int = 1,
 ) -> Design:
     constants = _constants()
-    calibrated = sorted(int(b) for b in constants["designs"])
+    budgets = sorted(int(b) for b in constants["designs"])
     if not math.isclose(alpha, constants["alpha"]) or str(max_pairs) not in constants["designs"]:
         raise InputError(
-            f"no calibrated design for alpha={alpha:g} and max_pairs={max_pairs}: the calibrated ones are alpha="
-            f"{constants['alpha']:g} with max_pairs in {calibrated}. Set those in .autoresearch/config.json, or add "
+            f"no design for alpha={alpha:g} and max_pairs={max_pairs}: the designs are for alpha="
+            f"{constants['alpha']:g} with max_pairs in {budgets}. Set those in .autoresearch/config.json, or add "
             "a schedule to calibrate.py and run `python -m autoresearch_mcp.measure.calibrate`")
     data = constants["designs"][str(max_pairs)]
-    design = Design(list(data["looks"]), list(data["bounds"]), list(data["levels"]), [], min_effect, noise_limit,
-                    alpha, warmup, sign_bounds=list(data["sign_bounds"]), sign_levels=list(data["sign_levels"]))
-    return dataclasses.replace(design, stops=design.round_stops(0, repeats))
+    design = Design(**{k: data[k] for k in ("budget", "limit", "looks", "levels", "rank_bounds", "sign_bounds",
+                                            "eq_level", "guard_level", "min_pairs_improved")},
+                    min_effect=min_effect, noise_limit=noise_limit, alpha=alpha, warmup=warmup)
+    return Design.from_dict({**design.record(), "stops": design.round_stops(0, repeats)})
+
+
+# --- one metric's figures --------------------------------------------------------------------------
 
 
 @dataclass
@@ -160,8 +176,14 @@ class Comparison:
     pairs_needed: int | None = None
     noise_pct: float | None = None  # per-run noise, from the pairs' spread
     resolvable_pct: float | None = None  # the smallest change the budget resolves at that noise
-    note: str | None = None  # why `noisy`
-    log_se: float | None = None  # standard error of the log-ratio estimate: the interval's half-width / z of its look
+    note: str | None = None  # why `noisy`, or why a metric whose typical run improved is not `improved`
+    log_se: float | None = None  # standard error of the log-ratio estimate
+    ci_level: float | None = None  # the confidence of [ci_low_pct, ci_high_pct]
+    mean_pct: float | None = None  # the average run's change, with its interval (guard level)
+    mean_low_pct: float | None = None
+    mean_high_pct: float | None = None
+    tail_pct: float | None = None  # the worst runs' change
+    equivalence_pct: float | None = None  # no_change: no change beyond +-this
 
 
 def summarize(samples: list[float]) -> dict[str, Any]:
@@ -180,28 +202,86 @@ def summarize(samples: list[float]) -> dict[str, Any]:
     }
 
 
-def paired(base: list[float], cand: list[float], direction: str, design: Design) -> Comparison:
-    """Compare paired samples (base[i] and cand[i] come from the same pair) at the last look reached."""
-    pairs = [(float(b), float(c)) for b, c in zip(base, cand, strict=False)]
-    d = runner.log_ratios(pairs, direction)
-    if d is None:
-        return Comparison(len(pairs), None, None, None, None, "invalid")
-    sign = 1.0 if direction == "higher" else -1.0
-    k = design.look_for(len(d))
-    if k is None:
-        estimate = float(np.median(d)) if d else None
-        return Comparison(len(d), pct(None if estimate is None else sign * estimate), None, None, None,
-                          "inconclusive", pairs_needed=design.looks[0])
-    n = design.looks[k]
-    look = runner.look_at(d, k, design.job(), runner.resolution_floor(pairs[:n]))
-    low, high = sorted((sign * look.low, sign * look.high))
+def comparison(p: decide.Pairs, n: int, judgement: decide.Judgement | None, rule: decide.MetricRule,
+               design: Design, plan: decide.Plan) -> Comparison:
+    """One metric's figures in percent of its own value (a lower-is-better metric improves negatively)."""
+    look = judgement.look if judgement is not None else decide.metric_look(p, n, rule.direction, plan)
+    verdict = judgement.verdict if judgement is not None else decide.metric_verdict(look, rule, plan, p,
+                                                                                    design.budget)[0]
+    sign = 1.0 if rule.direction == "higher" else -1.0
+    if look.invalid:
+        return Comparison(n, None, None, None, None, "invalid")
+    if look.estimate is None:
+        return Comparison(n, None, None, None, None, "inconclusive", pairs_needed=plan.looks[0])
+    if verdict == "no_change" or look.low is None:
+        low, high, level = look.eq_low, look.eq_high, 1 - 2 * plan.eq_level
+    else:
+        low, high, level = look.low, look.high, 1 - design.alpha
+    ci = sorted((sign * low, sign * high)) if low is not None and high is not None else [None, None]
+    mean = [None if x is None else round(sign * x * 100, 4) for x in (look.mean, look.mean_low, look.mean_high)]
+    if sign < 0:
+        mean[1], mean[2] = mean[2], mean[1]
+    reach = decide.z_quantile(plan.levels[plan.last_look(design.budget) or 0]) * (look.spread or 0) / math.sqrt(
+        design.budget)
+    equivalence = (round(math.expm1(max(abs(look.eq_low), abs(look.eq_high))) * 100, 4)
+                   if verdict == "no_change" and look.eq_low is not None and look.eq_high is not None else None)
     return Comparison(
-        n, pct(sign * look.estimate), pct(low), pct(high), _p_value(d[:n], design, k), look.verdict,
-        pairs_needed=_pairs_needed(look, design) if look.verdict in ("inconclusive", "noisy") else None,
-        noise_pct=round(per_run_noise(look.spread) * 100, 4), resolvable_pct=round(look.reach * 100, 4),
-        note=_noisy_note(look, design, sign) if look.verdict == "noisy" else None,
-        log_se=look.spread / math.sqrt(look.n),
+        n, pct(sign * look.estimate), pct(ci[0]), pct(ci[1]), _p_value(p, n, rule.direction, design, plan), verdict,
+        pairs_needed=decide.pairs_needed(look, rule, plan) if verdict in ("undecided", "noisy") else None,
+        noise_pct=None if look.spread is None else round(per_run_noise(look.spread) * 100, 4),
+        resolvable_pct=round(reach * 100, 4) if look.spread is not None else None,
+        note=(judgement.reason if judgement is not None else None) or (
+            noisy_note(look, design, plan) if verdict == "noisy" else None),
+        log_se=None if look.spread is None else look.spread / math.sqrt(look.n), ci_level=round(level, 4),
+        mean_pct=mean[0], mean_low_pct=mean[1], mean_high_pct=mean[2],
+        tail_pct=None if look.tail is None else pct(sign * look.tail), equivalence_pct=equivalence,
     )
+
+
+def paired(base: list[float], cand: list[float], direction: str, design: AnyDesign,
+           second: list[bool] | None = None) -> Comparison | legacy.Comparison:
+    """One metric's paired samples judged against the design's minimum effect at the last look they reach
+    (the holdout's A/B; `second`: whether the candidate ran second in each pair)."""
+    if isinstance(design, legacy.Design):
+        return legacy.paired(base, cand, direction, design)
+    n_all = min(len(base), len(cand))
+    p = decide.Pairs(list(base[:n_all]), list(cand[:n_all]),
+                     list(second[:n_all]) if second is not None else [i % 2 == 1 for i in range(n_all)],
+                     [max(decide.float_step(b), decide.float_step(c)) for b, c in zip(base, cand, strict=False)])
+    k = design.look_for(n_all)
+    n = design.looks[k] if k is not None else n_all
+    plan = design.plan()
+    rule = decide.MetricRule("objective", direction, math.log1p(design.min_effect))
+    look = decide.metric_look(p, n, direction, plan)
+    verdict, why = decide.metric_verdict(look, rule, plan, p, n)
+    cmp = comparison(p, n, decide.Judgement(look, rule, verdict, None, why), rule, design, plan)
+    cmp.verdict = "inconclusive" if verdict == "undecided" else verdict
+    return cmp
+
+
+def _p_value(p: decide.Pairs, n: int, direction: str, design: Design, plan: decide.Plan) -> float | None:
+    """Two-sided exact p of the order-adjusted signed-rank test of "no change", scaled by the look's share of
+    alpha, so that it is under alpha about when the look's interval excludes 0. None before the first look."""
+    k = plan.last_look(n)
+    if k is None:
+        return None
+    sign = 1.0 if direction == "higher" else -1.0
+    m = plan.looks[k]
+    r = [sign * math.log(c / b) for b, c in zip(p.base[:m], p.cand[:m], strict=True)]
+    s = [1 if x else -1 for x in p.second[:m]]
+    ubar = decide.order_effect([si * ri for si, ri in zip(s, r, strict=True)])
+    a = [ri - si * ubar for si, ri in zip(s, r, strict=True)]
+    if not any(a):
+        return 1.0
+    order = sorted(range(m), key=lambda i: abs(a[i]))
+    ranks = [0.0] * m
+    for rank, i in enumerate(order, start=1):
+        ranks[i] = rank
+    w_plus = int(sum(rk for rk, ai in zip(ranks, a, strict=True) if ai > 0))
+    survival = calibrate.null_survival(m)
+    total = m * (m + 1) // 2
+    one_sided = min(survival[w_plus], survival[total - w_plus])
+    return min(1.0, 2 * one_sided * (design.alpha / 2) / plan.levels[k])
 
 
 def per_run_noise(spread: float) -> float:
@@ -209,42 +289,15 @@ def per_run_noise(spread: float) -> float:
     return spread / math.sqrt(2)
 
 
-def _p_value(d: list[float], design: Design, k: int) -> float:
-    """Two-sided Wilcoxon signed-rank p (scipy), scaled by the look's share of alpha, so that it is
-    under alpha about when this look's interval excludes 0."""
-    if not any(d):
-        return 1.0
-    p = float(sps.wilcoxon(d, zero_method="zsplit").pvalue)
-    return min(1.0, p * (design.alpha / 2) / design.levels[k])
-
-
-def _pairs_needed(look: runner.Look, design: Design) -> int:
-    """Pairs that would decide with 80% power at this spread: the observed change if it is beyond the
-    minimum effect, else the distance to `no_change`; a planned look when the budget allows."""
-    margin = math.log1p(design.min_effect)
-    effect = abs(look.estimate)
-    target = effect if effect >= margin else max(margin - effect, margin / 4)
-    z = design.z[-1] + float(sps.norm.ppf(POWER))
-    needed = max(look.n + 1, math.ceil((z * look.spread / target) ** 2))
-    return next((n for n in design.looks if n >= needed), needed)
-
-
-def _noisy_note(look: runner.Look, design: Design, sign: float) -> str:
+def noisy_note(look: decide.MetricLook, design: Design, plan: decide.Plan) -> str:
     """How noisy, and why the budget cannot decide (figures as the metric's own % change)."""
-    spread = look.spread * 100
-    budget = design.budget
-    if look.n >= budget:
-        low, high = sorted((pct(sign * look.low), pct(sign * look.high)))
-        why = (f"after the whole budget of {budget} pairs the interval [{low:+.2f}%, {high:+.2f}%] is still wider "
-               f"than the minimum effect of ±{design.min_effect * 100:g}%")
-    else:
-        se = look.spread / math.sqrt(look.n)
-        low, high = sorted((pct(sign * (look.estimate - runner.FUTILITY_Z * se)),
-                            pct(sign * (look.estimate + runner.FUTILITY_Z * se))))
-        why = (f"at that noise {budget} pairs resolve only changes beyond ±{look.reach * 100:.1f}%, and this change "
-               f"is likely (80%) within [{low:+.2f}%, {high:+.2f}%]")
+    spread = (look.spread or 0.0) * 100
+    reach = decide.z_quantile(plan.levels[plan.last_look(design.budget) or 0]) * (look.spread or 0.0) / math.sqrt(
+        design.budget)
+    floor = f" (the printed resolution alone is {look.floor * 100:.2f}%)" if look.floor else ""
     return (f"the paired log-ratios spread by about {spread:.1f}% (about {per_run_noise(spread):.1f}% per run): "
-            + why)
+            f"{design.budget} pairs resolve only changes beyond ±{reach * 100:.1f}%, and neither no change within "
+            f"±{design.min_effect * 100:g}% nor a change that large is within reach{floor}")
 
 
 @overload
@@ -261,18 +314,15 @@ def log_pct(pct_change: float | None) -> float | None:
     return math.log1p(pct_change / 100.0) if pct_change is not None and pct_change > -100 else None
 
 
-def log_standard_error(comparison: dict[str, Any], design: Design) -> tuple[float, int] | None:
-    """(standard error of the log-ratio estimate, its degrees of freedom) of one `paired` comparison,
-    recovered from its reported CI and the design it was analyzed with: the interval's half-width
-    over the quantile of the level of the look it was taken at, so an early look's (wider) interval
-    gives back the same standard error as a late one. None if the comparison has no interval."""
+def log_standard_error(comparison: dict[str, Any], design: AnyDesign) -> tuple[float, int] | None:
+    """(standard error of the log-ratio estimate, its degrees of freedom) of one recorded comparison: its
+    `log_se` where it recorded one, else recovered from its interval and the design it was analyzed with."""
     n = int(comparison.get("n_pairs") or 0)
-    low, high = log_pct(comparison.get("ci_low_pct")), log_pct(comparison.get("ci_high_pct"))
-    k = design.look_for(n)
-    if n < 2 or low is None or high is None or k is None:
+    if comparison.get("log_se") is not None and n >= 2:
+        return float(comparison["log_se"]), n - 1
+    if isinstance(design, Design):
         return None
-    crit = float(sps.t.ppf(1 - design.legacy_alphas[k] / 2, n - 1)) if design.statistic == "t" else design.z[k]
-    return (high - low) / 2 / crit, n - 1
+    return legacy.log_standard_error(comparison, design)
 
 
 def combined_half_width(errors: list[tuple[float, int]], confidence: float) -> float | None:

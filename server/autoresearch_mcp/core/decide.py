@@ -1,0 +1,580 @@
+"""The decision rule: from an experiment's samples to each metric's figures and the experiment's verdict.
+
+Standard library only, like the runner that imports it (the same bytes run here and on cloud workers);
+the server recomputes every verdict from the stored samples with these same functions.
+
+Randomization. The order of each pair is an independent fair coin: the candidate runs first or second.
+Under "no change" (each run would have measured the same had the other tree run in its place), a pair's
+contrast is a fixed number with a random sign, so a sign-flip test is exact whatever the noise does
+between runs: drift, periodic disturbances, steps, bursts, heavy tails. A first/second-run effect is
+removed by centring: the mean second-minus-first difference of the pairs is taken out before the signs
+are applied; it does not depend on the coins under "no change", so the tests stay exact.
+
+Per metric, in log units oriented so that + is better:
+- estimate: the median of the order-adjusted Walsh averages (Hodges-Lehmann);
+- decision interval: the signed-rank and sign tests inverted at the look's level (their intersection).
+  Looks come at planned pair counts; the levels of all looks (and both tests) add up to at most alpha/2 per
+  side, so the chance of a false decision over every look is at most alpha/2 by a union bound: exact, for
+  any noise process and any correlation between looks;
+- average run: the order-adjusted mean of the linear differences, relative to the baseline mean;
+- worst runs: the mean of each side's worst 5% of runs (log).
+
+A metric is `improved` when the decision interval excludes 0, the estimate reaches the minimum effect, the
+average run agrees (its own interval above 0), the worst runs are not worse beyond the tail tolerance, and
+at least `min_pairs_improved` pairs ran (so that a slow path the candidate takes in 1 run of 5 has shown).
+It is `regressed` when the typical or the average run is shown worse by the minimum effect; `no_change`
+when the equivalence interval (a lower confidence: a futility stop, which spends no alpha) of both the
+typical and the average run lies within +-the minimum effect; `noisy` when the budget cannot decide at this
+noise; `undecided` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from statistics import NormalDist
+from typing import Any
+
+RULE = "randomized"  # the `rule` of a plan this module applies
+_NORMAL = NormalDist()
+
+# --- printed resolution ----------------------------------------------------------------------------
+
+
+def printed_step(text: str) -> float | None:
+    """The step of the last digit as printed: '100.00' -> 0.01, '48' -> 1, '1.5e3' -> 100; None if not a number."""
+    raw = text.strip().lower().lstrip("+-")
+    mantissa, _, exponent = raw.partition("e")
+    digits = mantissa.replace(".", "", 1)
+    if not digits.isdigit():
+        return None
+    try:
+        power = int(exponent) if exponent else 0
+    except ValueError:
+        return None
+    decimals = len(mantissa.partition(".")[2])
+    return float(10.0 ** (power - decimals))
+
+
+def float_step(value: float) -> float:
+    """The step of the last digit of `value`'s shortest repr: for samples stored before steps were recorded."""
+    text = repr(float(value)).lower()
+    mantissa, _, exponent = text.partition("e")
+    decimals = len(mantissa.partition(".")[2].rstrip("0"))
+    return float(10.0 ** (int(exponent or 0) - decimals))
+
+
+# --- quantiles (no scipy on a worker) --------------------------------------------------------------
+
+
+def z_quantile(p: float) -> float:
+    """The standard normal quantile of 1 - p (one-sided upper tail p)."""
+    return _NORMAL.inv_cdf(1.0 - p)
+
+
+def _t_central(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with df degrees of freedom, exactly (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:
+        term, total = math.cos(theta), math.cos(theta) if df > 1 else 0.0
+        for k in range(3, df - 1, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        return 2 / math.pi * (theta + sin * total)
+    term = total = 1.0
+    for k in range(2, df - 1, 2):
+        term *= c2 * (k - 1) / k
+        total += term
+    return sin * total
+
+
+@cache
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile of 1 - p (one-sided upper tail p), by bisection on the exact distribution."""
+    if df <= 0:
+        return math.inf
+    target = 1 - 2 * p
+    low, high = 0.0, max(1.0, z_quantile(p))
+    while _t_central(high, df) < target:
+        high *= 2
+    for _ in range(80):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_central(mid, df) < target else (low, mid)
+    return (low + high) / 2
+
+
+# --- the pairs of one metric -----------------------------------------------------------------------
+
+
+@dataclass
+class Pairs:
+    """One metric's complete pairs in pair order: values, whether the candidate ran second, printed steps."""
+
+    base: list[float] = field(default_factory=list)
+    cand: list[float] = field(default_factory=list)
+    second: list[bool] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)  # the coarser printed step of each pair's two values
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+
+def pairs_of(samples: list[dict[str, Any]], metric: str) -> Pairs:
+    """The complete pairs of `metric` in pair order, from samples as the runner records them
+    (pair, role, position, metrics, steps)."""
+    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
+    for s in samples:
+        values = s.get("metrics") or {}
+        if metric in values:
+            by_pair.setdefault(int(s["pair"]), {})[str(s["role"])] = s
+    out = Pairs()
+    for _, sides in sorted(by_pair.items()):
+        b, c = sides.get("baseline"), sides.get("candidate")
+        if b is None or c is None:
+            continue
+        bv, cv = float(b["metrics"][metric]), float(c["metrics"][metric])
+        out.base.append(bv)
+        out.cand.append(cv)
+        position = c.get("position")
+        out.second.append(bool(position) if position is not None else int(c["pair"]) % 2 == 1)
+        steps = []
+        for side, value in ((b, bv), (c, cv)):
+            step = (side.get("steps") or {}).get(metric)
+            steps.append(float(step) if isinstance(step, (int, float)) and step > 0 else float_step(value))
+        out.steps.append(max(steps))
+    return out
+
+
+# --- the plan: looks, levels and exact boundaries (computed by the server, applied here) ------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sequential design of one experiment (measure/stats.py builds it from design_constants.json)."""
+
+    budget: int  # the pairs of one experiment's first rounds; `limit` with continuations
+    limit: int
+    looks: list[int]  # the pair counts where improved / regressed can be decided
+    levels: list[float]  # one-sided level of each look (each side), union of both tests
+    rank_bounds: list[int]  # signed-rank boundary per look (W+ >= it rejects)
+    sign_bounds: list[int]  # sign-count boundary per look
+    eq_level: float  # one-sided level of the equivalence interval (no_change)
+    eq_bounds: list[int]  # signed-rank boundary at eq_level, by n (index n)
+    guard_level: float  # one-sided level of the non-inferiority bounds (guards, the average run)
+    guard_bounds: list[int]  # signed-rank boundary at guard_level, by n
+    eq_from: int = 6
+    warmup: int = 1  # pairs run (and not analyzed) before the first
+    min_pairs_improved: int = 24
+    tail_share: float = 0.05
+    tail_tolerance: float = math.log1p(0.05)
+    noisy_from: int = 20
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def look_index(self, n: int) -> int | None:
+        return self.looks.index(n) if n in self.looks else None
+
+    def last_look(self, n: int) -> int | None:
+        """The index of the last look at or before n pairs."""
+        reached = [k for k, m in enumerate(self.looks) if m <= n]
+        return reached[-1] if reached else None
+
+
+# --- one metric ------------------------------------------------------------------------------------
+
+
+@dataclass
+class MetricLook:
+    """One metric at n pairs (log units oriented so that + is better, except `mean_*`: relative change)."""
+
+    n: int
+    estimate: float | None = None
+    low: float | None = None  # decision interval at the last look reached (None before the first)
+    high: float | None = None
+    look: int | None = None  # the pair count of that look
+    eq_low: float | None = None  # equivalence interval at n
+    eq_high: float | None = None
+    mean: float | None = None  # the average run's relative change (oriented)
+    mean_low: float | None = None  # at the guard level (one-sided each)
+    mean_high: float | None = None
+    tail: float | None = None  # worst runs: candidate minus baseline (log, oriented)
+    spread: float | None = None  # per-pair spread of the order-adjusted contrasts (log)
+    floor: float = 0.0  # the printed resolution, where ties show it is what limits the data
+    guard_low: float | None = None  # non-inferiority bound of the typical run (guard level)
+    verdict: str = "undecided"
+    invalid: bool = False
+
+
+def order_effect(u: list[float]) -> float:
+    """How much the second run of a pair differs from the first, from the second-minus-first differences u
+    alone (so it is the same whatever the coins were, which keeps the tests exact): their mean with the
+    outer 10% of each side pulled in to the nearest kept value (winsorized), so a few outlier runs cannot
+    move it while a change, which splits u into two groups, still averages out."""
+    ordered = sorted(u)
+    n = len(ordered)
+    k = int(0.1 * n)
+    low, high = ordered[k], ordered[n - 1 - k]
+    return math.fsum(min(max(x, low), high) for x in u) / n
+
+
+def _walsh(a: list[float], w: list[float]) -> list[float]:
+    """The order-adjusted Walsh averages (a_i + a_j) / (w_i + w_j), i <= j, sorted."""
+    out = []
+    n = len(a)
+    for i in range(n):
+        ai, wi = a[i], w[i]
+        for j in range(i, n):
+            ww = wi + w[j]
+            if ww > 1e-12:
+                out.append((ai + a[j]) / ww)
+    out.sort()
+    return out
+
+
+def _between(sorted_values: list[float], bound: int) -> tuple[float, float] | None:
+    """[v[N - b], v[b - 1]]: the interval of a test whose statistic counts values above the shift, at boundary b."""
+    total = len(sorted_values)
+    if bound < 1 or bound > total:
+        return None
+    return sorted_values[total - bound], sorted_values[bound - 1]
+
+
+def _mean_change(base: list[float], cand: list[float], signs: list[int], sign: float,
+                 level: float) -> tuple[float, float, float] | None:
+    """The order-adjusted mean of the linear differences relative to the baseline mean (oriented), with its
+    one-sided-`level` bounds: least squares of d_i = (c_i - b_i) / mean(b) on [1, s_i]."""
+    n = len(base)
+    scale = math.fsum(base) / n
+    if n < 3 or scale <= 0:
+        return None
+    d = [sign * (c - b) / scale for b, c in zip(base, cand, strict=True)]
+    sbar = math.fsum(signs) / n
+    var_s = 1.0 - sbar * sbar
+    if var_s <= 1e-12:
+        return None
+    dbar = math.fsum(d) / n
+    slope = (math.fsum(s * x for s, x in zip(signs, d, strict=True)) / n - sbar * dbar) / var_s
+    intercept = dbar - slope * sbar
+    rss = math.fsum((x - intercept - slope * s) ** 2 for s, x in zip(signs, d, strict=True))
+    se = math.sqrt(rss / (n - 2) / (n * var_s))
+    half = t_quantile(level, n - 2) * se
+    return intercept, intercept - half, intercept + half
+
+
+def _worst(values: list[float], share: float) -> float:
+    k = max(1, math.ceil(share * len(values)))
+    return math.fsum(sorted(values)[:k]) / k
+
+
+def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -> MetricLook:
+    """The figures of one metric over its first n pairs; `eq` also computes the equivalence interval."""
+    out = MetricLook(n)
+    if n == 0:
+        return out
+    sign = 1.0 if direction == "higher" else -1.0
+    base, cand = p.base[:n], p.cand[:n]
+    if not all(0 < v < math.inf for v in (*base, *cand)):
+        out.invalid = True
+        return out
+    r = [sign * math.log(c / b) for b, c in zip(base, cand, strict=True)]
+    s = [1 if second else -1 for second in p.second[:n]]
+    sbar = math.fsum(s) / n
+    ubar = order_effect([si * ri for si, ri in zip(s, r, strict=True)])
+    a = [ri - si * ubar for si, ri in zip(s, r, strict=True)]
+    w = [1.0 - si * sbar for si in s]
+    walsh = _walsh(a, w)
+    if not walsh:  # every pair in the same order: the order and the change cannot be told apart
+        return out
+    total = len(walsh)
+    out.estimate = (walsh[(total - 1) // 2] + walsh[total // 2]) / 2
+    ratios = sorted(ai / wi for ai, wi in zip(a, w, strict=True) if wi > 1e-12)
+    # Printed resolution: where most pairs show the very same contrast, the data cannot resolve below the
+    # step, so the intervals are at least a step wide around the estimate (100 vs 102 printed as integers).
+    if Counter(r).most_common(1)[0][1] * 2 >= n:
+        out.floor = max(step / min(b, c) for step, b, c in zip(p.steps[:n], base, cand, strict=True))
+
+    def widened(bounds: tuple[float, float]) -> tuple[float, float]:
+        est = out.estimate or 0.0
+        return min(bounds[0], est - out.floor), max(bounds[1], est + out.floor)
+
+    k = plan.last_look(n)
+    if k is not None:
+        m = plan.looks[k]
+        if m == n:
+            # the look's interval at the pairs it was taken at: the intersection of both tests
+            rank = _between(walsh, plan.rank_bounds[k])
+            sgn = _between(ratios, plan.sign_bounds[k])
+            found = [x for x in (rank, sgn) if x is not None]
+            if found:
+                low, high = max(x[0] for x in found), min(x[1] for x in found)
+                if low > high:  # no shift fits both: their hull, never a decision both lack
+                    low, high = min(x[0] for x in found), max(x[1] for x in found)
+                out.low, out.high = widened((low, high))
+                out.look = m
+    if eq and n >= 2:
+        bounds = _between(walsh, plan.eq_bounds[n] if n < len(plan.eq_bounds) else 0)
+        if bounds is not None:
+            out.eq_low, out.eq_high = widened(bounds)
+        guard = _between(walsh, plan.guard_bounds[n] if n < len(plan.guard_bounds) else 0)
+        if guard is not None:
+            out.guard_low = widened(guard)[0]
+    mean = _mean_change(base, cand, s, sign, plan.guard_level)
+    if mean is not None:
+        out.mean, out.mean_low, out.mean_high = mean
+    oriented_b = [sign * math.log(v) for v in base]
+    oriented_c = [sign * math.log(v) for v in cand]
+    out.tail = _worst(oriented_c, plan.tail_share) - _worst(oriented_b, plan.tail_share)
+    if out.eq_low is not None and out.eq_high is not None:
+        out.spread = (out.eq_high - out.eq_low) / 2 * math.sqrt(n) / z_quantile(plan.eq_level)
+    return out
+
+
+def _mean_bounds_at(p: Pairs, n: int, direction: str, level: float) -> tuple[float, float, float] | None:
+    sign = 1.0 if direction == "higher" else -1.0
+    s = [1 if second else -1 for second in p.second[:n]]
+    return _mean_change(p.base[:n], p.cand[:n], s, sign, level)
+
+
+# --- roles and verdicts ----------------------------------------------------------------------------
+
+FOCUS_PREFIX, CONTROL_PREFIX = "focus.", "control."
+
+
+@dataclass
+class MetricRule:
+    """How one metric is judged: its role, direction, minimum effect (log) and tolerance (log, guards)."""
+
+    role: str  # objective, guard, focus or control
+    direction: str
+    min_effect: float
+    tolerance: float | None = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What an experiment is judged on (recorded with its launch): the primary metric and its direction,
+    the objectives, the guards with their tolerances and, for a focus experiment, the focus."""
+
+    metric: str
+    direction: str
+    min_effect: float  # fraction, e.g. 0.01
+    objectives: list[str] = field(default_factory=list)
+    guards: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {direction, tolerance_pct}
+    focus: list[str] = field(default_factory=list)  # names the change acts on (AUTORESEARCH_FOCUS)
+    focus_direction: str = "lower"
+    focus_min_effect: float = 0.02
+    objective_tolerance_pct: dict[str, float] = field(default_factory=dict)  # a focus experiment's objectives
+    default_tolerance_pct: float = 2.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Spec:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    @property
+    def objective_names(self) -> list[str]:
+        return list(self.objectives) or [self.metric]
+
+    def required(self) -> list[str]:
+        """Every metric each run must print, the primary first (a focus run must also print a focus.* metric)."""
+        return list(dict.fromkeys([self.metric, *self.objective_names, *self.guards]))
+
+    def rules(self, names: list[str]) -> dict[str, MetricRule]:
+        """How each of `names` (the metrics the runs printed) is judged; names not judged are left out."""
+        out: dict[str, MetricRule] = {}
+        for name in names:
+            guard = self.guards.get(name)
+            if self.focus and name.startswith(FOCUS_PREFIX):
+                out[name] = MetricRule("focus", self.focus_direction, math.log1p(self.focus_min_effect))
+            elif self.focus and name.startswith(CONTROL_PREFIX):
+                out[name] = MetricRule("control", self.focus_direction, math.log1p(self.focus_min_effect))
+            elif guard is not None:
+                tolerance = math.log1p(float(guard["tolerance_pct"]) / 100)
+                out[name] = MetricRule("guard", str(guard["direction"]), tolerance, tolerance)
+            elif name in self.objective_names and self.focus:
+                pct = self.objective_tolerance_pct.get(name, self.default_tolerance_pct)
+                out[name] = MetricRule("guard", self.direction, math.log1p(pct / 100), math.log1p(pct / 100))
+            elif name in self.objective_names:
+                out[name] = MetricRule("objective", self.direction, math.log1p(self.min_effect))
+        return out
+
+
+@dataclass
+class Judgement:
+    """One metric's figures and what they mean for the experiment."""
+
+    look: MetricLook
+    rule: MetricRule
+    verdict: str  # improved / regressed / no_change / noisy / undecided / invalid
+    judgement: str | None  # objective and focus: improved / regressed / held; guard: held / regressed / undecided
+    reason: str | None = None  # why a metric whose typical run improved is not `improved`
+
+
+@dataclass
+class Decision:
+    """The experiment at n pairs: every judged metric, the verdict and whether it is final."""
+
+    n: int
+    verdict: str  # improved / regressed / no_change / noisy / inconclusive / invalid
+    final: bool
+    metrics: dict[str, Judgement] = field(default_factory=dict)
+    won: list[str] = field(default_factory=list)
+    blocking: list[str] = field(default_factory=list)
+    layout: float | None = None  # what the untouched controls moved (log), which a focus win must exceed
+    problems: list[str] = field(default_factory=list)
+
+
+def _reach(spread: float, plan: Plan, n_final: int) -> float:
+    """The half-width of the decision interval at the last look of n_final pairs, at this spread."""
+    k = plan.last_look(n_final)
+    level = plan.levels[k] if k is not None else plan.levels[0]
+    return z_quantile(level) * spread / math.sqrt(max(n_final, 1))
+
+
+def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, final_n: int,
+                   layout: float = 0.0) -> tuple[str, str | None]:
+    """The verdict of one metric against its minimum effect, and, when its typical run improved but the
+    metric is not `improved`, why. `final_n`: the last pair count of this round (`noisy` is judged there)."""
+    me = rule.min_effect
+    lin = math.expm1(me)
+    n, est = look.n, look.estimate
+    if look.invalid:
+        return "invalid", None
+    if est is None:
+        return "undecided", None
+    why = None
+    if look.look == n and look.low is not None and look.high is not None:
+        k = plan.look_index(n)
+        assert k is not None
+        if look.high < 0 and est <= -me:
+            return "regressed", None
+        mean = _mean_bounds_at(p, n, rule.direction, plan.levels[k])
+        if mean is not None and mean[2] < 0 and mean[0] <= -lin:
+            return "regressed", "the average run is worse"
+        if look.low > 0 and est >= me:
+            if n < plan.min_pairs_improved:
+                why = (f"an improvement needs at least {plan.min_pairs_improved} pairs, so that a slow path "
+                       "taken by 1 run in 5 has shown")
+            elif look.mean_low is None or look.mean_low <= 0:
+                why = "the average run is not shown better (the candidate has slow runs or outliers of its own)"
+            elif look.tail is not None and look.tail < -plan.tail_tolerance:
+                why = (f"its worst {plan.tail_share:.0%} of runs are {math.expm1(-look.tail) * 100:.1f}% worse "
+                       "than the baseline's")
+            elif look.low <= layout:
+                why = (f"the change is within what the untouched controls moved (up to "
+                       f"{math.expm1(layout) * 100:.1f}%): layout alone could do it")
+            else:
+                return "improved", None
+    if (n >= plan.eq_from and look.eq_low is not None and look.eq_high is not None
+            and -me < look.eq_low and look.eq_high < me):
+        mean_eq = _mean_bounds_at(p, n, rule.direction, plan.eq_level)
+        if mean_eq is not None and -lin < mean_eq[1] and mean_eq[2] < lin:
+            return "no_change", None
+    if look.spread is not None and n >= min(plan.noisy_from, final_n):
+        reach = _reach(look.spread, plan, final_n) + look.floor
+        if n >= final_n:
+            return ("noisy" if reach >= me else "undecided"), why
+        se = look.spread / math.sqrt(n)
+        eq_reach = z_quantile(plan.eq_level) * look.spread / math.sqrt(final_n) + look.floor
+        if eq_reach >= me and abs(est) + 2 * se < reach:
+            return "noisy", why  # neither no_change nor a change this round could show is within reach
+    return "undecided", why
+
+
+def guard_judgement(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs) -> str:
+    """held / regressed / undecided of a metric that must not get worse beyond its tolerance."""
+    tol = rule.tolerance if rule.tolerance is not None else rule.min_effect
+    est = look.estimate
+    if look.invalid:
+        return "regressed"
+    if est is None:
+        return "undecided"
+    if look.look == look.n and look.high is not None and look.high < 0 and est <= -tol:
+        return "regressed"
+    mean = _mean_bounds_at(p, look.n, rule.direction, plan.guard_level)
+    if look.guard_low is not None and look.guard_low > -tol and mean is not None and mean[1] > -math.expm1(tol):
+        return "held"
+    return "undecided"
+
+
+def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None = None,
+          final_n: int | None = None) -> Decision:
+    """Every judged metric at n pairs (all complete pairs by default) and the experiment's verdict.
+
+    Without a focus: a winner improves an objective, regresses none and holds every guard. With a focus: a
+    winner improves a focus metric beyond what the untouched controls moved, and holds every objective and
+    guard within its tolerance. A judged metric missing from a run makes the experiment invalid.
+    """
+    names = sorted({name for s in samples for name in (s.get("metrics") or {})})
+    rules = spec.rules(names)
+    pairs = {name: pairs_of(samples, name) for name in rules}
+    if n is None:
+        n = len(pairs[spec.metric]) if spec.metric in pairs else 0
+    final = final_n if final_n is not None else plan.budget
+    decision = Decision(n, "inconclusive", False)
+    missing = [name for name in spec.required() if name not in pairs or len(pairs[name]) < n]
+    if spec.focus and not any(r.role == "focus" for r in rules.values()):
+        decision.problems.append(f"no {FOCUS_PREFIX}* metric printed although AUTORESEARCH_FOCUS was set")
+        missing.append(FOCUS_PREFIX + "*")
+    missing += [name for name, r in rules.items() if r.role == "focus" and len(pairs[name]) < n]
+    looks = {name: metric_look(p, n, rules[name].direction, plan) for name, p in pairs.items()}
+    missing += [name for name, look in looks.items() if look.invalid and rules[name].role != "control"]
+    if missing:
+        decision.verdict, decision.final, decision.blocking = "invalid", True, sorted(set(missing))
+        return decision
+    controls = [looks[name] for name, r in rules.items() if r.role == "control" and len(pairs[name]) >= n]
+    if controls:
+        known = [max(abs(c.eq_low), abs(c.eq_high)) for c in controls if c.eq_low is not None and c.eq_high is not None]
+        decision.layout = max(known) if len(known) == len(controls) else math.inf
+    focus = [name for name, r in rules.items() if r.role == "focus"]
+    improving = focus or [name for name, r in rules.items() if r.role == "objective"]
+    held = [name for name, r in rules.items() if r.role == "guard"]
+    for name, rule in rules.items():
+        look = looks[name]
+        layout = (decision.layout or 0.0) if rule.role == "focus" else 0.0
+        verdict, why = metric_verdict(look, rule, plan, pairs[name], final, layout)
+        if name in improving:
+            judgement = verdict if verdict in ("improved", "regressed") else "held"
+        elif name in held:
+            judgement = guard_judgement(look, rule, plan, pairs[name])
+        else:
+            judgement = None
+        decision.metrics[name] = Judgement(look, rule, verdict, judgement, why)
+    judged = decision.metrics
+    decision.won = [name for name in improving if judged[name].verdict == "improved"]
+    decision.blocking = [name for name in held if judged[name].judgement in ("regressed", "undecided")]
+    regressed = ([name for name in improving if judged[name].verdict == "regressed"]
+                 + [name for name in held if judged[name].judgement == "regressed"])
+    verdicts = {judged[name].verdict for name in improving}
+    lead = judged.get(focus[0] if focus else spec.metric)
+    if regressed:
+        decision.verdict = "regressed"
+        decision.blocking = sorted(set(decision.blocking) | set(regressed))
+    elif decision.won and not decision.blocking:
+        decision.verdict = "improved"
+    elif decision.won:
+        decision.verdict = "inconclusive"  # a metric improved, but a guard is not yet shown to have held
+    elif verdicts == {"no_change"}:
+        decision.verdict = "no_change"
+    elif lead is not None and lead.verdict == "noisy":
+        decision.verdict = "noisy"
+    decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
+    return decision
+
+
+def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
+    """Pairs in all that would decide with 80% power at this spread: the observed change when it is beyond
+    the minimum effect, else the distance to `no_change`; the next look at or beyond, when there is one."""
+    if look.spread is None or look.estimate is None:
+        return None
+    margin = rule.min_effect
+    effect = abs(look.estimate)
+    target = effect if effect >= margin else max(margin - effect, margin / 4)
+    k = plan.last_look(plan.budget)
+    z = z_quantile(plan.levels[k if k is not None else -1]) + z_quantile(0.2)
+    needed = max(look.n + 1, plan.min_pairs_improved, math.ceil((z * look.spread / target) ** 2))
+    return next((m for m in plan.looks if m >= needed), needed)
