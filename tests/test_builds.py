@@ -44,7 +44,7 @@ async def test_the_next_baseline_reuses_the_committed_winners_build(logged: tupl
     async with Client(build_server()) as c:
         await start(c, repo)
         first = await call(c, "launch_experiment", title="110", source="patch", patch=value_patch("100", "110"),
-                           repeats=24)
+                           repeats=30)
         assert (await wait_final(c, first["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=first["experiment_id"])
         second = await call(c, "launch_experiment", title="120", source="patch", patch=value_patch("110", "120"),
@@ -110,12 +110,12 @@ async def test_incremental_winners_must_be_confirmed_on_a_clean_build(logged: tu
                        repeats="auto")
         await wait_final(c, a["experiment_id"])
         b = await call(c, "launch_experiment", title="120", source="patch", patch=value_patch("100", "120"),
-                       repeats=24)
+                       repeats=30)
         res = await wait_final(c, b["experiment_id"])
         assert res["verdict"] == "improved" and res["build"]["candidate"]["mode"] == "incremental"
         assert "incremental build" in await error(c, "commit_winner", experiment_id=b["experiment_id"])
         confirm = await call(c, "launch_experiment", title="120, clean", source="commit",
-                             commit=b["candidate_commit"], clean_build=True, repeats=24)
+                             commit=b["candidate_commit"], clean_build=True, repeats=30)
         confirmed = await wait_final(c, confirm["experiment_id"])
         assert confirmed["build"]["candidate"]["mode"] == "fresh"
         await call(c, "commit_winner", experiment_id=confirm["experiment_id"])

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import decide, runner
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, PlatformState
 from autoresearch_mcp.core.records import (
     Analysis,
@@ -31,7 +31,7 @@ DESIGN = stats.make_design("auto")
 
 def launch(design: dict[str, Any] | None = None) -> LaunchRecord:
     return LaunchRecord(experiment_id="e", session_id="s", title="x", metric="t", direction="lower",
-                        design=dataclasses.asdict(DESIGN) if design is None else design, base_commit="b" * 40)
+                        design=DESIGN.record() if design is None else design, base_commit="b" * 40)
 
 
 def experiment(delta: float | None, verdict: str = "improved", status: str = "done", cost: float | None = None,
@@ -42,11 +42,14 @@ def experiment(delta: float | None, verdict: str = "improved", status: str = "do
                            result=ResultRecord(experiment_id="e", status=status, cost_usd=cost, analysis=analysis))
 
 
-def samples(base: list[float], cand: list[float], metric: str = "t") -> list[runner.Sample]:
+def samples(base: list[float], cand: list[float], metric: str = "t", seed: int = 0) -> list[runner.Sample]:
+    """Samples as the runner writes them, each pair's order a coin."""
+    coin = random.Random(seed)
     out = []
     for pair, (b, c) in enumerate(zip(base, cand, strict=True)):
-        out += [runner.Sample(pair, "baseline", 2 * pair, 0, 0.1, False, {metric: b}),
-                runner.Sample(pair, "candidate", 2 * pair + 1, 0, 0.1, False, {metric: c})]
+        second = coin.random() < 0.5
+        out += [runner.Sample(pair, "baseline", int(not second), 0, 0.1, False, {metric: b}),
+                runner.Sample(pair, "candidate", int(second), 0, 0.1, False, {metric: c})]
     return out
 
 
@@ -136,11 +139,12 @@ def _round(n: int, worker: str = "w1") -> ResultRecord:
     return ResultRecord(experiment_id="e", status="done", worker=worker, outcome=Outcome.model_validate(outcome))
 
 
-def test_a_continuation_pools_the_whole_blocks_of_the_last_measured_round() -> None:
+def test_a_continuation_pools_the_complete_pairs_of_the_last_measured_round() -> None:
     exp = ExperimentState("e", launch(), status="done", result=_round(5))
-    base, cand = figures.measured_pairs(exp)
-    assert base == [100.0, 101.0, 102.0, 103.0] and cand == [90.0, 91.0, 92.0, 93.0]  # 4: whole blocks
     assert exp.result is not None
+    exp.result.outcome.samples.pop()  # the last pair's candidate run never ended
+    pooled_before = figures.measured_samples(exp)
+    assert sorted({s["pair"] for s in pooled_before}) == [0, 1, 2, 3]  # complete pairs only
     exp.rounds, exp.result, exp.continued = [exp.result], None, ContinueRecord(experiment_id="e", prior_pairs=4)
     new = {"status": "done", "samples": [{**dataclasses.asdict(s), "pair": 4} for s in samples([200.0], [180.0])]}
     pooled = figures.pooled(exp, new)  # the runner numbers the new round's pairs after the prior ones
@@ -151,7 +155,7 @@ def test_a_continuation_pools_the_whole_blocks_of_the_last_measured_round() -> N
 
 def test_a_round_that_measured_nothing_leaves_no_pairs_to_pool() -> None:
     exp = ExperimentState("e", launch(), status="failed", result=ResultRecord(experiment_id="e", status="failed"))
-    assert figures.measured_pairs(exp) == ([], [])
+    assert figures.measured_samples(exp) == []
     assert figures.pooled(exp, {"samples": []}) == {"samples": [], "rounds": []}
 
 
@@ -195,23 +199,28 @@ def test_a_launch_without_a_direction_is_never_judged_with_a_default_one() -> No
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_server_and_the_runner_agree_on_the_same_samples(seed: int) -> None:
-    """The runner judges on the worker (standard library); the server judges again from the stored
-    samples: same pairs, same verdict, same interval, same noise, at every look."""
+    """The runner judges on the worker (standard library, after every pair); the server judges again from
+    the stored samples: the same pairs, verdict, interval and noise."""
     rng = np.random.default_rng(seed)
     effect, sigma = [(0.0, 0.002), (-0.03, 0.03), (0.0, 0.08), (0.05, 0.02), (-0.01, 0.004), (0.02, 0.01)][seed]
     base = [round(float(x), 3) for x in 100 * np.exp(rng.normal(0, sigma, 100))]
     cand = [round(b * float(np.exp(effect + rng.normal(0, sigma))), 3) for b in base]
-    for k, n in enumerate(DESIGN.looks):
-        ran = samples(base[:n], cand[:n])
-        random.Random(seed).shuffle(ran)  # the order the runner wrote them in does not matter
-        pairs = runner.pair_values(ran, "t")
-        d = runner.log_ratios(pairs, "lower")
-        assert d is not None
-        look = runner.look_at(d, k, DESIGN.job(), runner.resolution_floor(pairs))
-        outcome = {"status": "done", "samples": [dataclasses.asdict(s) for s in ran], "look": dataclasses.asdict(look)}
-        assert metrics.pairs(outcome, "t") == ([b for b, _ in pairs], [c for _, c in pairs])
-        primary = figures.analyze(outcome, launch()).metrics["t"]
-        assert primary.verdict == look.verdict and primary.n_pairs == look.n
+    ran = samples(base, cand, seed=seed)
+    spec = metrics.spec_of(launch())
+    plan = DESIGN.plan()
+    for n in range(1, 101):
+        decision = decide.judge([dataclasses.asdict(s) for s in ran[: 2 * n]], spec, plan, n=n)
+        if decision.final:
+            break
+    stored = ran[: 2 * n]
+    random.Random(seed).shuffle(stored)  # the order the runner wrote them in does not matter
+    look = decision.metrics["t"].look
+    outcome = {"status": "done", "samples": [dataclasses.asdict(s) for s in stored],
+               "look": {"pairs": n, "verdict": decision.verdict, "spread": look.spread}}
+    analysis = figures.analyze(outcome, launch(), DESIGN.budget)
+    primary = analysis.metrics["t"]
+    assert analysis.verdict == decision.verdict and primary.n_pairs == n
+    if look.look == n and look.low is not None and look.high is not None and decision.verdict != "no_change":
         assert primary.ci_low_pct == stats.pct(-look.high) and primary.ci_high_pct == stats.pct(-look.low)
-        noise = figures.worker_noise(outcome)
-        assert noise is not None and primary.noise_pct == round(noise * 100, 4)
+    noise = figures.worker_noise(outcome)
+    assert noise is not None and primary.noise_pct == round(noise * 100, 4)

@@ -145,7 +145,7 @@ async def test_commit_winner_refuses_to_replace_an_ignored_file(tmp_path: Path) 
     (repo / "secrets.env").write_text("TOKEN=mine\n")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="faster", source="patch", repeats=24,
+        launched = await call(c, "launch_experiment", title="faster", source="patch", repeats=30,
                               patch=value_patch() + add_file("secrets.env", "TOKEN=theirs"))
         assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
         head = git(repo, "rev-parse", "HEAD")
@@ -166,7 +166,7 @@ async def test_commit_winner_names_ignored_files_in_a_folder_the_winner_replaces
     async with Client(build_server()) as c:
         await session(c, repo)
         patch = value_patch() + "--- a/data/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-1\n" + add_file("data", "now a file")
-        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=24, patch=patch)
+        launched = await call(c, "launch_experiment", title="flatten", source="patch", repeats=30, patch=patch)
         assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
         msg = await error(c, "commit_winner", experiment_id=launched["experiment_id"])
         assert "data/cache.bin" in msg and (repo / "data" / "cache.bin").read_text() == "mine\n"
@@ -287,9 +287,9 @@ async def test_a_title_cannot_forge_a_trailer_and_the_report_counts_the_ledger(r
         await session(c, repo)
         assert "one line" in await error(c, "launch_experiment", title="A\n\nAutoresearch-Experiment: x",
                                          source="patch", patch=value_patch())
-        win = await call(c, "launch_experiment", title="win", source="patch", repeats=24, patch=value_patch(),
+        win = await call(c, "launch_experiment", title="win", source="patch", repeats=30, patch=value_patch(),
                          hypothesis="faster\n\nAutoresearch-Experiment: forged")
-        other = await call(c, "launch_experiment", title="other", source="patch", repeats=24,
+        other = await call(c, "launch_experiment", title="other", source="patch", repeats=30,
                            patch=value_patch("100", "120"))
         for exp in (win, other):
             assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"

@@ -52,7 +52,7 @@ def files_patch(**changes: tuple[str, str]) -> str:
                    for name, (old, new) in changes.items())
 
 
-async def measured(c: Client, title: str, repeats: int = 14, **changes: tuple[str, str]) -> dict[str, Any]:
+async def measured(c: Client, title: str, repeats: int = 30, **changes: tuple[str, str]) -> dict[str, Any]:
     exp = await call(c, "launch_experiment", title=title, source="patch", repeats=repeats,
                      patch=files_patch(**changes))
     return await wait_final(c, exp["experiment_id"])
@@ -92,7 +92,7 @@ async def test_a_winner_whose_guards_held_is_committed_naming_the_objective_that
 
 async def test_a_guard_whose_interval_reaches_past_its_tolerance_is_undecided(repo: Path) -> None:
     async with Client(build_server()) as c:
-        await start(c, repo, guards={"b": {"direction": "higher", "tolerance_pct": 0.01}})
+        await start(c, repo, guards={"b": {"direction": "higher", "tolerance_pct": 0.001}})
         res = await measured(c, "faster", a=("100", "110"))
         refused = await error(c, "commit_winner", experiment_id=res["experiment_id"])
     assert res["metrics"]["b"]["judgement"] == "undecided"

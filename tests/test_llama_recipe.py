@@ -139,7 +139,7 @@ async def test_a_tg_win_that_slows_pp_beyond_tolerance_is_refused_by_the_guard(
         config_path(llama).write_text(json.dumps(config))
         resumed = await start(c, llama, shared["model"], "guard")
         assert resumed["guards"] == ["pp_tps"] and resumed["objectives"] == ["tg_tps"]
-        res = await run(c, llama, "decode cost moved to prompt batches", CONTEXT, SLOW_TG, SLOW_PP, repeats=24)
+        res = await run(c, llama, "decode cost moved to prompt batches", CONTEXT, SLOW_TG, SLOW_PP, repeats=30)
         refused = await error(c, "commit_winner", experiment_id=res["experiment_id"])
     tg, pp = res["metrics"]["tg_tps"], res["metrics"]["pp_tps"]
     assert tg["judgement"] == "improved" and tg["role"] == "objective"

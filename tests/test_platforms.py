@@ -149,7 +149,7 @@ async def settled(client: Client, experiment_id: str, timeout: float = 180.0) ->
 async def launch(client: Client, repo: Path, title: str, source: str) -> str:
     (repo / "dot.c").write_text(source)
     res = await call(client, "launch_experiment", title=title, hypothesis="fewer loop iterations",
-                     sources=["test"], repeats=24, restore_worktree=True)
+                     sources=["test"], repeats=30, restore_worktree=True)
     return str(res["experiment_id"])
 
 
@@ -347,7 +347,7 @@ async def test_a_measured_sky_platform_confirms_a_winner_and_refuses_one_that_re
                              platforms=["host", graviton])
         assert any(line.startswith("graviton (sky, measured)") for line in started["platforms"])
 
-        launched = await call(c, "launch_experiment", title="faster everywhere", source="patch", repeats=24,
+        launched = await call(c, "launch_experiment", title="faster everywhere", source="patch", repeats=30,
                               patch=values_patch((100, 90), (100, 95)))
         res = await settled(c, launched["experiment_id"])
         [cloud] = res["platforms"]
@@ -359,7 +359,7 @@ async def test_a_measured_sky_platform_confirms_a_winner_and_refuses_one_that_re
         assert "- graviton (sky, measured): improved -5.00% in the confirmation A/B" in committed["message"]
 
         launched = await call(c, "launch_experiment", title="faster here, slower on graviton", source="patch",
-                              repeats=24, patch=values_patch((90, 80), (95, 120)))
+                              repeats=30, patch=values_patch((90, 80), (95, 120)))
         res = await settled(c, launched["experiment_id"])
         assert res["verdict"] == "improved"
         [cloud] = res["platforms"]
@@ -393,7 +393,7 @@ def slow_repo(tmp_path: Path) -> Path:
 
 
 async def launch_until_slowpoke_checks(c: Client) -> str:
-    launched = await call(c, "launch_experiment", title="less", source="patch", repeats=24, patch=FASTER_PATCH)
+    launched = await call(c, "launch_experiment", title="less", source="patch", repeats=30, patch=FASTER_PATCH)
     exp_id = str(launched["experiment_id"])
     with anyio.fail_after(120):
         while (await call(c, "fetch_sky_logs", experiment_id=exp_id))["platforms"][0]["status"] != "checking":
@@ -423,7 +423,7 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_it_is_checked_ag
         assert "not checked on every platform" in message and "slowpoke: cancelled" in message
         assert f"source='experiment', experiment_id='{exp_id}'" in message
         # a plain relaunch would measure the host again with a fresh alpha: refused
-        assert exp_id in await error(c, "launch_experiment", title="less, again", source="patch", repeats=24,
+        assert exp_id in await error(c, "launch_experiment", title="less, again", source="patch", repeats=30,
                                      patch=FASTER_PATCH)
         again = await call(c, "launch_experiment", title="", source="experiment", experiment_id=exp_id)
         assert again["experiment_id"] == exp_id and "slowpoke" in again["message"]

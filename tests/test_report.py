@@ -191,10 +191,10 @@ async def test_a_real_session_is_reported_and_finalized_through_mcp(tmp_path: Pa
         for title, patch in (("value 110", edit("value.txt", "100", "110")),
                              ("factor 1.1", edit("factor.txt", "1", "1.1"))):
             launched = await call(c, "launch_experiment", title=title, hypothesis="<b>bigger</b> is better",
-                                  sources=["https://example.org/idea"], source="patch", patch=patch, repeats=24)
+                                  sources=["https://example.org/idea"], source="patch", patch=patch, repeats=30)
             assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
             kept.append(await call(c, "commit_winner", experiment_id=launched["experiment_id"]))
-        notes = await call(c, "launch_experiment", title="notes only", source="patch", repeats=24,
+        notes = await call(c, "launch_experiment", title="notes only", source="patch", repeats=30,
                            patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+nothing\n")
         broken = await call(c, "launch_experiment", title="broken", source="patch", repeats="auto",
                             patch=edit("value.txt", "110", "broken"))

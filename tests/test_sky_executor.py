@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 import shutil
 import sys
@@ -15,7 +17,7 @@ import anyio
 import git as gitpython
 import pytest
 
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import decide, runner
 from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -97,9 +99,10 @@ def config(tmp_path: Path, workers: int = 1, budget: float | None = None) -> Ses
 
 def job(repo: Path, exp_id: str, candidate: str, pairs: int = 4, noise_limit: float = 0.1,
         metric: str = "t", direction: str = "lower") -> Job:
-    design = stats.make_design(pairs, noise_limit=noise_limit, warmup=0)
+    design = stats.make_design("auto", noise_limit=noise_limit, warmup=0)
+    judging = dataclasses.asdict(decide.Spec(metric, direction, 0.01))
     return Job(exp_id, git(repo, "rev-parse", "HEAD"), candidate, repo.parent / "logs" / f"{exp_id}.log", spec={
-        "metric": metric, "direction": direction, "design": design.job(),
+        "metric": metric, "direction": direction, "design": design.job(), "judging": judging, "stops": [pairs],
         "timeouts": {"build": 60, "bench": 30, "checks": 30}, "threads": 1, "seed": 1, "run_checks": True})
 
 
@@ -211,8 +214,8 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     staging = tmp_path / "stage"
     sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[])
     names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
-    assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/changes.tar.gz", "exp-x1/deleted",
-                     "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py"]
+    assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/changes.tar.gz", "exp-x1/decide.py",
+                     "exp-x1/deleted", "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py"]
     assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
     assert (staging / "exp-x1" / "runner.py").read_bytes() == Path(runner.__file__).read_bytes()
 
@@ -518,7 +521,7 @@ def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, p
     p = pool(repo, fake, cfg=cfg)
     manager = ExperimentManager(gitpython.Repo(repo), cfg, Ledger(state_dir(repo) / "ledger.jsonl"), p)
     launched = manager.launch("faster", "less work", ["test"], "patch", None,
-                              "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n", 3, False)
+                              "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n", "auto", False)
     until(lambda: manager.view.experiments[launched.experiment_id].status == "done")
     fetched = manager.fetch(launched.experiment_id, 5)
     assert fetched.cost_usd is not None and fetched.cost_usd > 0

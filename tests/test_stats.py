@@ -82,14 +82,14 @@ def test_deterministic_changes_decide_where_the_exact_test_first_can() -> None:
     worse = first_decision([(100.0, 49.0)] * 40)
     assert worse.verdict == "regressed" and worse.n == DESIGN.looks[0] == 10
     better = first_decision([(100.0, 151.0)] * 40)
-    assert better.verdict == "improved" and better.n == DESIGN.min_pairs_improved == 24
+    assert better.verdict == "improved" and better.n == DESIGN.min_pairs_improved == 30
 
 
 def test_a_fixed_count_that_cannot_decide_is_refused_with_the_count_that_can() -> None:
-    with pytest.raises(InputError, match="at least 24"):
+    with pytest.raises(InputError, match="at least 30"):
         stats.make_design(8)
-    assert stats.make_design(24).stops == [24]
-    assert stats.make_design(30).stops == [32]  # the next look
+    assert stats.make_design(30).stops == [30]
+    assert stats.make_design(33).stops == [40]  # the next look
 
 
 # --- the randomization ------------------------------------------------------------------------------
@@ -224,20 +224,20 @@ def focus_samples(focus: float, control: float, tg: float, n: int = 40, seed: in
 
 
 def test_a_focus_win_is_judged_at_the_op_with_the_objectives_held_within_tolerance() -> None:
-    decision = decide.judge(focus_samples(0.85, 1.0, 1.001), FOCUS, PLAN, n=24)
+    decision = decide.judge(focus_samples(0.85, 1.0, 1.001), FOCUS, PLAN, n=30)
     assert decision.verdict == "improved" and decision.won == ["focus.RMS_NORM"]
     assert decision.metrics["tg"].rule.role == "guard" and decision.metrics["tg"].judgement == "held"
     assert decision.metrics["control.ADD"].rule.role == "control"
 
 
 def test_a_focus_change_no_larger_than_what_the_untouched_controls_moved_is_not_a_win() -> None:
-    decision = decide.judge(focus_samples(0.95, 0.95, 1.0), FOCUS, PLAN, n=24)
+    decision = decide.judge(focus_samples(0.95, 0.95, 1.0), FOCUS, PLAN, n=30)
     assert decision.verdict != "improved"
     assert "controls" in (decision.metrics["focus.RMS_NORM"].reason or "")
 
 
 def test_a_focus_win_that_costs_an_objective_beyond_its_tolerance_is_regressed() -> None:
-    decision = decide.judge(focus_samples(0.80, 1.0, 0.90), FOCUS, PLAN, n=24)
+    decision = decide.judge(focus_samples(0.80, 1.0, 0.90), FOCUS, PLAN, n=30)
     assert decision.verdict == "regressed" and "tg" in decision.blocking
 
 

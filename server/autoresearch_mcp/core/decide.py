@@ -167,7 +167,7 @@ class Plan:
     guard_bounds: list[int]  # signed-rank boundary at guard_level, by n
     eq_from: int = 6
     warmup: int = 1  # pairs run (and not analyzed) before the first
-    min_pairs_improved: int = 24
+    min_pairs_improved: int = 30
     tail_share: float = 0.05
     tail_tolerance: float = math.log1p(0.05)
     noisy_from: int = 20
@@ -319,6 +319,8 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
     if eq and n >= 2:
         bounds = _between(walsh, plan.eq_bounds[n] if n < len(plan.eq_bounds) else 0)
         if bounds is not None:
+            # the spread of the contrasts as the statistic sees them (the resolution floor is not noise)
+            out.spread = (bounds[1] - bounds[0]) / 2 * math.sqrt(n) / z_quantile(plan.eq_level)
             out.eq_low, out.eq_high = widened(bounds)
         guard = _between(walsh, plan.guard_bounds[n] if n < len(plan.guard_bounds) else 0)
         if guard is not None:
@@ -329,8 +331,6 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
     oriented_b = [sign * math.log(v) for v in base]
     oriented_c = [sign * math.log(v) for v in cand]
     out.tail = _worst(oriented_c, plan.tail_share) - _worst(oriented_b, plan.tail_share)
-    if out.eq_low is not None and out.eq_high is not None:
-        out.spread = (out.eq_high - out.eq_low) / 2 * math.sqrt(n) / z_quantile(plan.eq_level)
     return out
 
 

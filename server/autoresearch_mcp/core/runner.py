@@ -631,7 +631,10 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                 if out.stop_reason is None and i in stops:
                     decision = decide.judge(prior + [asdict(x) for x in out.samples], spec, plan, n=i,
                                             final_n=stops[-1])
-                    out.look = {"pairs": i, "verdict": decision.verdict, "final": decision.final}
+                    lead = next((j for j in decision.metrics.values() if j.rule.role == "focus"),
+                                decision.metrics.get(spec.metric))
+                    out.look = {"pairs": i, "verdict": decision.verdict, "final": decision.final,
+                                "spread": lead.look.spread if lead is not None else None}
                     emit("look", pairs=i, verdict=decision.verdict)
                     if decision.final or i == stops[-1]:
                         out.stop_reason = decision.verdict

@@ -21,13 +21,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import gitops, profiler, runner
+from autoresearch_mcp.core import decide, gitops, profiler, runner
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.sky_meter import Pin
 
 RUNNER = Path(runner.__file__).resolve()
+DECIDE = Path(decide.__file__).resolve()
 PROFILER = Path(profiler.__file__).resolve()
 WORK = "~/autoresearch/work"
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
@@ -178,6 +179,7 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
                          f"{str(exc.stderr or exc).strip()[:400]}") from None
     (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
     shutil.copyfile(RUNNER, inbox / "runner.py")
+    shutil.copyfile(DECIDE, inbox / "decide.py")  # the decision rule the runner applies, beside it
     if job.spec.get("profile"):
         shutil.copyfile(PROFILER, inbox / "profiler.py")
         spec = profile_job(job)

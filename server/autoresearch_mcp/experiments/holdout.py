@@ -75,10 +75,12 @@ def run(
                 if not built.ok:
                     raise StateError(f"holdout: the {role} build failed; launch the experiment again to see why")
         samples: dict[str, list[dict[str, float]]] = {"baseline": [], "candidate": []}
+        second: list[bool] = []  # whether the candidate ran second: each pair's order is a coin
         rng = random.SystemRandom()
         for i in range(holdout.pairs):
             order = list(trees.items())
             rng.shuffle(order)
+            second.append(order[1][0] == "candidate")
             for role, tree in order:
                 with runner.file_lock(lock):
                     res = runner.run_command(argv, tree, holdout.timeout_s,
@@ -98,7 +100,7 @@ def run(
     metrics = {}
     for name in names:
         cmp = stats.paired([s[name] for s in samples["baseline"]], [s[name] for s in samples["candidate"]],
-                           directions.get(name, default_direction), judged)
+                           directions.get(name, default_direction), judged, second)
         metrics[name] = {"delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
                          "verdict": cmp.verdict, "n_pairs": cmp.n_pairs}
     if not metrics:

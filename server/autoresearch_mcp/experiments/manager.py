@@ -361,8 +361,8 @@ class ExperimentManager:
             return False
         if other.status in _RETRYABLE and other.measured is None:
             return False  # nothing was measured: launching it again spends nothing
-        if other.verdict in _REMEASURE and "bounds" not in other.launch.design:
-            return False  # measured with the earlier t-test design: its pairs cannot be pooled
+        if other.verdict in _REMEASURE and not isinstance(stats.load_design(other.launch.design), stats.Design):
+            return False  # measured with an earlier design: its pairs cannot be pooled
         # a clean build may confirm a result that was measured on an incremental one
         return not other.launch.incremental or incremental
 
@@ -837,7 +837,8 @@ class ExperimentManager:
             raise StateError("the holdout needs local worktrees; restart the session with start_session")
         launch = exp.launch
         directions: dict[str, str] = {name: g.direction for name, g in c.guards.items()}
-        design = stats.make_design(c.holdout.pairs, alpha=c.alpha, min_effect=c.min_effect,
+        # the holdout only looks for a regression, which its fixed pairs can show from the design's first look
+        design = stats.make_design("auto", alpha=c.alpha, min_effect=c.min_effect,
                                    noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
         outcome = holdout.run(
             c.holdout, self.root, self.worktrees, launch.base_commit, launch.candidate_commit,

@@ -39,8 +39,8 @@ RHO = 0.8
 RANK_SHARE = 0.75
 EQ_LEVEL = 0.10  # one side of the equivalence interval: no_change is "within +-min effect at 80%"
 GUARD_LEVEL = 0.01  # one side of a guard's or the average run's non-inferiority bound
-MIN_PAIRS_IMPROVED = 24  # a slow path taken by 1 run in 5 shows in 24 runs with 99.5% probability
-EARLY = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 32, 40]
+MIN_PAIRS_IMPROVED = 30  # a slow path taken by 1 run in 5 shows in 30 runs with 99.9% probability
+EARLY = [10, 14, 20, 30, 40]
 SCHEDULES = {
     50: [*EARLY, 50],
     100: [*EARLY, 50, 60, 70, 80, 90, 100],

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.ledger import ExperimentState
 from autoresearch_mcp.core.records import Analysis, LaunchRecord, Outcome, ProfileRecord, SessionRecord
 from autoresearch_mcp.measure import metrics, stats
@@ -146,7 +147,8 @@ def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Anal
     launch = launch or exp.launch
     if exp.result is None:
         return Analysis()
-    if "bounds" not in launch.design:  # the earlier t-test design: today's test would judge it otherwise
+    if "bounds" not in launch.design and launch.design.get("rule") != decide.RULE:
+        # the earlier t-test design: today's test would judge it otherwise
         return exp.result.analysis
     # analyze drops refused values from what it is given: a copy, the record stays as read
     return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch, round_end(exp))
