@@ -73,10 +73,25 @@ async def test_a_format_0_ledger_gives_the_same_list_and_fetch_answers(v0_repo: 
         listed = await call(c, "list_experiments")
         fetched = {i: await call(c, "fetch_sky_logs", experiment_id=i, tail_lines=0)
                    for i in expected["fetch_sky_logs"]}
-    assert listed == expected["list_experiments"]
+    assert_same_answer(listed, expected["list_experiments"])
     for exp_id, answer in fetched.items():
-        assert answer == expected["fetch_sky_logs"][exp_id], exp_id
+        assert_same_answer(answer, expected["fetch_sky_logs"][exp_id])
     assert (v0_repo / ".autoresearch" / "ledger.jsonl").read_bytes() == (V0 / "ledger.jsonl").read_bytes()
+
+
+def assert_same_answer(answer: Any, expected: Any, where: str = "answer") -> None:
+    """Every field the answer had then is there with the same value; fields added since may be too."""
+    if isinstance(expected, dict):
+        assert isinstance(answer, dict), where
+        for key, value in expected.items():
+            assert key in answer, f"{where}.{key} is gone"
+            assert_same_answer(answer[key], value, f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(answer, list) and len(answer) == len(expected), where
+        for i, (a, e) in enumerate(zip(answer, expected, strict=True)):
+            assert_same_answer(a, e, f"{where}[{i}]")
+    else:
+        assert answer == expected, f"{where}: {answer!r} != {expected!r}"
 
 
 def test_a_format_0_ledger_gives_the_same_report_numbers(v0_repo: Path) -> None:

@@ -28,6 +28,7 @@ from autoresearch_mcp.core.config import SessionConfig, save_config
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.finalize import finalize
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_chart, write_report
 from conftest import balanced_noise, git, init_repo
@@ -105,7 +106,7 @@ class Synthetic:
                             "parent": parent, "branch": "autoresearch/t", "title": title})
 
     def measured(self, title: str, factor: float, keep: dict[str, str | None] | None = None,
-                 recorded: dict[str, Any] | None = None, pairs: int = 14,
+                 recorded: dict[str, Any] | None = None, pairs: int = 30,
                  seed: int = 0) -> tuple[str, stats.Comparison]:
         """Launch and finish one experiment the way the manager records it: the design, every raw sample
         (the candidate `factor` times the baseline, with 0.5% noise) and the analysis made of them, whose
@@ -118,23 +119,25 @@ class Synthetic:
         rng = np.random.default_rng(seed)
         base = list(100 * np.exp(rng.normal(0, 0.005, pairs)))
         cand = [b * factor * float(np.exp(rng.normal(0, 0.005))) for b in base]
-        samples = [{"pair": i, "role": role, "metrics": {"score": float(value)}}
-                   for i, (b, c) in enumerate(zip(base, cand, strict=True)) for role, value in (("baseline", b),
-                                                                                                 ("candidate", c))]
+        samples = [{"pair": i, "role": role, "position": position, "metrics": {"score": float(value)}}
+                   for i, (b, c) in enumerate(zip(base, cand, strict=True))
+                   for role, value, position in (("baseline", b, i % 2), ("candidate", c, 1 - i % 2))]
         outcome = {"status": "done", "samples": samples, "checks": {"ran": True, "passed": True},
                    "host": {"hostname": "box"}}
-        analysis = metrics.analyze(copy.deepcopy(outcome), metrics.Judging("score", "higher"), design)
+        analysis = metrics.analyze(copy.deepcopy(outcome), decide.Spec("score", "higher", 0.01), design)
         if recorded:
             analysis["metrics"]["score"].update(recorded)
             analysis["verdict"] = recorded.get("verdict", analysis["verdict"])
         self.ledger.append({"type": "launch", "ts": ts, "experiment_id": exp_id, "session_id": "s1", "title": title,
                             "base_commit": self.head, "changed_files": sorted(keep or {"a.txt": ""}),
-                            "metric": "score", "direction": "higher", "design": design.__dict__})
+                            "metric": "score", "direction": "higher", "design": design.record()})
         self.ledger.append({"type": "result", "ts": ts + 5, "experiment_id": exp_id, "status": "done",
                             "worker": "local", "outcome": outcome, "analysis": analysis})
         if keep is not None:
             self.commit(exp_id, title, keep, ts + 6)
-        return exp_id, stats.paired(base, cand, "higher", design)
+        comparison = stats.paired(base, cand, "higher", design, [i % 2 == 0 for i in range(pairs)])
+        assert isinstance(comparison, stats.Comparison)
+        return exp_id, comparison
 
 
 def _comparison(delta: float, lo: float, hi: float, verdict: str | None, n_pairs: int = 5) -> dict[str, Any]:
@@ -266,14 +269,15 @@ def test_failed_noisy_and_running_experiments_are_counted_apart(synthetic: Synth
     assert markers(Path(out.chart_path), COLORS["failed"]) == 1 + 3  # the legend's, and one per failure
 
 
-@pytest.mark.parametrize("repeats", [40, "auto"])
-def test_an_experiments_standard_error_is_recovered_from_its_interval_and_design(repeats: int | str) -> None:
+@pytest.mark.parametrize("recorded", [True, False])
+def test_an_experiments_standard_error_is_recorded_or_recovered_from_its_interval(recorded: bool) -> None:
     rng = np.random.default_rng(3)
     base = list(100 * np.exp(rng.normal(0, 0.01, 40)))
     cand = [b * np.exp(0.001 + rng.normal(0, 0.01)) for b in base]
-    design = stats.make_design(repeats, alpha=0.02, max_pairs=100)
-    cmp = stats.paired(base, cand, "higher", design)
-    error = stats.log_standard_error(cmp.__dict__, stats.Design.from_dict(design.__dict__))
+    design = stats.make_design("auto", alpha=0.02, max_pairs=100)
+    cmp = stats.paired(base, cand, "higher", design, [i % 2 == 0 for i in range(40)])
+    fields = dict(cmp.__dict__) if recorded else {k: v for k, v in cmp.__dict__.items() if k != "log_se"}
+    error = stats.log_standard_error(fields, stats.load_design(design.record()))
     d = np.log(np.array(cand) / np.array(base))
     assert cmp.n_pairs == 40 and error is not None and error[1] == 39
     # the Hodges-Lehmann estimate's standard error on normal data: sigma * sqrt(pi / 3) / sqrt(n)
@@ -292,10 +296,10 @@ def test_a_sequential_experiments_interval_is_not_taken_at_the_sessions_level(sy
     combines its standard error, so it is not as wide as the experiment's own interval."""
     design = stats.make_design("auto", alpha=0.02, max_pairs=100)
     synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={"a.txt": "1\n"},
-                         design=design.__dict__, n_pairs=14)
+                         design=design.record(), n_pairs=30)
     out = write_report(str(synthetic.root))
-    se = (np.log(1.16) - np.log(1.04)) / 2 / design.z[0]
-    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 13) * se) - 1) * 100, abs=1e-3)
+    se = (np.log(1.16) - np.log(1.04)) / 2 / design.z_at(30)
+    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 29) * se) - 1) * 100, abs=1e-3)
     assert out.total_gain_ci_low_pct > 4.0
 
 
@@ -343,10 +347,10 @@ def test_figures_are_recomputed_from_the_samples_not_read_from_the_recorded_anal
     out = write_report(str(synthetic.root))
     assert kept.delta_pct is not None and kept.ci_low_pct is not None and kept.ci_high_pct is not None
     assert out.total_gain_pct == pytest.approx(kept.delta_pct, abs=1e-6)
-    # the total's interval from the experiment's own standard error: its interval's half-width over the
-    # quantile of the look it was taken at (the first, 14 pairs), at the session's level with 13 df
-    se = (np.log1p(kept.ci_high_pct / 100) - np.log1p(kept.ci_low_pct / 100)) / 2 / stats.make_design("auto").z[0]
-    half = sps.t.ppf(0.99, 13) * se
+    # the total's interval from the experiment's own standard error (recorded with its figures), at the
+    # session's level with 29 df
+    assert kept.log_se is not None
+    half = sps.t.ppf(0.99, 29) * kept.log_se
     assert out.total_gain_ci_low_pct == pytest.approx((np.exp(np.log1p(kept.delta_pct / 100) - half) - 1) * 100,
                                                       abs=1e-3)
     rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))

@@ -95,6 +95,11 @@ class Design:
         reached = [k for k, n in enumerate(self.looks) if n <= n_pairs]
         return reached[-1] if reached else None
 
+    def z_at(self, n_pairs: int) -> float:
+        """Half-width over standard error of the decision interval at the last look n_pairs reach."""
+        k = self.look_for(n_pairs)
+        return decide.z_quantile(self.levels[k if k is not None else 0])
+
     def round_end(self, done: int) -> int:
         """Where an 'auto' round that starts after `done` pairs ends: the budget, and beyond it (an experiment
         still undecided there) the next continuation look."""
@@ -320,9 +325,16 @@ def log_standard_error(comparison: dict[str, Any], design: AnyDesign) -> tuple[f
     n = int(comparison.get("n_pairs") or 0)
     if comparison.get("log_se") is not None and n >= 2:
         return float(comparison["log_se"]), n - 1
-    if isinstance(design, Design):
+    if isinstance(design, legacy.Design):
+        return legacy.log_standard_error(comparison, design)
+    low, high = log_pct(comparison.get("ci_low_pct")), log_pct(comparison.get("ci_high_pct"))
+    k = design.look_for(n)
+    if n < 2 or low is None or high is None or k is None:
         return None
-    return legacy.log_standard_error(comparison, design)
+    level = comparison.get("ci_level")
+    if level is not None and not math.isclose(float(level), 1 - design.alpha):  # an equivalence interval
+        return (high - low) / 2 / decide.z_quantile((1 - float(level)) / 2), n - 1
+    return (high - low) / 2 / design.z_at(n), n - 1
 
 
 def combined_half_width(errors: list[tuple[float, int]], confidence: float) -> float | None:

@@ -50,7 +50,7 @@ def measure(exp: ExperimentState, config: SessionConfig) -> Measured:
         why = "the result stores no samples"
     elif design is None:
         why = "the launch records no design"
-    elif design.statistic != "wilcoxon":
+    elif design.statistic == "t":
         why = "measured with the earlier t-test design, which this version does not recompute"
     else:
         try:
@@ -73,17 +73,17 @@ def _dicts(analysis: Analysis) -> dict[str, dict[str, Any]]:
     return {name: comparison.model_dump() for name, comparison in analysis.metrics.items()}
 
 
-def _recorded_design(recorded: dict[str, Any]) -> stats.Design | None:
+def _recorded_design(recorded: dict[str, Any]) -> stats.AnyDesign | None:
     if not recorded:
         return None
     try:
-        return stats.Design.from_dict(recorded)
+        return stats.load_design(recorded)
     except (TypeError, KeyError, ValueError):
         return None
 
 
-def _earliest_design(exp: ExperimentState, config: SessionConfig) -> stats.Design:
+def _earliest_design(exp: ExperimentState, config: SessionConfig) -> stats.AnyDesign:
     """The design of a launch that recorded none: the earliest one, a fixed t test at the session's alpha."""
-    return stats.Design.from_dict({"looks": [max(2, exp.metric(config.metric).n_pairs or 2)],
+    return stats.load_design({"looks": [max(2, exp.metric(config.metric).n_pairs or 2)],
                                    "alphas": [config.alpha], "min_effect": config.min_effect,
                                    "noise_limit": config.noise_limit, "alpha": config.alpha})
