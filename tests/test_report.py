@@ -260,13 +260,20 @@ def test_lower_is_better_sessions_keep_the_metrics_own_sign(tmp_path: Path) -> N
 def test_failed_noisy_and_running_experiments_are_counted_apart(synthetic: Synthetic) -> None:
     synthetic.experiment("crashed", None, verdict=None, status="failed")
     synthetic.experiment("too noisy", 30.0, (-20.0, 90.0), "noisy")
+    synthetic.experiment("undecided", 1.0, (-1.0, 3.0), "inconclusive")
     synthetic.experiment("wrong", 3.0, (1.0, 5.0), "improved", status="checks_failed")
     synthetic.experiment("still going", None, status="running")
     synthetic.experiment("meh", -0.5, (-1.0, 0.0), "no_change", cost=0.25)
     out = write_report(str(synthetic.root))
-    assert (out.kept, out.discarded, out.failed, out.running) == (0, 1, 3, 1)
+    # noisy and inconclusive measured fine and decided nothing: discarded, not failed
+    assert (out.kept, out.discarded, out.failed, out.running) == (0, 3, 2, 1)
     assert out.total_gain_pct == 0.0 and out.total_gain_ci_low_pct is None and out.cost_usd == 0.25
-    assert markers(Path(out.chart_path), COLORS["failed"]) == 1 + 3  # the legend's, and one per failure
+    assert markers(Path(out.chart_path), COLORS["failed"]) == 1 + 2  # the legend's, and one per failure
+    rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
+    wrong = next(r for r in rows if r["title"] == "wrong")
+    assert wrong["verdict"].startswith("refused: checks failed") and "improved" not in wrong["outcome"]
+    page = Path(out.html_path).read_text()
+    assert "refused: checks failed (timed improved)" in page
 
 
 @pytest.mark.parametrize("recorded", [True, False])
@@ -583,3 +590,13 @@ def test_finalize_refuses_to_drop_a_reviewers_commit_on_a_review_branch(syntheti
     git(root, "branch", "-m", review, "kept-review")
     assert finalize(str(root)).verified  # renamed out of the way, finalize goes on
     assert git(root, "rev-parse", "kept-review") == reviewed
+
+
+def test_the_baseline_is_the_start_under_the_settings_experiments_measure_with(synthetic: Synthetic) -> None:
+    # validated first at 99-101, then again (with other settings, say fewer threads) at 50
+    synthetic.ledger.append({"type": "session", "session_id": "s1", "tag": "t", "head": synthetic.start,
+                             "metric": "score", "baseline": {"score": [50.0, 50.0]}})
+    assert write_report(str(synthetic.root)).summary.count("Baseline 50") == 1
+    synthetic.measured("as the experiments measure it", 1.0)  # its baseline runs: about 100
+    summary = write_report(str(synthetic.root)).summary
+    assert "Baseline 100" in summary or "Baseline 99." in summary

@@ -38,7 +38,7 @@ KEPT, DISCARDED, FAILED, RUNNING = "kept", "discarded", "failed", "running"
 COLORS = {KEPT: "#1a9850", DISCARDED: "#9e9e9e", FAILED: "#d73027", RUNNING: "#4575b4"}
 BEST_COLOR = "#006837"
 _FAILED_STATUSES = frozenset({"failed", "checks_failed", "cancelled", "lost"})
-_FAILED_VERDICTS = frozenset({"invalid", "noisy"})
+_FAILED_VERDICTS = frozenset({"invalid"})  # noisy and inconclusive measured fine: they decided nothing
 MAX_LISTED = 8  # experiment ids named in one warning
 
 
@@ -76,6 +76,22 @@ class Row:
     def winner(self) -> bool:
         """Improved (as its samples say), checks passed, and no other platform failed it."""
         return figures.is_winner(self.exp, self.verdict)
+
+    @property
+    def shown_verdict(self) -> str | None:
+        """The verdict as a reader should take it: one whose checks or another platform refused it never
+        reads as a win."""
+        verdict = self.verdict
+        if verdict is None:
+            return None
+        if self.exp.status == "checks_failed":
+            return f"refused: checks failed (timed {verdict})"
+        refused = sorted(name for name, p in self.exp.platforms.items() if p.passed is False)
+        if verdict == "improved" and refused:
+            return f"refused on {', '.join(refused)} (timed improved)"
+        if self.exp.launch.source == "session":
+            return f"session total: {verdict}"
+        return verdict
 
     def checks(self) -> str:
         checks = self.exp.checks
@@ -230,12 +246,23 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
         rows.append(row)
     half = stats.combined_half_width(errors, 1 - config.alpha) if placed else None
     machines = sorted({_machine(e) for e in mine if e.result})
-    baseline = (figures.baseline_mean(view.sessions, config.session_id, config.metric, head=config.start_commit,
-                                      oldest=True)
-                or figures.baseline_mean(view.sessions, config.session_id, config.metric, oldest=True))
+    baseline = _baseline(config, mine, view)
     return SessionData(root, config, rows, baseline, level, half, 1 - config.alpha,
                        commits=commits, machines=machines, warnings=warnings,
                        profiles=[p for p in view.profiles if p.session_id == config.session_id])
+
+
+def _baseline(config: SessionConfig, mine: list[ExperimentState], view: LedgerView) -> float | None:
+    """The primary metric at the session's start under the settings experiments measure with: the baseline
+    runs of the latest experiment measured against the start, else the latest validation of the start (a
+    session restarted with other settings, e.g. fewer threads, is validated again), else the first one."""
+    for exp in reversed(mine):
+        if exp.launch.base_commit == config.start_commit and exp.launch.source != "session":
+            mean = exp.metric(config.metric).baseline.mean
+            if mean is not None:
+                return mean
+    return (figures.baseline_mean(view.sessions, config.session_id, config.metric, head=config.start_commit)
+            or figures.baseline_mean(view.sessions, config.session_id, config.metric, oldest=True))
 
 
 def _provenance_warnings(mine: list[ExperimentState], measured: dict[str, Measured]) -> list[str]:

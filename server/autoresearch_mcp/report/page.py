@@ -88,8 +88,8 @@ def _facts(data: SessionData) -> list[tuple[str, str]]:
 
 def _row(r: Row, metric: str, has_log: bool) -> _RowView:
     cmp = r.primary(metric)
-    verdict = r.verdict or r.exp.status
-    if r.verdict is not None and r.exp.status != "done":
+    verdict = r.shown_verdict or r.exp.status
+    if r.verdict is not None and r.exp.status not in ("done", "checks_failed"):
         verdict += f" ({r.exp.status})"
     source = r.measured
     figures = (None if source.source == SAMPLES or source.why is None

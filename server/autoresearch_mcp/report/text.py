@@ -57,7 +57,7 @@ def tsv_text(data: SessionData) -> str:
         cmp = r.primary(metric)
         launched = dt.datetime.fromtimestamp(r.launch.ts, dt.UTC).isoformat(timespec="seconds")
         values: list[object] = [
-            r.index, r.exp.experiment_id, launched, r.exp.title, r.exp.status, r.verdict, r.outcome,
+            r.index, r.exp.experiment_id, launched, r.exp.title, r.exp.status, r.shown_verdict, r.outcome,
             r.exp.commit.commit if r.exp.commit else None, metric, data.config.direction,
             (cmp.get("baseline") or {}).get("mean"), (cmp.get("candidate") or {}).get("mean"),
             cmp.get("delta_pct"), cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), cmp.get("p_value"),
