@@ -5,13 +5,13 @@ the server recomputes every verdict from the stored samples with these same func
 
 Randomization. The order of each pair is an independent fair coin: the candidate runs first or second.
 Under "no change" (each run would have measured the same had the other tree run in its place), a pair's
-contrast is a fixed number with a random sign, so a sign-flip test is exact whatever the noise does
-between runs: drift, periodic disturbances, steps, bursts, heavy tails. A first/second-run effect is
-removed by centring: the mean second-minus-first difference of the pairs is taken out before the signs
-are applied; it does not depend on the coins under "no change", so the tests stay exact.
+contrast (second run minus first, signed by the coin) is a fixed number with a random sign, so a
+sign-flip test is exact whatever the noise does between runs: drift, periodic disturbances, steps,
+bursts, heavy tails. A first/second-run effect only adds +-e with the coins' signs: no bias, and the
+Walsh average of two pairs run in opposite orders cancels it.
 
 Per metric, in log units oriented so that + is better:
-- estimate: the median of the order-adjusted Walsh averages (Hodges-Lehmann);
+- estimate: the median of the Walsh averages of the contrasts (Hodges-Lehmann);
 - decision interval: the signed-rank and sign tests inverted at the look's level (their intersection).
   Looks come at planned pair counts; the levels of all looks (and both tests) add up to at most alpha/2 per
   side, so the chance of a false decision over every look is at most alpha/2 by a union bound: exact, for
@@ -203,35 +203,16 @@ class MetricLook:
     mean_low: float | None = None  # at the guard level (one-sided each)
     mean_high: float | None = None
     tail: float | None = None  # worst runs: candidate minus baseline (log, oriented)
-    spread: float | None = None  # per-pair spread of the order-adjusted contrasts (log)
+    spread: float | None = None  # per-pair spread of the contrasts as the statistic sees them (log)
     floor: float = 0.0  # the printed resolution, where ties show it is what limits the data
     guard_low: float | None = None  # non-inferiority bound of the typical run (guard level)
     verdict: str = "undecided"
     invalid: bool = False
 
 
-def order_effect(u: list[float]) -> float:
-    """How much the second run of a pair differs from the first, from the second-minus-first differences u
-    alone (so it is the same whatever the coins were, which keeps the tests exact): their mean with the
-    outer 10% of each side pulled in to the nearest kept value (winsorized), so a few outlier runs cannot
-    move it while a change, which splits u into two groups, still averages out."""
-    ordered = sorted(u)
-    n = len(ordered)
-    k = int(0.1 * n)
-    low, high = ordered[k], ordered[n - 1 - k]
-    return math.fsum(min(max(x, low), high) for x in u) / n
-
-
-def _walsh(a: list[float], w: list[float]) -> list[float]:
-    """The order-adjusted Walsh averages (a_i + a_j) / (w_i + w_j), i <= j, sorted."""
-    out = []
-    n = len(a)
-    for i in range(n):
-        ai, wi = a[i], w[i]
-        for j in range(i, n):
-            ww = wi + w[j]
-            if ww > 1e-12:
-                out.append((ai + a[j]) / ww)
+def _walsh(r: list[float]) -> list[float]:
+    """The Walsh averages (r_i + r_j) / 2, i <= j, sorted."""
+    out = [(x + y) / 2 for i, x in enumerate(r) for y in r[i:]]
     out.sort()
     return out
 
@@ -283,16 +264,13 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
         return out
     r = [sign * math.log(c / b) for b, c in zip(base, cand, strict=True)]
     s = [1 if second else -1 for second in p.second[:n]]
-    sbar = math.fsum(s) / n
-    ubar = order_effect([si * ri for si, ri in zip(s, r, strict=True)])
-    a = [ri - si * ubar for si, ri in zip(s, r, strict=True)]
-    w = [1.0 - si * sbar for si in s]
-    walsh = _walsh(a, w)
-    if not walsh:  # every pair in the same order: the order and the change cannot be told apart
-        return out
+    # Each pair's contrast r_i is s_i * (second run - first run): under "no change", a size fixed by the runs
+    # with a coin's sign. A first/second-run effect adds +-e with the coins' signs: no bias (the coins average
+    # it out), and the Walsh average of two pairs run in opposite orders cancels it exactly.
+    walsh = _walsh(r)
     total = len(walsh)
     out.estimate = (walsh[(total - 1) // 2] + walsh[total // 2]) / 2
-    ratios = sorted(ai / wi for ai, wi in zip(a, w, strict=True) if wi > 1e-12)
+    ratios = sorted(r)
     # Printed resolution: where most pairs show the very same contrast, the data cannot resolve below the
     # step, so the intervals are at least a step wide around the estimate (100 vs 102 printed as integers).
     if Counter(r).most_common(1)[0][1] * 2 >= n:

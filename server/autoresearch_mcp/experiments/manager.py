@@ -748,9 +748,11 @@ class ExperimentManager:
             if verdict != "improved" and blocked:
                 raise RefusedError(f"experiment {experiment_id} is {verdict!r}: {blocked}")
             if verdict != "improved":
+                why = exp.metric(_lead_metric(exp)).model_extra or {}
                 raise RefusedError(
                     f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
                     "significant improvement beyond the minimum effect is committed"
+                    + (f" ({why['note']})" if why.get("note") else "")
                     + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
                        if verdict in _REMEASURE and not _not_continuable(exp) else ""))
             if exp.status == "checks_failed" or not (exp.checks and exp.checks.passed):

@@ -265,17 +265,14 @@ def paired(base: list[float], cand: list[float], direction: str, design: AnyDesi
 
 
 def _p_value(p: decide.Pairs, n: int, direction: str, design: Design, plan: decide.Plan) -> float | None:
-    """Two-sided exact p of the order-adjusted signed-rank test of "no change", scaled by the look's share of
+    """Two-sided exact p of the signed-rank test of "no change", scaled by the look's share of
     alpha, so that it is under alpha about when the look's interval excludes 0. None before the first look."""
     k = plan.last_look(n)
     if k is None:
         return None
     sign = 1.0 if direction == "higher" else -1.0
     m = plan.looks[k]
-    r = [sign * math.log(c / b) for b, c in zip(p.base[:m], p.cand[:m], strict=True)]
-    s = [1 if x else -1 for x in p.second[:m]]
-    ubar = decide.order_effect([si * ri for si, ri in zip(s, r, strict=True)])
-    a = [ri - si * ubar for si, ri in zip(s, r, strict=True)]
+    a = [sign * math.log(c / b) for b, c in zip(p.base[:m], p.cand[:m], strict=True)]
     if not any(a):
         return 1.0
     order = sorted(range(m), key=lambda i: abs(a[i]))
