@@ -197,10 +197,11 @@ def main() -> None:
         p5, p3, tail = by[(name, 5.0, "higher", False)], by[(name, 3.0, "higher", False)], \
             by[(name, 5.0, "higher", True)]
         disagree = sum(r["disagree"] for r in (aa, aal, p5, p3, tail))
-        print(f"| {MODELS[name].describe} | {aa['share'].get('improved', 0):.2%} / {aal['share'].get('improved', 0):.2%}"
-              f" | {aa['share'].get('no_change', 0):.1%} | {aa['median_pairs']:g} | {p5['share'].get('improved', 0):.1%}"
-              f" | {p5['median_pairs']:g} | {p3['share'].get('improved', 0):.1%} | "
-              f"{tail['share'].get('improved', 0):.2%} | {disagree} differ |")
+        share = {key: r["share"] for key, r in (("aa", aa), ("aal", aal), ("p5", p5), ("p3", p3), ("tail", tail))}
+        print(f"| {MODELS[name].describe} | {share['aa'].get('improved', 0):.2%} / "
+              f"{share['aal'].get('improved', 0):.2%} | {share['aa'].get('no_change', 0):.1%} | "
+              f"{aa['median_pairs']:g} | {share['p5'].get('improved', 0):.1%} | {p5['median_pairs']:g} | "
+              f"{share['p3'].get('improved', 0):.1%} | {share['tail'].get('improved', 0):.2%} | {disagree} differ |")
     for pct in (0.5, -51.0):
         r = by[("exact", pct, "higher", False)]
         print(f"\ndeterministic {pct:+g}%: {r['share']}, median pairs {r['median_pairs']:g}")

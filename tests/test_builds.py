@@ -64,11 +64,11 @@ async def test_a_candidate_measured_again_reuses_its_build(tmp_path: Path) -> No
     async with Client(build_server()) as c:
         await start(c, repo)
         patch = value_patch("100", "101")
-        first = await call(c, "launch_experiment", title="small", source="patch", patch=patch, repeats="auto")
+        first = await call(c, "launch_experiment", title="small", source="patch", patch=patch, repeats=30)
         assert (await wait_final(c, first["experiment_id"]))["verdict"] in ("inconclusive", "noisy")
         again = await call(c, "launch_experiment", title="more pairs", source="experiment",
                            experiment_id=first["experiment_id"], repeats="auto")
-        assert again["experiment_id"] == first["experiment_id"] and again["prior_pairs"] == 4
+        assert again["experiment_id"] == first["experiment_id"] and again["prior_pairs"] == 30
         res = await wait_final(c, again["experiment_id"])
     assert res["build"]["candidate"]["mode"] == "reused"
     assert log.read_text().split() == ["100", "101"]

@@ -183,7 +183,8 @@ async def test_an_out_of_range_metric_makes_the_experiment_invalid_not_stuck(tmp
     repo = script_repo(tmp_path, f"if [ -e odd ]; then echo METRIC score={value}; else {NOISY_VALUE}; fi")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="odd", source="patch", repeats="auto", patch=add_file("odd"))
+        launched = await call(c, "launch_experiment", title="odd", source="patch", repeats="auto",
+                              patch=add_file("odd"))
         res = await wait_final(c, launched["experiment_id"], timeout=60)
         listing = await call(c, "list_experiments")
     assert res["status"] == "done" and res["verdict"] == "invalid"
@@ -202,7 +203,8 @@ async def test_a_result_that_cannot_be_recorded_ends_the_experiment_failed(tmp_p
     repo = script_repo(tmp_path, f"if [ -e slow ]; then sleep 2; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto", patch=add_file("slow"))
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
+                              patch=add_file("slow"))
         ledger = repo / ".autoresearch" / "ledger.jsonl"
         elsewhere = tmp_path / "elsewhere.jsonl"
         elsewhere.write_text("")
@@ -257,7 +259,8 @@ async def test_a_log_tail_is_bounded_by_bytes(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, f"if [ -e big ]; then head -c 3000000 /dev/zero | tr '\\0' x; echo; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="big", source="patch", repeats="auto", patch=add_file("big"))
+        launched = await call(c, "launch_experiment", title="big", source="patch", repeats="auto",
+                              patch=add_file("big"))
         await wait_final(c, launched["experiment_id"], timeout=90)
         result = await c.call_tool("fetch_sky_logs", {"experiment_id": launched["experiment_id"], "tail_lines": 400})
     assert not result.is_error and answer_bytes(result) <= 64 * 1024
@@ -393,7 +396,8 @@ async def test_cancel_says_what_happened_to_the_builds(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, f"if [ -e slow ]; then sleep 30; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto", patch=add_file("slow"))
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
+                              patch=add_file("slow"))
         with anyio.fail_after(30):
             while (await call(c, "fetch_sky_logs", experiment_id=launched["experiment_id"]))["status"] != "running":
                 await anyio.sleep(0.1)
@@ -504,7 +508,8 @@ async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) 
     repo = script_repo(tmp_path, f"if [ -e hang ]; then echo $$ > {pidfile}; exec sleep 300; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="hang", source="patch", repeats="auto", patch=add_file("hang"))
+        launched = await call(c, "launch_experiment", title="hang", source="patch", repeats="auto",
+                              patch=add_file("hang"))
         with anyio.fail_after(60):
             while escaped_pid(pidfile) is None:
                 await anyio.sleep(0.1)
@@ -523,7 +528,8 @@ async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: 
     params = stdio_server(repo)
     async with Client(params) as c:
         await session(c, repo)
-        await call(c, "launch_experiment", title="escape", source="patch", repeats="auto", patch=add_file("escape"))
+        await call(c, "launch_experiment", title="escape", source="patch", repeats="auto",
+                              patch=add_file("escape"))
         with anyio.fail_after(60):
             while escaped_pid(pidfile) is None:
                 await anyio.sleep(0.1)
@@ -541,7 +547,8 @@ async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(t
     with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
         async with Client(params) as c:
             await session(c, repo)
-            await call(c, "launch_experiment", title="escape", source="patch", repeats="auto", patch=add_file("escape"))
+            await call(c, "launch_experiment", title="escape", source="patch", repeats="auto",
+                              patch=add_file("escape"))
             with anyio.fail_after(60):
                 while escaped_pid(pidfile) is None:
                     await anyio.sleep(0.1)

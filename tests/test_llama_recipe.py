@@ -121,7 +121,8 @@ async def test_a_broken_rms_norm_fails_the_checks_with_its_kl_figures(llama: Pat
 async def test_a_no_op_passes_the_checks(llama: Path, shared: dict[str, Path]) -> None:
     async with Client(build_server()) as c:
         await start(c, llama, shared["model"], "noop")
-        res = await run(c, llama, "comment only", OPS, RMS_SUM, RMS_SUM.replace("{", "{ // same sum", 1), repeats="auto")
+        res = await run(c, llama, "comment only", OPS, RMS_SUM, RMS_SUM.replace("{", "{ // same sum", 1),
+                        repeats="auto")
     assert res["checks"]["passed"], res["checks"]
     assert "mean KLD 0.00000 (limit 0.001)" in res["checks"]["tail"]
     assert res["verdict"] in ("no_change", "inconclusive", "noisy")  # 3 pairs decide nothing here

@@ -39,11 +39,20 @@ def _tokens(text: str) -> list[str]:
     return [t.lower() for t in _TOKEN.findall(text.replace("_", " "))]
 
 
-def _mentions(text: str, name: str) -> bool:
-    """Whether `text` mentions `name` as whole words (RMS_NORM in ggml_compute_forward_rms_norm_f32)."""
-    want = _tokens(name)
+def mentions(text: str, name: str) -> bool:
+    """Whether `text` mentions `name` as whole words, spelt with or without separators (RMS_NORM in
+    ggml_compute_forward_rms_norm_f32, SOFT_MAX in softmax)."""
+    want = "".join(_tokens(name))
     have = _tokens(text)
-    return any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
+    for start in range(len(have)):
+        joined = ""
+        for token in have[start:]:
+            joined += token
+            if joined == want:
+                return True
+            if len(joined) >= len(want) or not want.startswith(joined):
+                break
+    return False
 
 
 def edited(diff: str) -> tuple[list[str], list[str]]:
@@ -77,7 +86,7 @@ def check(diff: str, focus: list[str]) -> None:
         raise RefusedError(
             "the change only moves code (every removed line reappears elsewhere): a focus metric would measure "
             "layout luck, not the change. Judge it end to end: launch it without focus")
-    touched = [n for n in focus if any(_mentions(text, n) for text in (*lines, *functions))]
+    touched = [n for n in focus if any(mentions(text, n) for text in (*lines, *functions))]
     if not touched:
         shown = ", ".join(functions[:5]) or "no named function"
         raise RefusedError(

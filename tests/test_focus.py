@@ -1,0 +1,167 @@
+"""Focus experiments through the real MCP client: a change judged where it acts (an op's time, printed by the
+bench when AUTORESEARCH_FOCUS is set) with the end-to-end metrics kept within their tolerance; refused when
+it only moves code or does not touch what it names; and the session's measured total (source='session')."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from autoresearch_mcp.app import build_server
+from conftest import balanced_noise, git, script_repo
+from helpers import call, error, wait_final
+
+pytestmark = pytest.mark.anyio
+
+OPS = """\
+static void rms_norm(float *y, const float *x, int n) {
+    float sum = 0;
+    for (int i = 0; i < n; i++) sum += x[i] * x[i];
+    for (int i = 0; i < n; i++) y[i] = x[i] / sum;
+}
+
+static void softmax(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = x[i];
+}
+"""
+
+# tok_s end to end (unchanged by the fused kernel, within 0.2%); with a focus, the focus' time per evaluation
+# (15% less once rms_norm is fused) and an untouched op's, in the same run.
+BENCH = (balanced_noise() + 'f=10; grep -q FUSED ops.c && f=8.5; '
+         "awk -v n=$n -v f=$f 'BEGIN{printf \"METRIC tok_s=%.3f\\n\", 100*n}'; "
+         'if [ -n "${AUTORESEARCH_FOCUS:-}" ]; then '
+         "awk -v n=$n -v f=$f -v name=\"${AUTORESEARCH_FOCUS//,/+}\" "
+         "'BEGIN{printf \"METRIC focus.%s=%.3f\\nMETRIC control.ADD=%.3f\\n\", name, f*n, 5*n}'; fi")
+
+FUSED = OPS.replace("    for (int i = 0; i < n; i++) y[i] = x[i] / sum;\n",
+                    "    for (int i = 0; i < n; i++) y[i] = x[i] / sum; // FUSED with the scale\n")
+MOVED = OPS.split("\n\n")[1] + "\n\n" + OPS.split("\n\n")[0] + "\n"
+SOFTMAX_ONLY = OPS.replace("y[i] = x[i];\n", "y[i] = x[i]; // FUSED\n")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = script_repo(tmp_path, BENCH)
+    (repo / "ops.c").write_text(OPS)
+    git(repo, "add", "ops.c")
+    git(repo, "commit", "-qm", "ops")
+    return repo
+
+
+async def start(c: Client, repo: Path) -> None:
+    await call(c, "start_session", repo=str(repo), metric="tok_s", direction="higher", tag="t")
+
+
+async def launch_ops(c: Client, repo: Path, text: str, focus: list[str] | None, title: str = "fuse rms_norm",
+                     **kw: object) -> dict[str, object]:
+    (repo / "ops.c").write_text(text)
+    try:
+        return await call(c, "launch_experiment", title=title, source="worktree", focus=focus, **kw)
+    finally:
+        git(repo, "checkout", "--", "ops.c")
+
+
+async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric_held(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        exp = await launch_ops(c, repo, FUSED, ["RMS_NORM"])
+        res = await wait_final(c, exp["experiment_id"])  # type: ignore[arg-type]
+        done = await call(c, "commit_winner", experiment_id=exp["experiment_id"])
+        listing = await call(c, "list_experiments")
+    focus, tok, control = (res["metrics"][n] for n in ("focus.RMS_NORM", "tok_s", "control.ADD"))
+    assert res["verdict"] == "improved" and res["won"] == ["focus.RMS_NORM"] and res["focus"] == ["RMS_NORM"]
+    assert focus["role"] == "focus" and focus["direction"] == "lower" and -16 < focus["delta_pct"] < -14
+    assert tok["role"] == "guard" and tok["judgement"] == "held" and control["role"] == "control"
+    assert res["layout_pct"] is not None and res["layout_pct"] < 1
+    message = done["message"]
+    assert "Result: focus.RMS_NORM" in message and "Focus: RMS_NORM" in message
+    assert "end to end tok_s" in message and "held within 2%" in message  # both levels of evidence
+    summary = next(e for e in listing["experiments"] if e["experiment_id"] == exp["experiment_id"])
+    assert summary["focus"] == ["RMS_NORM"] and summary["focus_delta_pct"] == focus["delta_pct"]
+
+
+async def test_a_change_that_only_moves_code_is_not_judged_on_a_focus(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        refused = await error(c, "launch_experiment", title="move rms_norm", source="patch", focus=["RMS_NORM"],
+                              patch=_patch(repo, MOVED))
+        plain = await call(c, "launch_experiment", title="move rms_norm", source="patch", patch=_patch(repo, MOVED))
+        res = await wait_final(c, plain["experiment_id"])
+    assert "only moves code" in refused and "without focus" in refused
+    assert res["verdict"] == "no_change"  # end to end, where layout alone would have to show
+
+
+async def test_a_focus_the_change_does_not_touch_is_refused(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        refused = await error(c, "launch_experiment", title="softmax", source="patch", focus=["RMS_NORM"],
+                              patch=_patch(repo, SOFTMAX_ONLY))
+        ok = await call(c, "launch_experiment", title="softmax", source="patch", focus=["SOFT_MAX"],
+                        patch=_patch(repo, SOFTMAX_ONLY), repeats=30)
+        await call(c, "cancel_experiment", experiment_id=ok["experiment_id"])
+    assert "does not touch code that names RMS_NORM" in refused and "softmax" in refused
+
+
+async def test_a_focus_run_without_a_focus_metric_is_invalid(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, "echo METRIC tok_s=100.00")
+    (repo / "ops.c").write_text(OPS)
+    git(repo, "add", "ops.c")
+    git(repo, "commit", "-qm", "ops")
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        exp = await call(c, "launch_experiment", title="fuse", source="patch", focus=["RMS_NORM"],
+                         patch=_patch(repo, FUSED))
+        res = await wait_final(c, exp["experiment_id"])
+    assert res["verdict"] == "invalid" and "AUTORESEARCH_FOCUS=RMS_NORM" in (res["error"] or "")
+
+
+async def test_the_session_total_measures_the_head_against_the_start_and_is_not_committable(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        none_yet = await error(c, "launch_experiment", title="total", source="session")
+        exp = await launch_ops(c, repo, FUSED, ["RMS_NORM"])
+        assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"  # type: ignore[arg-type]
+        await call(c, "commit_winner", experiment_id=exp["experiment_id"])
+        total = await call(c, "launch_experiment", title="session total", source="session")
+        res = await wait_final(c, total["experiment_id"])
+        refused = await error(c, "commit_winner", experiment_id=total["experiment_id"])
+        listing = await call(c, "list_experiments")
+    assert "nothing was committed" in none_yet
+    assert total["base_commit"] != total["candidate_commit"] and res["title"] == "session total"
+    assert res["verdict"] == "no_change" and set(res["metrics"]) == {"tok_s"}  # end to end, on the objectives
+    assert "measured total" in refused
+    assert listing["session_total"]["experiment_id"] == total["experiment_id"]
+    assert listing["session_total"]["source"] == "session" and listing["estimated_total_pct"] is not None
+
+
+def _patch(repo: Path, text: str) -> str:
+    """A unified diff of ops.c at the session head to `text`."""
+    (repo / "ops.c").write_text(text)
+    try:
+        return git(repo, "diff", "--", "ops.c") + "\n"
+    finally:
+        git(repo, "checkout", "--", "ops.c")
+
+
+@pytest.mark.parametrize(("text", "name", "named"), [
+    ("static void ggml_compute_forward_rms_norm_f32(", "RMS_NORM", True),
+    ("ggml_can_fuse(cgraph, i, { GGML_OP_RMS_NORM, GGML_OP_MUL })", "MUL", True),
+    ("static void softmax(float *y)", "SOFT_MAX", True),
+    ("static void simulate(void)", "MUL", False),
+    ("ggml_compute_forward_mul_mat(params, dst)", "RMS_NORM", False),
+])
+def test_a_focus_names_code_by_whole_words(text: str, name: str, named: bool) -> None:
+    from autoresearch_mcp.experiments import focus
+
+    assert focus.mentions(text, name) is named
+
+
+def test_moved_lines_are_not_edits() -> None:
+    from autoresearch_mcp.experiments import focus
+
+    diff = "@@ -1,2 +0,0 @@ int a;\n-int f(void) {\n-}\n@@ -9,0 +8,2 @@ int b;\n+int f(void) {\n+}\n"
+    assert focus.edited(diff) == ([], [])
+    lines, functions = focus.edited(diff + "@@ -20 +20 @@ static void rms_norm(float *y)\n-  y[0] = 1;\n+  y[0] = 2;\n")
+    assert sorted(lines) == ["y[0] = 1;", "y[0] = 2;"] and functions == ["static void rms_norm(float *y)"]
