@@ -265,3 +265,23 @@ async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(repo:
     assert git(repo, "show", f"{again['candidate_commit']}:notes.txt") == "a"
     assert res["status"] == "done" and res["title"] == "value 105 on the new head"
     assert "no longer applies" in refused and small["experiment_id"] in refused
+
+
+async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        first = await launch_value(c, "110", repeats=4)
+        await wait_final(c, first["experiment_id"])
+        more = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
+                          repeats=4)
+        await wait_final(c, first["experiment_id"])
+        (repo / "notes.txt").write_text("a\n")  # the head moves: the same call re-applies the change
+        git(repo, "add", "notes.txt")
+        git(repo, "commit", "-qm", "notes")
+        moved = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
+                           repeats=4)
+        res = await wait_final(c, moved["experiment_id"])
+        untitled = await error(c, "launch_experiment", source="patch", patch=value_patch("100", "120"))
+    assert more["experiment_id"] == first["experiment_id"] and more["prior_pairs"] == 4
+    assert moved["reapplies"] == first["experiment_id"] and res["title"] == "value 110"
+    assert "title is missing" in untitled and "source='patch'" in untitled

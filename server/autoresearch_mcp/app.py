@@ -205,7 +205,8 @@ def build_server() -> MCPServer[AppState]:
     @_guard
     def launch_experiment(
         ctx: Context[AppState],
-        title: Annotated[str, Field(description="short name of the idea")],
+        title: Annotated[str, Field(description="short name of the idea (source=experiment: the earlier one's)")]
+        = "",
         hypothesis: Annotated[str, Field(description="why, and by about how much")] = "",
         sources: Annotated[
             list[str], Field(description="arXiv ids, fork commits, PRs, backend gaps")

@@ -165,6 +165,9 @@ class ExperimentManager:
             sources = sources or list(earlier.launch.sources)
         elif experiment_id:
             raise InputError("experiment_id goes with source='experiment'; drop it or change source")
+        elif not title.strip():
+            raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
+                             "(only source='experiment' takes the earlier experiment's title)")
         title = one_line(title, "title")
         if restore_worktree and source != "worktree":
             raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
