@@ -16,6 +16,7 @@ from mcp import Client
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.hooks import cloud_workers
+from calls import problems, tool_calls
 from conftest import git, init_repo, script_repo
 from helpers import call, wait_final
 
@@ -244,6 +245,64 @@ def test_session_start_prints_the_sessions_state_and_nothing_elsewhere(tmp_path:
     assert shown.returncode == 0, shown.stderr
     assert "Session s (autoresearch/s)" in shown.stdout and "score, higher is better" in shown.stdout
     assert "RMS_NORM+MUL fused in CUDA" in shown.stdout and "list_experiments" in shown.stdout
+
+
+def test_after_compaction_session_start_shows_the_agreement_and_running_experiments_as_running(
+        tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, f'while [ -e slow ] && [ ! -e "{tmp_path}/go" ]; do sleep 0.1; done; '
+                                 "echo METRIC score=$((100 + RANDOM % 3))")
+    event = {"session_id": "5e1f4c2a", "transcript_path": "t.jsonl", "hook_event_name": "SessionStart",
+             "cwd": str(repo)}
+    seen: dict[str, str] = {}
+
+    async def scenario() -> str:
+        async with Client(build_server()) as c:
+            await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="s")
+            await call(c, "add_note", text="Agreed: goal tg_tps up 5%; constraints: no accuracy loss; budget 2 h")
+            for i in range(12):  # enough findings to push the agreement out of the latest notes
+                await call(c, "add_note", text=f"finding {i}: " + "x" * 200)
+            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+                                  patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
+            for source in ("compact", "clear", "startup"):
+                shown = run_hook("session-start", {**event, "source": source}, tmp_path)
+                assert shown.returncode == 0, shown.stderr
+                seen[source] = shown.stdout
+            (tmp_path / "go").touch()
+            await wait_final(c, launched["experiment_id"])
+            return str(launched["experiment_id"])
+
+    experiment_id = anyio.run(scenario)
+    tools = anyio.run(tool_schemas)
+    for source in ("compact", "clear"):
+        text = seen[source]
+        assert "Agreed: goal tg_tps up 5%; constraints: no accuracy loss; budget 2 h" in text
+        assert "Still running" in text and experiment_id in text and "'slow'" in text
+        assert f'fetch_sky_logs(experiment_id="{experiment_id}", wait_s=600)' in text
+        assert "lost" not in text and "start_session" not in text  # it is running, and the server still bound
+        assert not [p for c in tool_calls(text) for p in problems(c, tools)]  # each call it shows runs as written
+    assert "marks them lost" in seen["startup"] and 'launch_experiment(source="experiment"' in seen["startup"]
+
+
+def test_before_the_environment_is_installed_session_start_says_so_at_once(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, "echo METRIC score=1")
+
+    async def prepare() -> None:
+        async with Client(build_server()) as c:
+            await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="s")
+
+    anyio.run(prepare)
+    bare_path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                if not (Path(p) / "autoresearch-mcp").exists())
+    event = {"session_id": "5e1f4c2a", "transcript_path": "t.jsonl", "hook_event_name": "SessionStart",
+             "source": "startup", "cwd": str(repo)}
+    shown = run_hook("session-start", event, tmp_path, PATH=bare_path)
+    assert shown.returncode == 0 and "installing its environment" in shown.stdout and "list_experiments" in shown.stdout
+    assert not (tmp_path / "data" / "autoresearch-mcp").exists()  # the MCP server's first start installs it
+
+
+async def tool_schemas() -> dict[str, dict[str, Any]]:
+    async with Client(build_server(), mode="legacy") as c:
+        return {t.name: t.input_schema for t in (await c.list_tools()).tools}
 
 
 def test_stop_reminds_once_while_an_experiment_runs(tmp_path: Path) -> None:

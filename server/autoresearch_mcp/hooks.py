@@ -9,7 +9,8 @@
   It reads the Bash command the agent sends; a program that runs git itself is out of its sight.
   One commit is the agent's own: the benchmark and checks, on a session branch that lacks them
   (start_session's setup step).
-- `session-start` (SessionStart): in a repository with a session, its state as context for the agent.
+- `session-start` (SessionStart): in a repository with a session, its state as context for the agent,
+  with the agreement and the running experiments also after /compact and /clear.
 - `stop` (Stop): a reminder when experiments still run or cloud workers may still be up.
 
 `guard` uses the standard library only and `hooks/run` runs this file with the system python3, so
@@ -483,7 +484,11 @@ def _session_root(event: dict[str, Any]) -> Path | None:
 
 
 def session_start(event: dict[str, Any]) -> str:
-    """The session's state for the agent's context, or nothing outside a session."""
+    """The session's state for the agent's context, or nothing outside a session.
+
+    After /compact and /clear (`source`) the same MCP server still runs and still measures: running
+    experiments are running. After a start or a resume a new server binds the session and marks what the
+    last one left unfinished `lost`."""
     root = _session_root(event)
     if root is None:
         return ""
@@ -494,17 +499,32 @@ def session_start(event: dict[str, Any]) -> str:
         data = report.load(str(root))
     except AutoresearchError as exc:
         return f"autoresearch: the session in {root} cannot be read: {exc}\n"
+    same_server = event.get("source") in ("compact", "clear")
     running = [r.exp for r in data.rows if r.outcome == report.RUNNING]
     lines = ["autoresearch: this repository has an optimization session (follow the /autoresearch brief).",
              report.summarize(data)]
+    agreed = notes.agreement(root)
+    lines.append(f"The agreement with the user (the latest {notes.AGREED!r} note): {agreed}" if agreed else
+                 f"No {notes.AGREED!r} note yet: record the goal, constraints, budget and when to stop agreed with the "
+                 f"user with add_note(text=\"{notes.AGREED} ...\").")
     if running:
-        lines.append("Unfinished when the last server stopped (the new server marks them lost; launch them again): "
-                     + ", ".join(f"{e.experiment_id} {e.title!r}" for e in running))
+        listed = ", ".join(f"{e.experiment_id} {e.title!r} ({e.status})" for e in running)
+        if same_server:
+            first = running[0].experiment_id
+            lines.append(f"Still running (the server keeps measuring through /compact and /clear): {listed}. Wait for "
+                         f"each with `fetch_sky_logs(experiment_id=\"{first}\", wait_s=600)` and act on its verdict; "
+                         "do not launch them again.")
+        else:
+            lines.append(f"Running when the last server stopped: {listed}. The server marks them lost when it binds "
+                         "the session; run each again with `launch_experiment(source=\"experiment\", "
+                         "experiment_id=...)` (rounds that finished are kept).")
     text = notes.read(root, limit=1500)
     lines.append(f"Latest notes ({notes.notes_path(root)}):\n{text}" if text else
                  "No notes yet: record findings with add_note.")
-    lines.append("To resume: start_session with the same tag binds it again; list_experiments shows the ledger "
-                 "and the notes.")
+    lines.append("The server is still bound to this session: continue from here; `list_experiments()` shows the "
+                 "ledger and the notes." if same_server else
+                 "To resume: `list_experiments()` shows the ledger and the notes; if it answers that there is no "
+                 "session, start_session with the same tag binds it again.")
     return "\n".join(lines) + "\n"
 
 
