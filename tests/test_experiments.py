@@ -285,3 +285,18 @@ async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_d
     assert more["experiment_id"] == first["experiment_id"] and more["prior_pairs"] == 4
     assert moved["reapplies"] == first["experiment_id"] and res["title"] == "value 110"
     assert "title is missing" in untitled and "source='patch'" in untitled
+
+
+async def test_a_cancelled_experiment_runs_again_with_the_brief_s_call(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, f'while [ -e slow ] && [ ! -e "{tmp_path}/go" ]; do sleep 0.1; done; '
+                                 "echo METRIC score=$((100 + RANDOM % 3))")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+                              patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
+        exp_id = launched["experiment_id"]
+        assert (await call(c, "cancel_experiment", experiment_id=exp_id))["status"] == "cancelled"
+        (tmp_path / "go").touch()
+        again = await call(c, "launch_experiment", source="experiment", experiment_id=exp_id)  # as the brief writes it
+        res = await wait_final(c, exp_id)
+    assert again["experiment_id"] == exp_id and res["status"] == "done" and res["title"] == "slow"
