@@ -273,10 +273,12 @@ async def test_errors_never_echo_a_huge_input(repo: Path) -> None:
             assert result.is_error and answer_bytes(result) <= 8 * 1024, name
 
 
-async def test_descriptions_state_the_cap() -> None:
-    async with Client(build_server()) as c:
+async def test_the_cap_is_stated_once_in_the_server_instructions_not_in_every_description() -> None:
+    async with Client(build_server(), mode="legacy") as c:
         tools = (await c.list_tools()).tools
-    assert all("64 KB" in (t.description or "") for t in tools)
+        instructions = c.instructions or ""
+    assert instructions.count("64 KB") == 1
+    assert not [t.name for t in tools if "64 KB" in (t.description or "")]
 
 
 # --- 6. titles are one line; evidence comes from the ledger ---------------------------------------------------

@@ -42,14 +42,6 @@ async def test_all_tools_fit_the_context_budget_without_generated_titles_or_null
             assert {"type": "null"} not in node.get("anyOf", []), (tool.name, node)
 
 
-async def test_the_answer_cap_is_said_once_in_the_server_instructions_not_per_tool() -> None:
-    async with Client(build_server(), mode="legacy") as c:
-        tools = (await c.list_tools()).tools
-        instructions = c.instructions or ""
-    assert instructions.count("64 KB") == 1
-    assert not [t.name for t in tools if "64 KB" in (t.description or "")]
-
-
 async def test_limits_are_schema_constraints_and_the_server_still_enforces_them() -> None:
     async with Client(build_server()) as c:
         tools = {t.name: t.input_schema for t in (await c.list_tools()).tools}
