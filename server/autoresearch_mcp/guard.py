@@ -880,10 +880,6 @@ def _interpreter(name: str | None) -> tuple[str, ...]:
     return _INTERPRETERS.get(base, ())
 
 
-def _known(values: list[str | None]) -> list[str]:
-    return [UNKNOWN if v is None else v for v in values]
-
-
 def _read(path: str | None, cwd: str | None) -> str | None:
     """A script file's text, None when it cannot be read (or is larger than MAX_SCRIPT)."""
     if path is None or (cwd is None and not os.path.isabs(path)):

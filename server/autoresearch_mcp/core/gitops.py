@@ -12,9 +12,11 @@ Candidates become commits on private refs (`refs/autoresearch/exp/<id>`) built w
 (a temporary GIT_INDEX_FILE), so the user's index, HEAD and files are never touched unless they asked.
 
 Only this module imports GitPython or runs git; elsewhere a repository is a `gitops.Repo` whose
-`working_dir` may be read (tests/test_gitops_only.py checks it). The exception is hooks.py: its guard
-runs with the system python3 before the package's environment exists, and the Stop hook, at the end
-of every turn, is kept free of GitPython's import; both ask git read-only questions with the stdlib.
+`working_dir` may be read (tests/test_gitops_only.py checks it). The exceptions are the hooks: the
+PreToolUse guard (guard.py) runs with the system python3 before the package's environment exists, and
+the Stop hook (hooks.py), at the end of every turn, is kept free of GitPython's import; both ask git
+read-only questions with the stdlib. Every git run here is the server's own (OWN_GIT): no hook of the
+repository runs from it.
 """
 
 from __future__ import annotations

@@ -188,6 +188,7 @@ class ExperimentManager:
         patch: str | None, repeats: int | str | None, restore_worktree: bool, clean_build: bool = False,
         experiment_id: str | None = None,
     ) -> LaunchResult:
+        self.check_branch()
         reapplies = None
         if source == "experiment":
             if commit or patch:
@@ -210,7 +211,6 @@ class ExperimentManager:
                              f"involved with source={source!r}); drop it")
         repeats = self._repeats(repeats)
         exp_id = uuid.uuid4().hex[:10]
-        self.check_branch()
         with self._lock:
             head = self.session_head()
             base_tree = gitops.tree_of(self.repo, head)
@@ -514,7 +514,10 @@ class ExperimentManager:
                 outcome = dict(event["outcome"])
                 exp = self.view.experiments[exp_id]
                 analysis = Analysis()
-                if platform.measure:
+                tampered = self._after_job(exp.launch.base_commit, platform.name)
+                if tampered:  # a run without a verdict of its own: it must run again
+                    outcome.update(status="failed", phase="server", error=tampered)
+                elif platform.measure:
                     analysis = figures.analyze(outcome, exp.launch)
                     analysis.primary = analysis.metric(exp.launch.metric)
                 passed, summary = platforms_.judge(platform, outcome, analysis.verdict,
