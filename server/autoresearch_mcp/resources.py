@@ -33,6 +33,11 @@ def toolchain(name: str) -> Path:
     return _find(f"toolchains/{name}")
 
 
+def git_hook(name: str) -> Path:
+    """Path of a git hook the server installs (`reference-transaction`: the session branch's guard)."""
+    return _find(f"githooks/{name}")
+
+
 def example_dir() -> Path:
     """Path of the bundled multi-backend example target."""
     return _find("examples")
