@@ -275,7 +275,13 @@ async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(tmp_p
     assert "no longer applies" in refused and small["experiment_id"] in refused
 
 
-async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(repo: Path) -> None:
+async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(tmp_path: Path) -> None:
+    # the score is value x factor: a winner on factor.txt moves the head without touching value.txt
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v n=$n "
+                       "'BEGIN{printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*n}'")
+    (repo / "factor.txt").write_text("1\n")
+    git(repo, "add", "factor.txt")
+    git(repo, "commit", "-qm", "factor")
     async with Client(build_server()) as c:
         await session(c, repo)
         first = await launch_value(c, "110", repeats=4)
@@ -283,9 +289,10 @@ async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_d
         more = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
                           repeats=4)
         await wait_final(c, first["experiment_id"])
-        (repo / "notes.txt").write_text("a\n")  # the head moves: the same call re-applies the change
-        git(repo, "add", "notes.txt")
-        git(repo, "commit", "-qm", "notes")
+        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=14,
+                            patch="--- a/factor.txt\n+++ b/factor.txt\n@@ -1 +1 @@\n-1\n+1.2\n")
+        assert (await wait_final(c, factor["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=factor["experiment_id"])  # the head moves: the call re-applies
         moved = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
                            repeats=4)
         res = await wait_final(c, moved["experiment_id"])
