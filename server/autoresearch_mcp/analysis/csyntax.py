@@ -36,6 +36,19 @@ def parser(cpp: bool) -> tree_sitter.Parser:
     return tree_sitter.Parser(_language(cpp))
 
 
+# `float * GGML_RESTRICT y`: a qualifier macro between `*` and the name is an error for a parser that does not
+# expand macros (the parameter would be named GGML_RESTRICT). No valid C puts an upper-case word there
+# otherwise, so it is blanked (same length: every byte offset and line number stays)
+QUALIFIER_MACRO = re.compile(rb"(?<=\*)([ \t]*(?:const[ \t]+)?)([A-Z_][A-Z0-9_]*)(?=[ \t]+[A-Za-z_]\w*[ \t]*[,)=;\[])")
+
+
+def parse(data: bytes, cpp: bool) -> tree_sitter.Tree:
+    """The syntax tree of a C (cpp=False) or C++ file, qualifier macros blanked first."""
+    if b"*" in data:
+        data = QUALIFIER_MACRO.sub(lambda m: m.group(1) + b" " * len(m.group(2)), data)
+    return parser(cpp).parse(data)
+
+
 def text(node: tree_sitter.Node | None) -> str:
     return node.text.decode("utf-8", errors="replace") if node is not None and node.text is not None else ""
 
@@ -54,7 +67,8 @@ def identifiers(node: tree_sitter.Node) -> set[str]:
 
 
 INDEXED = (*LOOPS, "identifier", "call_expression", "subscript_expression", "pointer_expression", "init_declarator",
-           "assignment_expression", "update_expression", "declaration", "parameter_declaration", "lambda_expression")
+           "assignment_expression", "update_expression", "declaration", "parameter_declaration", "lambda_expression",
+           "function_definition")
 
 
 @functools.cache
@@ -111,6 +125,10 @@ class NodeIndex:
 
     def identifiers(self, node: tree_sitter.Node) -> set[str]:
         return {text(n) for n in self.within(node, ("identifier",))}
+
+    def definitions(self) -> list[tree_sitter.Node]:
+        """Every function definition of the file (methods and templates too), in document order."""
+        return list(self._by_type.get("function_definition", ([], []))[1])
 
 
 def unwrap(node: tree_sitter.Node) -> tree_sitter.Node:
@@ -216,7 +234,6 @@ def terms(node: tree_sitter.Node, sign: str = "+") -> list[tuple[str, tree_sitte
 def first_line(node: tree_sitter.Node) -> str:
     first = text(node).split("\n", 1)[0].strip()
     return first if len(first) <= CODE_CHARS else first[: CODE_CHARS - 3] + "..."
-
 
 
 def functions(tree: tree_sitter.Tree) -> Iterator[tree_sitter.Node]:

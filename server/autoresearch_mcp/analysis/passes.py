@@ -35,6 +35,7 @@ only with an online formulation (running max and sum, Welford), the others fuse 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from pathlib import Path
 import tree_sitter
 
 from autoresearch_mcp.analysis import csyntax as cs
+from autoresearch_mcp.analysis.csources import SourceTree
 from autoresearch_mcp.analysis.passpairs import pairs, suggestion
 from autoresearch_mcp.analysis.passscan import FunctionScan, Helpers, Item
 from autoresearch_mcp.core import gitops
@@ -110,6 +112,7 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
     selective = functions is not None or hotness is not None
     parsed: list[tuple[Path, cs.NodeIndex, list[tuple[str, tree_sitter.Node]]]] = []
     definitions: dict[str, tuple[tree_sitter.Node, cs.NodeIndex]] = {}
+    sources: dict[Path, tuple[bytes, cs.NodeIndex]] = {}
     for path in files:
         try:
             data = path.read_bytes()
@@ -122,13 +125,14 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         if functions is not None and not hot_file and not any(name.encode() in data for name in functions):
             continue
         cpp = path.suffix not in cs.C_SUFFIXES
-        tree = cs.parser(cpp).parse(data)
+        tree = cs.parse(data, cpp)
         index = cs.NodeIndex(tree.root_node, cpp)
         named = [(name, fn) for fn in cs.functions(tree) for name in [cs.function_name(fn)] if name is not None]
         for name, fn in named:
             definitions.setdefault(name, (fn, index))
         parsed.append((path, index, named))
-    helpers = Helpers(definitions)
+        sources[path] = (data, index)
+    helpers = Helpers(SourceTree(sources, definitions, mirrors=bases or []))
     for path, index, named in parsed:
         shown = next((str(path.relative_to(b)) for b in bases or [] if path.is_relative_to(b)), str(path))
         for name, fn in named:
@@ -147,10 +151,33 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
         missing = sorted(functions - found_names)
         if missing:
             notes.append(f"no definition found for: {', '.join(missing[:20])}")
-    findings.sort(key=lambda f: (-(f.hot_share_pct or 0.0), not f.fusable, f.file, f.passes[0].start_line))
+    kept = _shown(findings, limit)
+    if len(kept) < len(findings):
+        functions_with = len({(f.file, f.function) for f in findings})
+        notes.append(f"{len(findings) - len(kept)} more findings ({functions_with} functions have findings, each "
+                     "shown at least once while the limit allows): raise limit or name functions to see them")
     return FindPassesResult(
-        findings=findings[:limit], total_findings=len(findings), files_scanned=len(files),
+        findings=kept, total_findings=len(findings), files_scanned=len(files),
         functions_scanned=scanned, elapsed_s=round(time.perf_counter() - t0, 3), notes=notes)
+
+
+def _rank(f: PassFinding) -> tuple[float, bool, str, int]:
+    """Hot first, then pairs that fuse directly, then by place."""
+    return -(f.hot_share_pct or 0.0), not f.fusable, f.file, f.passes[0].start_line
+
+
+def _shown(findings: list[PassFinding], limit: int) -> list[PassFinding]:
+    """The findings within `limit`, chosen breadth first: every function's best finding before any function's
+    second (a file full of small pairs in one function does not hide another function), then listed by rank."""
+    findings = sorted(findings, key=_rank)
+    if len(findings) <= limit:
+        return findings
+    by_function: dict[tuple[str, str], list[PassFinding]] = {}
+    for f in findings:
+        by_function.setdefault((f.file, f.function), []).append(f)
+    rounds = itertools.zip_longest(*by_function.values())
+    chosen = [f for f in itertools.chain.from_iterable(rounds) if f is not None][:limit]
+    return sorted(chosen, key=_rank)
 
 
 def _scan(scan: FunctionScan, name: str, file: str, share: float | None) -> list[PassFinding]:

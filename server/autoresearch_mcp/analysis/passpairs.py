@@ -32,12 +32,26 @@ def _builds_apart(a: Item, b: Item) -> bool:
 
 
 def _different_ranges(a: Extent | None, b: Extent | None) -> bool:
-    """Known and different: another bound, or another non-literal start (`i0 < i1` then `i0 = i1 + 1`).
-    A whole container (`size(v)`) may well be `n` elements: only another container's size differs from it."""
+    """Known and different: another start (`i0 < i1` then `i0 = i1 + 1`), or another bound, unless both
+    walk whole rows of one width from the same start (`Q*KV` and `rows*KV` elements of one tile share the
+    first rows; `ne00` and a padding of `p0` elements are another range). A whole container (`size(v)`)
+    may well be `n` elements: only another container's size differs from it."""
     if a is None or b is None:
         return False
+    if a[0] is not None and b[0] is not None and a[0] != b[0]:
+        return True
     whole = a[1].startswith("size(") + b[1].startswith("size(")
-    return (a[1] != b[1] and whole != 1) or (a[0] is not None and b[0] is not None and a[0] != b[0])
+    if a[1] == b[1] or whole == 1:
+        return False
+    return a[0] is None or a[0] != b[0] or not (_factors(a[1]) & _factors(b[1]))
+
+
+def _factors(bound: str) -> set[str]:
+    """The named factors of a bound that is one product (`+Q_TILE_SZ*KV_TILE_SZ`); none for a sum."""
+    term = bound.removeprefix("+")
+    if not term or any(op in term for op in "+-/%()"):
+        return set()
+    return {f for f in term.split("*") if f and not f[0].isdigit()}
 
 
 def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
@@ -74,8 +88,8 @@ def pairs(sequence: list[Item]) -> Iterator[tuple[str, Item, Item, list[str]]]:
                 second = sequence[j]
                 if second.node.start_byte >= first.reaches:
                     break
-                if not _compatible(first, second) or any(_compatible(h, second) or _builds_apart(h, second)
-                                                         for h in hits):
+                if not _compatible(first, second) or not first.memos <= second.memos or \
+                        any(_compatible(h, second) or _builds_apart(h, second) for h in hits):
                     continue
                 if second.barrier:
                     break

@@ -19,19 +19,25 @@ from dataclasses import dataclass, field
 import tree_sitter
 
 from autoresearch_mcp.analysis import csyntax as cs
+from autoresearch_mcp.analysis.csources import SourceTree
 
 COPIES = {"memcpy", "memmove", "std::memcpy", "std::memmove", "__builtin_memcpy", "__builtin_memmove"}
 FILLS = {"memset", "std::memset", "__builtin_memset"}
 VECTOR_HELPER = re.compile(r"^ggml_vec_\w+$")
 IN_PLACE = re.compile(r"scale|mad|acc")
-# SIMD stores: x86 `_mm256_storeu_ps`, ggml `GGML_F32_VEC_STORE`, NEON `vst1q_f32`, SVE `svst1_f32`, RISC-V
-# `__riscv_vse32_v_f32m8`, POWER `vec_xst`, LoongArch `__lasx_xvst`: every pointer they take is written
-STORE = re.compile(r"(?i)store|(^|_)v?st1|^__riscv_vs|vec_xst|^__lasx?_x?vst")
+# SIMD stores: x86 `_mm256_storeu_ps`, ggml `GGML_F32_VEC_STORE`, NEON `vst1q_f32`, SVE `svst1_f32`,
+# RISC-V `__riscv_vse32_v_f32m8`, POWER `vec_xst`, LoongArch `__lasx_xvst`: every pointer they take is written
+STORE = re.compile(r"(?i)store|(^|_)v?st1|^svst|^__riscv_vs|vec_xst|^__lasx?_x?vst")
 # element containers: a pass over `v` walks its elements (`std::vector<std::thread>` is not a buffer)
 CONTAINER = re.compile(r"^(std::)?(vector|valarray|span|array|deque|basic_string)<(const)?(unsigned|signed)?"
                        r"(float|double|half|int|long|short|char|bool|u?int\d+_t|size_t|ggml_fp16_t|ggml_bf16_t|"
                        r"ggml_float|_Float16|__fp16|__bf16|bfloat16|[A-Z]\w?)(,[^<>]*)?>$")
 ACCESSORS = {"data", "begin", "end", "cbegin", "cend"}
+# a local array of at least this many elements is a tile in memory (64x64 scores, a row), not registers
+# (`float acc[8]`, `GGML_F32_VEC sum[GGML_F32_ARR]`); so is a loop of a constant trip count that long
+TILE_MIN_ELEMENTS = 1024
+SCALAR_TYPE = re.compile(r"^(const|volatile|unsigned|signed)*(float|double|half|int|long|short|char|bool|u?int\d+_t|"
+                         r"size_t|ggml_fp16_t|ggml_bf16_t|ggml_float|_Float16|__fp16|__bf16)$")
 # <algorithm> / <numeric> calls as passes: name -> (mode of the first range, index of an output iterator)
 ALGORITHMS = {"fill": ("write", None), "fill_n": ("write", None), "generate": ("write", None),
               "generate_n": ("write", None), "iota": ("write", None), "copy": ("read", 2), "copy_n": ("read", 2),
@@ -58,6 +64,7 @@ class Item:
     uses: set[str] = field(default_factory=set)
     barrier: bool = False
     reaches: float = math.inf  # no pass at or after this byte follows it (its branch returns before)
+    memos: frozenset[int] = frozenset()  # ids of the memo branches it lies in (see FunctionScan._memo)
 
     @property
     def is_pass(self) -> bool:
@@ -69,49 +76,72 @@ class Item:
         return "read"
 
 
+@dataclass(frozen=True)
+class Walked:
+    """What a function does to one pointer parameter: read, write or update it element by element; `count`
+    is the index of the parameter that bounds the walk (`for (i = 0; i < n; i++) y[i]` with n a parameter),
+    so a call walks as many elements of its argument as its argument at `count` says."""
+
+    mode: str
+    count: int | None = None
+
+
 class Helpers:
-    """What the functions defined in the scanned files do to their pointer parameters.
+    """What the functions a scanned function calls do to their pointer parameters, read from their
+    definitions wherever the source tree holds them (the scanned files, the headers they include and the
+    sources that implement those headers).
 
     A call to a function that walks a parameter (a loop over it, a memcpy into it) is a pass over
     the argument, so `op(x, tmp); op2(tmp, y)` is two passes over tmp, whatever the helpers are called.
     Computed on first use, once per function; a recursive call is not followed.
     """
 
-    def __init__(self, definitions: dict[str, tuple[tree_sitter.Node, cs.NodeIndex]]) -> None:
-        self.definitions = definitions
-        self._modes: dict[str, dict[int, str]] = {}
-        self._busy: set[str] = set()
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+        self._modes: dict[int, dict[int, Walked]] = {}
+        self._busy: set[int] = set()
 
-    def modes(self, name: str) -> dict[int, str]:
-        """Parameter index -> read / write / update, for the parameters the function walks."""
-        known = self._modes.get(name)
-        if known is not None:
-            return known
-        found = self.definitions.get(name)
-        if found is None or name in self._busy:
+    def defined(self, name: str) -> bool:
+        return self.tree.definition(name) is not None
+
+    def modes(self, name: str) -> dict[int, Walked]:
+        """Parameter index -> how the function walks it, for the pointer parameters it walks."""
+        found = self.tree.definition(name)
+        if found is None:
             return {}
         fn, nodes = found
-        self._busy.add(name)
+        known = self._modes.get(fn.id)
+        if known is not None:
+            return known
+        if fn.id in self._busy:
+            return {}
+        self._busy.add(fn.id)
         try:
             modes = walked_parameters(FunctionScan(fn, nodes, self))
         finally:
-            self._busy.discard(name)
-        self._modes[name] = modes
+            self._busy.discard(fn.id)
+        self._modes[fn.id] = modes
         return modes
 
 
-def walked_parameters(scan: FunctionScan) -> dict[int, str]:
-    """Parameter index -> read / write / update, for the pointer parameters a function (or lambda) walks."""
+def walked_parameters(scan: FunctionScan) -> dict[int, Walked]:
+    """Parameter index -> how a function (or lambda) walks it, for the pointer parameters it walks."""
     body = scan.fn.child_by_field_name("body")
     items = scan.items(body) if body is not None else []
-    modes: dict[int, str] = {}
-    for index, param in enumerate(cs.parameters(scan.fn)):
+    names = cs.parameters(scan.fn)
+    modes: dict[int, Walked] = {}
+    for index, param in enumerate(names):
         if param is None or scan.shapes.get(param) not in ("pointer", "array", "container"):
             continue
         reads = any(_of(key, param) for item in items for key in item.reads)
         writes = any(_of(key, param) for item in items for key in item.writes)
-        if reads or writes:
-            modes[index] = "update" if reads and writes else "write" if writes else "read"
+        if not (reads or writes):
+            continue
+        bounds = {extent[1] for item in items for key, extent in item.extents.items()
+                  if _of(key, param) and extent is not None}
+        counts = {names.index(b[1:]) for b in bounds if b.startswith("+") and b[1:] in names}
+        modes[index] = Walked("update" if reads and writes else "write" if writes else "read",
+                              counts.pop() if len(counts) == 1 else None)
     return modes
 
 
@@ -133,7 +163,7 @@ class FunctionScan:
         self.aliases: dict[str, list[tuple[int, tree_sitter.Node]]] = {}
         self._cond = 0
         self.lambdas: dict[str, tree_sitter.Node] = {}  # local lambdas by name: helpers of this function
-        self._lambda_modes: dict[str, dict[int, str]] = {}
+        self._lambda_modes: dict[str, dict[int, Walked]] = {}
         self._captured: dict[int, Item] = {}  # lambda node id -> what it walks of this function's buffers
         self._declarations()
         if outer is not None:  # a lambda sees what it captures from the enclosing function
@@ -152,8 +182,8 @@ class FunctionScan:
                 name, shape = cs.declarator_name(d)
                 if name is None:
                     continue
-                if shape == "array" and n.type == "declaration":
-                    shape = "fixed_array"  # a local array: a stack temporary (registers, L1), not a buffer
+                if shape in ("array", "fixed_array") and n.type == "declaration":
+                    shape = "tile" if self._tile(kind, d) else "fixed_array"  # else registers, not a buffer
                 elif shape == "scalar" and CONTAINER.match(kind):
                     shape = "container"
                 elif shape == "scalar" and kind == "auto":
@@ -173,6 +203,45 @@ class FunctionScan:
                 self.aliases.setdefault(name, []).append((n.end_byte, value))  # `p = p + 8` walks p: no alias
         for defs in self.aliases.values():
             defs.sort(key=lambda d: d[0])
+
+    def _tile(self, kind: str, declarator: tree_sitter.Node) -> bool:
+        """A local array of numbers held in memory: a run-time size (`float row[n]`), or a constant one of at
+        least TILE_MIN_ELEMENTS (`float kq[Q_TILE*KV_TILE]`, `float t[64][64]`)."""
+        if not SCALAR_TYPE.match(kind):
+            return False  # vector registers (`__m256 acc[4]`), structs, pointers
+        elements = 1
+        for d in cs.walk(declarator):
+            if d.type != "array_declarator":
+                continue
+            size = d.child_by_field_name("size")
+            if size is None:
+                return False  # `float w[] = {...}`: a table of constants
+            count = self._constant(size)
+            if count is None:
+                return not any(cs.CONSTANT_NAME.match(name) for name in cs.identifiers(size)) and \
+                    bool(cs.identifiers(size))  # `float row[n]`: a run-time size is a buffer
+            elements *= count
+        return elements >= TILE_MIN_ELEMENTS
+
+    def _constant(self, node: tree_sitter.Node) -> int | None:
+        return self.helpers.tree.constant(cs.text(node)) if self.helpers is not None else None
+
+    def _long_trip(self, loop: tree_sitter.Node, own: set[str]) -> bool:
+        """A loop of constant trip count that walks memory rather than register lanes: it runs at least
+        TILE_MIN_ELEMENTS times, or indexes a local tile with its variable."""
+        cond = loop.child_by_field_name("condition")
+        right = cond.child_by_field_name("right") if cond is not None else None
+        count = self._constant(right) if right is not None else None
+        if count is not None and count >= TILE_MIN_ELEMENTS:
+            return True
+        for n in self.index.within(loop, ("subscript_expression",), code=True):
+            base = cs.unwrap(n.child_by_field_name("argument") or n)
+            while base.type == "subscript_expression":
+                base = cs.unwrap(base.child_by_field_name("argument") or base)
+            index = cs.subscript_index(n)
+            if self.shapes.get(cs.text(base)) == "tile" and index is not None and self.index.identifiers(index) & own:
+                return True
+        return False
 
     def _alias(self, name: str, at: int) -> tree_sitter.Node | None:
         """What pointer `name` was last set to before byte `at` (in document order)."""
@@ -248,8 +317,9 @@ class FunctionScan:
         return out
 
     def _branches(self, branches: list[tree_sitter.Node | None], alts: tuple[tuple[int, int], ...],
-                  end: int | None = None) -> list[Item]:
-        """The items of each branch; with `end` (an if statement's), a branch that returns never reaches it."""
+                  end: int | None = None, memo: bool = False) -> list[Item]:
+        """The items of each branch; with `end` (an if statement's), a branch that returns never reaches it;
+        with `memo`, the first branch is a memo (see _memo)."""
         self._cond += 1
         cond = self._cond  # nested conditionals take the next ids
         out: list[Item] = []
@@ -259,8 +329,29 @@ class FunctionScan:
                 if end is not None and _leaves(branch):
                     for item in items:
                         item.reaches = min(item.reaches, end)
+                if memo and i == 0:
+                    for item in items:
+                        item.memos = item.memos | {cond}
                 out.extend(items)
         return out
+
+    def _memo(self, cond: tree_sitter.Node, branch: tree_sitter.Node) -> bool:
+        """`if (last != key) { fill cache; last = key; }`: the branch runs only when what its condition
+        remembers changed, and records the new value. What it computes is made once for many later uses
+        (rope's sin/cos cache, once per position, read for every head), not one more pass over each row.
+        An ordering test (`if (s > M) { M = s; ... }`, a running maximum) is no memo."""
+        c = cond.child_by_field_name("value") or cond.named_child(0) if cond.type == "condition_clause" else cond
+        c = cs.unwrap(c) if c is not None else cond
+        if c.type == "binary_expression" and cs.operator(c) not in ("!=", "=="):
+            return False
+        if c.type not in ("binary_expression", "identifier", "unary_expression", "field_expression"):
+            return False
+        tested = self.index.identifiers(c)
+        for n in self.index.within(branch, ("assignment_expression",), code=True):
+            left = n.child_by_field_name("left")
+            if left is not None and cs.unwrap(left).type == "identifier" and cs.text(cs.unwrap(left)) in tested:
+                return True
+        return False
 
     def _statement(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
         t = node.type
@@ -281,7 +372,8 @@ class FunctionScan:
             cons, alt = node.child_by_field_name("consequence"), node.child_by_field_name("alternative")
             cond = node.child_by_field_name("condition")
             head = [self._plain(cond, alts)] if cond is not None else []
-            return head + self._branches([cons, alt], alts, node.end_byte)
+            memo = cond is not None and cons is not None and self._memo(cond, cons)
+            return head + self._branches([cons, alt], alts, node.end_byte, memo)
         if t == "switch_statement":
             body = node.child_by_field_name("body")
             cases = [c for c in body.named_children if c.type == "case_statement"] if body is not None else []
@@ -385,15 +477,21 @@ class FunctionScan:
             return item
         if name.startswith("std::") and name.split("::")[-1] in ALGORITHMS:
             return self._algorithm_pass(item, name.split("::")[-1], args, drop, ranged=name.startswith("std::ranges::"))
-        if not VECTOR_HELPER.match(name) or len(args) < 2:
+        if name in self.lambdas or (self.helpers is not None and self.helpers.defined(name)):
             return self._helper_pass(item, name, args, drop)
+        if VECTOR_HELPER.match(name) and len(args) >= 2:
+            return self._vector_convention(item, name, args, drop)
+        return self._helper_pass(item, name, args, drop)
+
+    def _vector_convention(self, item: Item, name: str, args: list[tree_sitter.Node],
+                           drop: frozenset[str]) -> Item | None:
+        """A ggml_vec_* helper whose definition is out of reach (a file scanned alone): ggml's convention,
+        `(n, out, in...)`, says the first buffer is written (updated when the helper scales, accumulates or
+        works in place) and the others are read. A definition found in the tree always wins over it."""
         extent: Extent | None = ("0", bound(args[0]))
         buffers: list[tuple[int, tuple[str, str, str]]] = []
         for i, arg in enumerate(args[1:], start=1):
-            a = cs.unwrap(arg)
-            target = cs.unwrap(a.child_by_field_name("argument") or a) if a.type == "pointer_expression" else None
-            if target is not None and cs.operator(a) == "&" and target.type == "identifier":
-                item.defines.add(cs.text(target))  # ggml_vec_max_f32(n, &max, x): a reduction into max
+            if self._reduced_into(arg, item):
                 continue
             found = self.pointer(arg, drop)
             if found is not None:
@@ -401,7 +499,7 @@ class FunctionScan:
         if not buffers:
             return None
         rest = buffers
-        if buffers[0][0] == 1:  # ggml's convention: (n, out, in...)
+        if buffers[0][0] == 1:
             out = buffers[0][1]
             in_place = (len(buffers) == 1 and "set" not in name) or bool(IN_PLACE.search(name))
             record(item, out, "update" if in_place else "write", extent)
@@ -409,6 +507,16 @@ class FunctionScan:
         for _, found in rest:
             record(item, found, "read", extent)
         return item
+
+    def _reduced_into(self, arg: tree_sitter.Node, item: Item) -> bool:
+        """`&max` as an argument (ggml_vec_max_f32(n, &max, x)): the call sets the scalar max."""
+        a = cs.unwrap(arg)
+        target = cs.unwrap(a.child_by_field_name("argument") or a) if a.type == "pointer_expression" else None
+        if target is not None and cs.operator(a) == "&" and target.type == "identifier" and \
+                self.shapes.get(cs.text(target), "scalar") in ("scalar", "fixed_array"):
+            item.defines.add(cs.text(target))
+            return True
+        return False
 
     def _algorithm_pass(self, item: Item, name: str, args: list[tree_sitter.Node], drop: frozenset[str],
                         ranged: bool) -> Item | None:
@@ -475,7 +583,9 @@ class FunctionScan:
         return "write" if all(m == "write" for m in modes) else "update"
 
     def _helper_pass(self, item: Item, name: str, args: list[tree_sitter.Node], drop: frozenset[str]) -> Item | None:
-        """A call of a function defined in the scanned files that walks some of its pointer parameters."""
+        """A call of a function whose definition the tree holds (or a local lambda) that walks some of its
+        pointer parameters: a pass over the arguments it gets there, over as many elements as the argument
+        that bounds the helper's loop says."""
         lam = self.lambdas.get(name)
         if lam is not None:  # `auto body = [&](float * out) {...}; body(y);`
             if name not in self._lambda_modes:
@@ -484,10 +594,12 @@ class FunctionScan:
             modes = self._lambda_modes[name]
         else:
             modes = self.helpers.modes(name) if self.helpers is not None else {}
-        for index, mode in modes.items():
+        for index, walked in modes.items():
             found = self.pointer(args[index], drop) if index < len(args) else None
             if found is not None:
-                record(item, found, mode)
+                count = args[walked.count] if walked.count is not None and walked.count < len(args) else None
+                known = count is not None and cs.unwrap(count).type != "number_literal"  # bound() drops literals
+                record(item, found, walked.mode, ("0", bound(count)) if count is not None and known else None)
         for arg in args:  # parallel_for(n, [&](int b, int e) {...}): the lambda walks what it captures
             if arg.type == "lambda_expression":
                 walks = self._captured_walks(arg)
@@ -496,7 +608,11 @@ class FunctionScan:
                 for key, label in walks.writes.items():
                     item.writes.setdefault(key, _outer_name(label))
                 item.extents.update(dict.fromkeys(walks.extents))
-        return item if item.is_pass else None
+        if not item.is_pass:
+            return None
+        for arg in args:
+            self._reduced_into(arg, item)
+        return item
 
     def _captured_walks(self, lam: tree_sitter.Node) -> Item:
         """The buffers of this function that a lambda passed as an argument walks (not its own parameters)."""
@@ -530,7 +646,7 @@ class FunctionScan:
                 continue
             own = loop_variables(n) | self._advanced(n)
             names |= own
-            if constant_trip(n, self.shapes):
+            if constant_trip(n, self.shapes) and not self._long_trip(n, own):
                 lanes |= own
                 continue
             if self._searches(n, own):
@@ -548,8 +664,8 @@ class FunctionScan:
                 item.barrier = True
             call_item = self._call_pass(n, name, alts, loop_vars)
             if call_item is not None:
-                if self.index.identifiers(n) & loop_vars:  # a call per row: the loop's range is more
-                    call_item.extents = dict.fromkeys(call_item.extents)
+                if self._varies(n, loop_vars):  # a call per row (`f(n, x + i*n)`, `row = x + i*n; f(n, row)`)
+                    call_item.extents = dict.fromkeys(call_item.extents)  # walks more than one call's range
                 merge(item, call_item)
             elif spans:
                 self._pointer_args(n, name, walk, item)
@@ -618,6 +734,11 @@ class FunctionScan:
         base, index = n.child_by_field_name("argument"), cs.subscript_index(n)
         if base is None or index is None:
             return
+        if _address_argument(n):
+            return  # `&y[i]` handed to a call: the call's load or store says what happens to y (_pointer_args)
+        if n.parent is not None and n.parent.type == "subscript_expression" and \
+                n.parent.child_by_field_name("argument") == n:
+            return  # `t[q]` in `t[q][k]`: the row's address; the outer subscript is the access
         b = cs.unwrap(base)
         name = cs.text(b) if b.type == "identifier" else None
         in_index = self.index.identifiers(index) & walk.vars
@@ -637,6 +758,20 @@ class FunctionScan:
             moved = {name} if name in walk.vars else set()
             record(item, (found[0] + offsets, found[1], found[2]), _assignment_mode(n), walk.extent(in_index | moved))
 
+    def _varies(self, node: tree_sitter.Node, names: frozenset[str], depth: int = 0) -> bool:
+        """Whether an expression changes with `names` (a loop's variables), also through the pointers it uses
+        (`kq_row`, set to `KQ + tq*KV` inside the loop over tq)."""
+        used = self.index.identifiers(node)
+        if used & names:
+            return True
+        if depth >= 4:
+            return False
+        for name in used:
+            alias = self._alias(name, node.start_byte)
+            if alias is not None and self._varies(alias, names, depth + 1):
+                return True
+        return False
+
     def _pointer_args(self, call: tree_sitter.Node, name: str, walk: _Walk, item: Item) -> None:
         """`LOAD(x + i)` / `STORE(y + i, v)` / `svst1_f32(pg, y + i, v)`: pointer arithmetic on a loop variable
         inside a call; every pointer a SIMD store takes is written."""
@@ -646,8 +781,8 @@ class FunctionScan:
             if a.type not in ("binary_expression", "pointer_expression"):
                 continue
             used = self.index.identifiers(a) & walk.vars
-            if not used or (a.type == "pointer_expression" and (cs.operator(a) != "&" or not store)):
-                continue  # `&y[i]` as a load's argument is already read as a subscript
+            if not used or (a.type == "pointer_expression" and cs.operator(a) != "&") or _element_arithmetic(a):
+                continue
             found = self.pointer(a, walk.vars)
             if found is not None:
                 record(item, found, "write" if store else "read", walk.extent(used))
@@ -679,6 +814,21 @@ class _Walk:
         """The range an access indexed by `used` covers: known when one counted loop alone drives it (with a
         register lane or a second loop in the index, `y[i + j*EPR]`, it is more than that loop's bound)."""
         return self.spans.get(next(iter(used))) if len(used) == 1 else None
+
+
+def _element_arithmetic(expr: tree_sitter.Node) -> bool:
+    """`x[i] - max` is arithmetic on an element, not a pointer into x (as `x + i` is)."""
+    return expr.type == "binary_expression" and any(
+        cs.unwrap(t).type in ("subscript_expression", "pointer_expression") for _, t in cs.terms(expr))
+
+
+def _address_argument(n: tree_sitter.Node) -> bool:
+    """`&y[i]` as an argument of a call."""
+    parent = n.parent
+    while parent is not None and parent.type == "parenthesized_expression":
+        parent = parent.parent
+    return parent is not None and parent.type == "pointer_expression" and cs.operator(parent) == "&" and \
+        parent.parent is not None and parent.parent.type == "argument_list"
 
 
 def _outer_name(label: str) -> str:
