@@ -74,14 +74,14 @@ class SourceTree:
     # --- functions ---------------------------------------------------------------------------------
 
     def definition(self, name: str) -> Definition | None:
-        """The definition of function `name` (its short name also tried: `ns::f<T>` -> f), or None."""
+        """The definition of function `name` (template arguments dropped), or None; a qualified or member
+        call (`ns::f`, `obj.f`, `T::apply`) is not resolved, since which overload or class it means is unknown."""
         if name in self._found:
             return self._found[name]
+        plain = _without_template_arguments(name)  # `rotate_pairs<T>` is rotate_pairs
         found = None
-        for candidate in dict.fromkeys((name, cs.short_name(name))):
-            found = self._definitions.get(candidate) or self._look_up(candidate)
-            if found is not None:
-                break
+        if "::" not in plain and "." not in plain and "->" not in plain:  # a method of which class? not guessed
+            found = self._definitions.get(plain) or self._look_up(plain)
         self._found[name] = found
         return found
 
@@ -246,3 +246,15 @@ def _arithmetic(op: ast.operator, a: int, b: int) -> int | None:
     if isinstance(op, ast.BitOr):
         return a | b
     return None
+
+
+def _without_template_arguments(name: str) -> str:
+    depth, out = 0, []
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)

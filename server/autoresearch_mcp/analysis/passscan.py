@@ -34,7 +34,7 @@ CONTAINER = re.compile(r"^(std::)?(vector|valarray|span|array|deque|basic_string
                        r"ggml_float|_Float16|__fp16|__bf16|bfloat16|[A-Z]\w?)(,[^<>]*)?>$")
 ACCESSORS = {"data", "begin", "end", "cbegin", "cend"}
 # a local array of at least this many elements is a tile in memory (64x64 scores, a row), not registers
-# (`float acc[8]`, `GGML_F32_VEC sum[GGML_F32_ARR]`); so is a loop of a constant trip count that long
+# (`float acc[8]`, `GGML_F32_VEC sum[GGML_F32_ARR]`)
 TILE_MIN_ELEMENTS = 1024
 SCALAR_TYPE = re.compile(r"^(const|volatile|unsigned|signed)*(float|double|half|int|long|short|char|bool|u?int\d+_t|"
                          r"size_t|ggml_fp16_t|ggml_bf16_t|ggml_float|_Float16|__fp16|__bf16)$")
@@ -205,8 +205,8 @@ class FunctionScan:
             defs.sort(key=lambda d: d[0])
 
     def _tile(self, kind: str, declarator: tree_sitter.Node) -> bool:
-        """A local array of numbers held in memory: a run-time size (`float row[n]`), or a constant one of at
-        least TILE_MIN_ELEMENTS (`float kq[Q_TILE*KV_TILE]`, `float t[64][64]`)."""
+        """A local array of numbers held in memory: a size of at least TILE_MIN_ELEMENTS, as the constants of
+        the tree evaluate it (`float kq[Q_TILE*KV_TILE]`, `float t[64][64]`)."""
         if not SCALAR_TYPE.match(kind):
             return False  # vector registers (`__m256 acc[4]`), structs, pointers
         elements = 1
@@ -218,8 +218,7 @@ class FunctionScan:
                 return False  # `float w[] = {...}`: a table of constants
             count = self._constant(size)
             if count is None:
-                return not any(cs.CONSTANT_NAME.match(name) for name in cs.identifiers(size)) and \
-                    bool(cs.identifiers(size))  # `float row[n]`: a run-time size is a buffer
+                return False  # unknown here (a template parameter, a macro of another build): left as registers
             elements *= count
         return elements >= TILE_MIN_ELEMENTS
 
@@ -227,13 +226,8 @@ class FunctionScan:
         return self.helpers.tree.constant(cs.text(node)) if self.helpers is not None else None
 
     def _long_trip(self, loop: tree_sitter.Node, own: set[str]) -> bool:
-        """A loop of constant trip count that walks memory rather than register lanes: it runs at least
-        TILE_MIN_ELEMENTS times, or indexes a local tile with its variable."""
-        cond = loop.child_by_field_name("condition")
-        right = cond.child_by_field_name("right") if cond is not None else None
-        count = self._constant(right) if right is not None else None
-        if count is not None and count >= TILE_MIN_ELEMENTS:
-            return True
+        """A loop of constant trip count that walks memory rather than register lanes: it indexes a local
+        tile with its variable (`for (i = 0; i < TILE; i++) kq[i] *= s`)."""
         for n in self.index.within(loop, ("subscript_expression",), code=True):
             base = cs.unwrap(n.child_by_field_name("argument") or n)
             while base.type == "subscript_expression":
@@ -355,7 +349,9 @@ class FunctionScan:
 
     def _statement(self, node: tree_sitter.Node, alts: tuple[tuple[int, int], ...]) -> list[Item]:
         t = node.type
-        if t in ("compound_statement", "else_clause", "labeled_statement", "attributed_statement"):
+        if t == "compound_statement":  # `{ ...; return; }`: nothing after the block follows what it holds
+            return _ending(self.items(node, alts), [node], node.end_byte)
+        if t in ("else_clause", "labeled_statement", "attributed_statement"):
             return self.items(node, alts)
         if t in ("preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef"):
             alternative = node.child_by_field_name("alternative")
@@ -365,7 +361,7 @@ class FunctionScan:
             own = [c for c in node.named_children
                    if c != alternative and c != node.child_by_field_name("condition")
                    and c.type != "identifier"]  # the name of an #ifdef
-            return self._preproc(own, alternative, alts)
+            return self._preproc(own, alternative, alts, node.end_byte)
         if t == "preproc_else":
             return self.items(node, alts)
         if t == "if_statement":
@@ -393,19 +389,19 @@ class FunctionScan:
         return self._simple(node, alts)
 
     def _preproc(self, own: list[tree_sitter.Node], alternative: tree_sitter.Node | None,
-                 alts: tuple[tuple[int, int], ...]) -> list[Item]:
+                 alts: tuple[tuple[int, int], ...], end: int) -> list[Item]:
+        """The branches of an #if as builds; a branch that returns (`#if SIMD ... return; #endif` before a
+        generic fallback) is not followed by the code after the #endif."""
         self._cond += 1
         cond = -self._cond  # negative: the branches of an #if are builds, not paths of one build
-        out: list[Item] = []
-        for c in own:
-            out.extend(self._statement(c, (*alts, (cond, 0))))
+        out = _ending([i for c in own for i in self._statement(c, (*alts, (cond, 0)))], own, end)
         branch = 1
         while alternative is not None:  # #elif ... #else: each one more branch of the same conditional
             branch_alts = (*alts, (cond, branch))
             nxt = alternative.child_by_field_name("alternative")
-            for c in alternative.named_children:
-                if c != nxt and c != alternative.child_by_field_name("condition"):
-                    out.extend(self._statement(c, branch_alts))
+            body = [c for c in alternative.named_children
+                    if c != nxt and c != alternative.child_by_field_name("condition")]
+            out.extend(_ending([i for c in body for i in self._statement(c, branch_alts)], body, end))
             alternative, branch = nxt, branch + 1
         return out
 
@@ -958,8 +954,13 @@ def loop_variables(loop: tree_sitter.Node) -> set[str]:
 def continues(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
     """Whether loop `second` finishes the range of loop `first` instead of walking it again: a SIMD
     body and its scalar tail, `for (; i < n; ++i)` or `for (int i = np; i < n; ++i)` after `i < np`, also
-    when the tail runs once per register lane (`for (k = 0; k < UNROLL; ++k) for (i = np; i < n; ++i)`)."""
-    if first.type not in cs.LOOPS or second.type != "for_statement":
+    when the tail runs once per register lane (`for (k = 0; k < UNROLL; ++k) for (i = np; i < n; ++i)`), and
+    a loop from the rounded-down end (`for (i = n - n % 4; i < n; ...)`) after whatever did the blocks."""
+    if second.type != "for_statement":
+        return False
+    if _rounded_tail(second):
+        return True
+    if first.type not in cs.LOOPS:
         return False
     if loop_variables(first) & loop_variables(second):
         init = second.child_by_field_name("initializer")
@@ -979,6 +980,22 @@ def continues(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
     return False
 
 
+def _rounded_tail(loop: tree_sitter.Node) -> bool:
+    """`for (i = n - n % 4; i < n; i++)`, `for (i = n & ~7; i < n; i++)`: the rest after blocks of 4 or 8."""
+    found = _loop_extent(loop)
+    if found is None:
+        return False
+    cond = loop.child_by_field_name("condition")
+    bound = cond.child_by_field_name("right") if cond is not None else None
+    start = next((n.child_by_field_name("value") or n.child_by_field_name("right")
+                  for part in loop.children_by_field_name("initializer") for n in cs.walk(part)
+                  if n.type in ("init_declarator", "assignment_expression")), None)
+    if bound is None or start is None:
+        return False
+    b, s = re.escape(cs.squash(bound)), cs.squash(cs.unwrap(start))
+    return bool(re.fullmatch(rf"\(?{b}\)?-\(?\(?{b}\)?%\w+\)?|\(?{b}\)?&~\(?[\w-]+\)?", s))
+
+
 def constant_trip(loop: tree_sitter.Node, variables: Collection[str] = ()) -> bool:
     """`for (j = 0; j < GGML_F32_ARR; j++)`: a bound fixed at compile time (registers, not memory). An
     upper-case name among the function's own `variables` (llm.c's `int C` channels) is not a constant."""
@@ -988,6 +1005,25 @@ def constant_trip(loop: tree_sitter.Node, variables: Collection[str] = ()) -> bo
     right = cs.unwrap(cond.child_by_field_name("right") or cond)
     return right.type in ("number_literal", "sizeof_expression") or (
         right.type == "identifier" and bool(cs.CONSTANT_NAME.match(cs.text(right))) and cs.text(right) not in variables)
+
+
+def _ending(items: list[Item], statements: list[tree_sitter.Node], end: int) -> list[Item]:
+    """`items` made of `statements`; when the last statement returns (or jumps to the next iteration), no
+    pass at or after byte `end` follows them. A `break` is left alone: in a switch it only ends a case."""
+    last = [s for s in statements if s.type != "comment"]
+    if last and _leaves(last[-1]) and not _breaks(last[-1]):
+        for item in items:
+            item.reaches = min(item.reaches, end)
+    return items
+
+
+def _breaks(node: tree_sitter.Node) -> bool:
+    while node.type == "compound_statement":
+        body = [c for c in node.named_children if c.type != "comment"]
+        if not body:
+            return False
+        node = body[-1]
+    return node.type == "break_statement"
 
 
 def _leaves(branch: tree_sitter.Node) -> bool:
