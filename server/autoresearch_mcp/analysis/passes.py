@@ -167,15 +167,24 @@ def _rank(f: PassFinding) -> tuple[float, bool, str, int]:
 
 
 def _shown(findings: list[PassFinding], limit: int) -> list[PassFinding]:
-    """The findings within `limit`, chosen breadth first: every function's best finding before any function's
-    second (a file full of small pairs in one function does not hide another function), then listed by rank."""
-    findings = sorted(findings, key=_rank)
+    """The findings within `limit`, chosen breadth first, then listed by rank. Every function's strongest
+    finding comes before any function's second (a file full of small pairs in one function does not hide
+    another function); the strongest is on the buffer the function passes over most often (softmax's row
+    copied, scaled, masked and maxed), and functions that make the most passes go first."""
     if len(findings) <= limit:
-        return findings
-    by_function: dict[tuple[str, str], list[PassFinding]] = {}
+        return sorted(findings, key=_rank)
+    chains: dict[tuple[str, str, str], int] = {}  # (file, function, buffer) -> pairs over it
     for f in findings:
+        key = (f.file, f.function, f.buffer)
+        chains[key] = chains.get(key, 0) + 1
+    by_function: dict[tuple[str, str], list[PassFinding]] = {}
+    for f in sorted(findings, key=lambda f: (-chains[f.file, f.function, f.buffer], *_rank(f))):
         by_function.setdefault((f.file, f.function), []).append(f)
-    rounds = itertools.zip_longest(*by_function.values())
+    def passes(fs: list[PassFinding]) -> int:  # distinct passes the function's findings name
+        return len({p.start_line for f in fs for p in f.passes})
+
+    order = sorted(by_function.values(), key=lambda fs: (-(fs[0].hot_share_pct or 0.0), -passes(fs)))
+    rounds = itertools.zip_longest(*order)
     chosen = [f for f in itertools.chain.from_iterable(rounds) if f is not None][:limit]
     return sorted(chosen, key=_rank)
 
