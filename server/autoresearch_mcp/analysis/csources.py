@@ -79,9 +79,10 @@ class SourceTree:
         if name in self._found:
             return self._found[name]
         plain = _without_template_arguments(name)  # `rotate_pairs<T>` is rotate_pairs
-        found = None
-        if "::" not in plain and "." not in plain and "->" not in plain:  # a method of which class? not guessed
-            found = self._definitions.get(plain) or self._look_up(plain)
+        found = self._definitions.get(plain)
+        # a method of which class? not guessed; an upper-case name is a macro (GGML_F32_VEC_LOAD, MIN)
+        if found is None and not any(c in plain for c in ":.>") and not cs.CONSTANT_NAME.match(plain):
+            found = self._look_up(plain)
         self._found[name] = found
         return found
 

@@ -94,6 +94,8 @@ class NodeIndex:
             starts, nodes = self._by_type.setdefault(n.type, ([], []))
             starts.append(n.start_byte)
             nodes.append(n)
+        starts, nodes = self._by_type.get("identifier", ([], []))
+        self._identifier_texts = [text(n) for n in nodes]  # leaves: decoded once, sliced by position
         fences = [(n.start_byte, n.end_byte) for n in found
                   if n.type == "lambda_expression" or (n.type == "call_expression" and callee(n) in ASSERTS)]
         self._fence_starts = [a for a, _ in fences]
@@ -124,7 +126,10 @@ class NodeIndex:
         return False
 
     def identifiers(self, node: tree_sitter.Node) -> set[str]:
-        return {text(n) for n in self.within(node, ("identifier",))}
+        """The names used inside `node` (asserts and lambdas included)."""
+        starts = self._by_type.get("identifier", ([], []))[0]
+        lo, hi = bisect.bisect_left(starts, node.start_byte), bisect.bisect_left(starts, node.end_byte)
+        return set(self._identifier_texts[lo:hi])
 
     def definitions(self) -> list[tree_sitter.Node]:
         """Every function definition of the file (methods and templates too), in document order."""

@@ -140,7 +140,7 @@ def find_passes(files: list[Path], functions: set[str] | None = None, hotness: H
             if selective and share is None and name not in (functions or ()):
                 continue
             found_names.add(name)
-            scan = FunctionScan(fn, index, helpers)
+            scan = helpers.scan(fn, index)
             findings.extend(_scan(scan, name, shown, share))
             lambdas = index.within(fn, ("lambda_expression",))
             for lam in lambdas:  # a lambda body is a function of its own: its passes are not the caller's

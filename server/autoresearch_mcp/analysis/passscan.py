@@ -100,9 +100,17 @@ class Helpers:
         self.tree = tree
         self._modes: dict[int, dict[int, Walked]] = {}
         self._busy: set[int] = set()
+        self._scans: dict[int, FunctionScan] = {}
 
     def defined(self, name: str) -> bool:
         return self.tree.definition(name) is not None
+
+    def scan(self, fn: tree_sitter.Node, index: cs.NodeIndex) -> FunctionScan:
+        """The scan of a function definition, made once whether it is read as a helper or for findings."""
+        known = self._scans.get(fn.id)
+        if known is None:
+            known = self._scans[fn.id] = FunctionScan(fn, index, self)
+        return known
 
     def modes(self, name: str) -> dict[int, Walked]:
         """Parameter index -> how the function walks it, for the pointer parameters it walks."""
@@ -117,7 +125,7 @@ class Helpers:
             return {}
         self._busy.add(fn.id)
         try:
-            modes = walked_parameters(FunctionScan(fn, nodes, self))
+            modes = walked_parameters(self.scan(fn, nodes))
         finally:
             self._busy.discard(fn.id)
         self._modes[fn.id] = modes
@@ -126,8 +134,7 @@ class Helpers:
 
 def walked_parameters(scan: FunctionScan) -> dict[int, Walked]:
     """Parameter index -> how a function (or lambda) walks it, for the pointer parameters it walks."""
-    body = scan.fn.child_by_field_name("body")
-    items = scan.items(body) if body is not None else []
+    items = scan.body_items()
     names = cs.parameters(scan.fn)
     modes: dict[int, Walked] = {}
     for index, param in enumerate(names):
@@ -165,6 +172,7 @@ class FunctionScan:
         self.lambdas: dict[str, tree_sitter.Node] = {}  # local lambdas by name: helpers of this function
         self._lambda_modes: dict[str, dict[int, Walked]] = {}
         self._captured: dict[int, Item] = {}  # lambda node id -> what it walks of this function's buffers
+        self._body_items: list[Item] | None = None
         self._declarations()
         if outer is not None:  # a lambda sees what it captures from the enclosing function
             for name, shape in outer.shapes.items():
@@ -785,12 +793,19 @@ class FunctionScan:
 
     # --- pairs -------------------------------------------------------------------------------------
 
+    def body_items(self) -> list[Item]:
+        """The items of the function's body (made once)."""
+        if self._body_items is None:
+            body = self.fn.child_by_field_name("body")
+            self._body_items = self.items(body) if body is not None else []
+        return self._body_items
+
     def blocks(self) -> Iterator[list[Item]]:
         """The function body and every loop body in it, each as its sequence of items."""
         body = self.fn.child_by_field_name("body")
         if body is None:
             return
-        yield self.items(body)
+        yield self.body_items()
         for n in self.index.within(body, cs.LOOPS, code=True):
             if n != body:
                 inner = n.child_by_field_name("body")
