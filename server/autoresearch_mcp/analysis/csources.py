@@ -45,7 +45,7 @@ NUMBER = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b")
 
 @dataclass
 class SourceFile:
-    """One file of the tree: its bytes, the names it mentions, and (once asked for) its parse."""
+    """One file of the tree: its bytes, the names it may define, and (once asked for) its parse."""
 
     path: Path
     data: bytes
@@ -78,7 +78,7 @@ class SourceTree:
         call (`ns::f`, `obj.f`, `T::apply`) is not resolved, since which overload or class it means is unknown."""
         if name in self._found:
             return self._found[name]
-        plain = _without_template_arguments(name)  # `rotate_pairs<T>` is rotate_pairs
+        plain = cs.without_template_arguments(name)  # `rotate_pairs<T>` is rotate_pairs
         found = self._definitions.get(plain)
         # a method of which class? not guessed; an upper-case name is a macro (GGML_F32_VEC_LOAD, MIN)
         if found is None and not any(c in plain for c in ":.>") and not cs.CONSTANT_NAME.match(plain):
@@ -248,14 +248,3 @@ def _arithmetic(op: ast.operator, a: int, b: int) -> int | None:
         return a | b
     return None
 
-
-def _without_template_arguments(name: str) -> str:
-    depth, out = 0, []
-    for ch in name:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out)

@@ -188,16 +188,21 @@ def function_name(fn: tree_sitter.Node) -> str | None:
 def short_name(name: str) -> str:
     """`ns::f<T>(int)` and perf's `f(ggml_tensor*) [clone .part.0]` both become `f`."""
     name = re.sub(r"\[clone[^\]]*\]|\(.*$", "", name).strip()
+    plain = without_template_arguments(name).strip()
+    return plain.split("::")[-1].split()[-1] if plain else name
+
+
+def without_template_arguments(name: str) -> str:
+    """`rotate_pairs<T>` -> `rotate_pairs`, nested arguments too."""
     depth, out = 0, []
-    for ch in name:  # drop template arguments, nested ones too
+    for ch in name:
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    plain = "".join(out).strip()
-    return plain.split("::")[-1].split()[-1] if plain else name
+    return "".join(out)
 
 
 def parameters(fn: tree_sitter.Node) -> list[str | None]:

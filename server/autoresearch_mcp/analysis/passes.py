@@ -3,33 +3,33 @@
 Memory-bound code pays for every pass over a row: `memcpy(y, x)` followed by an in-place scale of
 `y` reads and writes `y` twice where `y[i] = x[i]*scale` would do it once. The finder parses each
 file with tree-sitter (error-tolerant, so macro-heavy code such as ggml parses without its headers
-or a preprocessor), and in every function lists the passes of each block in order:
+or a preprocessor), and in every function lists the passes of each block in order (`passscan`):
 
-- a loop nest (`for`, `while`, `do`) whose trip count is not a compile-time constant and which
-  indexes a buffer with its loop variables (`x[i]`, `x + i` in a load or store) or walks a pointer
-  along it (`while (n--) *p++ = ...`), counted as one pass over what it touches;
+- a loop nest (`for`, `while`, `do`) whose trip count is not a compile-time constant, or that walks a
+  local tile, and which indexes a buffer with its loop variables (`x[i]`, `x + i` in a load or store)
+  or walks a pointer along it (`while (n--) *p++ = ...`), counted as one pass over what it touches;
 - a C++ range-for over a container of numbers (`for (auto & x : v)`), and `std::fill` / `copy` /
   `transform` / `for_each` and their kin over a range (`v.begin(), v.end()` or `y, y + n`);
 - a `memcpy` / `memmove` / `memset` of more than one element;
-- a vector helper that walks a row (`ggml_vec_*(n, out, in...)`): the first buffer after the
-  length is written (and read when the helper updates in place), the others are read;
-- a call of a function defined in the scanned files that walks some of its pointer parameters.
+- a call of a function that walks some of its pointer parameters, read from its definition wherever the
+  scanned files or the files they include define it (`csources`: vec.h, vec.cpp, simd-gemm.h...); a
+  `ggml_vec_*` helper out of reach follows ggml's convention `(n, out, in...)`.
 
-Not passes: debug-only code (assert arguments, `#ifndef NDEBUG`), local arrays (register
-accumulators), single-element accesses (`y[0] = 0`, `memcpy(&eps, p, sizeof(float))`). A loop that
-finishes another's range (a SIMD body and its scalar tail) is the same pass. A lambda's body is
-scanned as a function of its own (named `f::<lambda at line N>`), seeing what it captures.
+Not passes: debug-only code (assert arguments, `#ifndef NDEBUG`), small local arrays (register
+accumulators; at least 1,024 numbers is a tile), single-element accesses (`y[0] = 0`, `memcpy(&eps, p,
+sizeof(float))`), a memo branch (a cache refilled only when its key changes). A loop that finishes
+another's range (a SIMD body and its scalar tail) is the same pass. A lambda's body is scanned as a
+function of its own (named `f::<lambda at line N>`), seeing what it captures.
 
-Two passes are reported when they touch the same buffer (pointers are followed back to what they
-were last set to, by a declaration or an assignment, so `y`, `v.data()` and `dst->data` can be one
-buffer, `VKQ32` and `VKQ32 + DV` two, as are `y[i]` and `y[n + i]` in loops over i) with no pass
-over that buffer, no barrier and no exclusive branch (`if`/`else`, switch cases) between them, on
-a path that does not return in between, and over the same range when both ranges are known (the
-bound of the counted loop, the count of a helper or memcpy: `i < i1` and `i = i1 + 1` are not the
-same elements). Branches of an `#if` are the same code for other builds: a pass written as a SIMD
-path and again as a scalar `#else` is paired once, from its first version. Each report says
-whether the second pass needs a value the first one reduced (a sum, a maximum): such pairs fuse
-only with an online formulation (running max and sum, Welford), the others fuse directly.
+Two passes are reported (`passpairs`) when they touch the same buffer (pointers are followed back to
+what they were last set to, so `y`, `v.data()` and `dst->data` can be one buffer, `VKQ32` and `VKQ32 +
+DV` two, as are `y[i]` and `y[n + i]` in loops over i) with no pass over that buffer, no barrier and no
+exclusive branch (`if`/`else`, switch cases) between them, on a path that does not return in between,
+and over the same range when both ranges are known. Branches of an `#if` are the same code for other
+builds: a pass written as a SIMD path and again as a scalar `#else` is paired once, from its first
+version. Each report says whether the second pass needs a value the first one reduced (a sum, a
+maximum): such pairs fuse only with an online formulation (running max and sum, Welford), the others
+fuse directly. Within the limit, the answer shows every function before any function's second finding.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import FindPassesResult, PassFinding, PassSite, ProfileResult
 
-short_name = cs.short_name  # the tool's name matching, as hotspots and the tests use it
+short_name = cs.short_name  # how a profile's symbol (perf: `ns::f<T>(int) [clone .part.0]`) names a definition
 MAX_FILE_BYTES = 8 * 2**20
 MAX_FILES = 20_000
 SKIP_DIRS = {".git", ".autoresearch", "build", "node_modules", "third_party", "vendor"}
