@@ -366,6 +366,7 @@ class Extractor:
         self.families = families
         self.helpers = helpers or {}
         self._helper_calls = {name: re.compile(r"\b" + re.escape(name) + r"\s*\(") for name in self.helpers}
+        self._fuse_named = {name for name in self.helpers if "fus" in name.lower()}
         by_len = sorted(families, key=lambda f: -len(f.prefix))
         # no leading \b: a literal start lets the regex engine skip ahead fast; the boundary is checked after
         self._token = re.compile(
@@ -565,9 +566,11 @@ class Extractor:
         return fn is not None and "fus" in fn[1].lower()
 
     def _calls(self, code: str) -> list[str]:
-        """The fusion helpers `code` calls."""
+        """The fusion helpers `code` calls (most are named for fusing: one look for "fus" rules them out)."""
+        says_fuse = "fus" in code or "Fus" in code or "FUS" in code
         return [name for name, call in self._helper_calls.items()
-                if name in code and any(not _glued(code, m.start()) for m in call.finditer(code))]
+                if (says_fuse or name not in self._fuse_named) and name in code
+                and any(not _glued(code, m.start()) for m in call.finditer(code))]
 
     def _used_nearby(self, name: str, window: str) -> bool:
         """Whether a statement of `window` that speaks of fusing (or calls a fusion helper) uses `name`."""
