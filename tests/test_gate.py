@@ -276,10 +276,12 @@ async def test_errors_never_echo_a_huge_input(repo: Path) -> None:
             assert result.is_error and answer_bytes(result) <= 8 * 1024, name
 
 
-async def test_descriptions_state_the_cap() -> None:
-    async with Client(build_server()) as c:
+async def test_the_cap_is_stated_once_in_the_server_instructions_not_in_every_description() -> None:
+    async with Client(build_server(), mode="legacy") as c:
         tools = (await c.list_tools()).tools
-    assert all("64 KB" in (t.description or "") for t in tools)
+        instructions = c.instructions or ""
+    assert instructions.count("64 KB") == 1
+    assert not [t.name for t in tools if "64 KB" in (t.description or "")]
 
 
 # --- 6. titles are one line; evidence comes from the ledger ---------------------------------------------------
@@ -299,15 +301,19 @@ async def test_a_title_cannot_forge_a_trailer_and_the_report_counts_the_ledger(r
         assert "one line" in await error(c, "commit_winner", experiment_id=win["experiment_id"],
                                          title=f"A\n\nAutoresearch-Experiment: {other['experiment_id']}")
         committed = await call(c, "commit_winner", experiment_id=win["experiment_id"])
-        # a commit made by hand that claims the other experiment counts for nothing
+        # a commit made by hand that claims the other experiment counts for nothing (git's hooks bypassed)
         (repo / "notes.txt").write_text("by hand\n")
         git(repo, "add", "notes.txt")
-        git(repo, "commit", "-qm", f"by hand\n\nAutoresearch-Experiment: {other['experiment_id']}")
+        git(repo, "-c", "core.hooksPath=/dev/null", "commit", "-qm",
+            f"by hand\n\nAutoresearch-Experiment: {other['experiment_id']}")
         report = await call(c, "report", repo=str(repo))
+        refused = await error(c, "finalize_session", repo=str(repo))
+        git(repo, "-c", "core.hooksPath=/dev/null", "reset", "-q", "--keep", committed["commit"])
         final = await call(c, "finalize_session", repo=str(repo))
     trailers = [ln for ln in committed["message"].splitlines() if ln.startswith("Autoresearch-Experiment:")]
     assert trailers == [f"Autoresearch-Experiment: {win['experiment_id']}"]
     assert report["kept"] == 1
+    assert "'by hand'" in refused and "not" in refused and committed["commit"][:12] in refused
     assert sorted(e for b in final["branches"] for e in b["experiments"]) == [win["experiment_id"]]
 
 

@@ -27,6 +27,7 @@ from autoresearch_mcp.core.config import (
     SessionConfig,
     SkyConfig,
     config_path,
+    gate_changes,
     job_env,
     judged_metrics,
     load_config,
@@ -34,11 +35,12 @@ from autoresearch_mcp.core.config import (
     save_config,
     state_dir,
 )
-from autoresearch_mcp.core.ledger import Ledger
+from autoresearch_mcp.core.ledger import Ledger, LedgerView
 from autoresearch_mcp.core.port import VALIDATION_RUNS, RemoteValidator, ValidationRun
 from autoresearch_mcp.core.records import SessionRecord
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import figures, stats
@@ -399,6 +401,12 @@ def start_session(
     plan = plan_session(repo_path, metric, direction, executor, tag, platforms, chosen, model)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
+    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    changes: list[str] = []
+    if resumed:
+        branch.check(repo, config, view, append)  # before its head is validated and recorded as the session's
+        recorded = recorded_gate(view, config.session_id)
+        changes = gate_changes(config, recorded) if recorded is not None else []
     common: dict[str, Any] = dict(
         session_id=config.session_id, branch=config.branch, repo=str(root), metric=config.metric,
         direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
@@ -469,10 +477,20 @@ def start_session(
     if compiler_cache() is None:
         warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
                         "in fresh worktrees reuse objects")
-    Ledger(state_dir(root) / "ledger.jsonl").append(SessionRecord(
+    if changes:
+        warnings.append(f"the settings that decide a verdict changed in {config_path(root)} since this session last "
+                        f"recorded them ({'; '.join(changes)}); they are now recorded in the ledger, and experiments "
+                        "launched from now on are judged with them (earlier ones keep the settings they were "
+                        "launched with)")
+    unguarded = gitops.install_ref_guard(repo, resources.git_hook(gitops.REF_GUARD).read_bytes())
+    if unguarded:
+        warnings.append(f"the reference-transaction hook that refuses moves of autoresearch/* branches outside "
+                        f"commit_winner is not installed: {unguarded}. The server still holds the branch to its "
+                        "ledger after every job and before every commit")
+    append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in summary.items()},
-        build_duration_s=round(build_s, 3)))
+        build_duration_s=round(build_s, 3), gate=config.gate()))
     result = StartSessionResult(
         **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
@@ -484,6 +502,34 @@ def start_session(
         ],
     )
     return result, repo, config
+
+
+# --- what a session is held to: the settings it recorded and its branch ------------------------------------
+
+
+def recorded_gate(view: LedgerView, session_id: str) -> dict[str, Any] | None:
+    """The settings that decide a verdict as the session's latest start recorded them (None: none yet, or
+    a ledger of an earlier version)."""
+    return next((s.gate for s in reversed(view.sessions) if s.session_id == session_id and s.gate is not None),
+                None)
+
+
+def check_resume(repo: gitops.Repo, config: SessionConfig) -> None:
+    """Refuse to resume (at the server's start) a session whose config changed behind the server's back in
+    what decides a verdict, or whose branch is not where its ledger says; a commit_winner commit a crash
+    left unrecorded is recorded (experiments/branch.py)."""
+    root = Path(repo.working_dir)
+    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    recorded = recorded_gate(view, config.session_id)
+    changes = gate_changes(config, recorded) if recorded is not None else []
+    if changes:
+        raise StateError(
+            f"{config_path(root)} was changed after start_session recorded the settings that decide a verdict "
+            f"({'; '.join(changes)}), and a session is never judged with settings changed behind the server's back. "
+            f"If you made the change, apply it: call start_session with tag={config.tag!r}, which validates the "
+            "benchmark again and records the new settings in the ledger. If you did not, put the recorded values "
+            "back in the config first")
+    branch.check(repo, config, view, append)
 
 
 def baseline_mean(ledger: Ledger, session_id: str, metric: str) -> float | None:

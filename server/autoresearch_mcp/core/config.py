@@ -6,6 +6,7 @@ the foundation (errors, models, resources, safefs) and the git module's path rul
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +252,34 @@ class SessionConfig(BaseModel):
 
     def objective_metrics(self) -> list[str]:
         return list(self.objectives) or [self.metric]
+
+    def gate(self) -> dict[str, Any]:
+        """The settings that decide a verdict (GATE_FIELDS), as the ledger records them."""
+        return self.model_dump(mode="json", include=set(GATE_FIELDS))
+
+
+# The settings that decide whether a candidate wins: what is measured and in which direction, the
+# statistics' parameters, the objectives and guards, the hidden holdout and what candidates may not
+# change. start_session records them in the ledger; a resume refuses a config that differs from the record.
+GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
+               "default_repeats", "warmup", "holdout", "protected", "focus_direction", "focus_min_effect",
+               "focus_tolerance_pct", "focus_default_tolerance_pct")
+
+
+def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
+    """How `config`'s gate differs from a recorded one, one `name: old -> new` each. The record is read
+    through the config's own model first, so a setting the record lacks counts at its default."""
+    current = config.gate()
+    try:
+        before = SessionConfig.model_validate({**config.model_dump(exclude=set(GATE_FIELDS)), **recorded}).gate()
+    except ValidationError:
+        before = recorded
+
+    def shown(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))[:200]
+
+    return [f"{name}: {shown(before.get(name))} -> {shown(current.get(name))}"
+            for name in GATE_FIELDS if before.get(name) != current.get(name)]
 
 
 def judged_metrics(config: SessionConfig) -> list[str]:

@@ -46,7 +46,7 @@ class Worktrees:
         A `variant` (a platform that builds with another compiler) gets worktrees of its own.
         """
         tree = gitops.tree_of(self.repo, commit)
-        path = self.root / (f"tree-{tree[:16]}" + (f"-{variant}" if variant else ""))
+        path = self._path(tree, variant)
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock, FileLock(str(path) + ".lock"):
             unused = self._users.get(path, 0) == 0
@@ -58,6 +58,22 @@ class Worktrees:
             self._users[path] = self._users.get(path, 0) + 1
         os.utime(path)  # recency for the LRU sweep
         return path
+
+    def _path(self, tree: str, variant: str | None) -> Path:
+        return self.root / (f"tree-{tree[:16]}" + (f"-{variant}" if variant else ""))
+
+    def built(self, tree: str, variant: str | None = None) -> Path | None:
+        """The finished build of git tree `tree` kept here, if there is one."""
+        path = self._path(tree, variant)
+        return path if (path / BUILT_MARKER).exists() else None
+
+    def discard(self, path: Path) -> None:
+        """Never reuse the build at `path`: removed now, or by its next user when a job still has it."""
+        with self._lock:
+            if self._users.get(path, 0) == 0:
+                self._remove(path)
+            else:
+                (path / BUILT_MARKER).unlink(missing_ok=True)
 
     def release(self, path: Path) -> None:
         """Done with `path`; drop the least recently used builds nobody uses beyond the limit."""
