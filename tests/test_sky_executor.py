@@ -440,7 +440,8 @@ def canned_result(cluster: str, task: dict[str, Any]) -> tuple[str, float]:
     rng = random.Random(exp_id)
     samples = [runner.Sample(i, role, 0, 0, 1.0, False, {"t": 100.0 + rng.random()})
                for i in range(3) for role in ("baseline", "candidate")]
-    return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples)) + "\n", 1800.0
+    secret = (Path(task["workdir"]) / f"exp-{exp_id}" / "secret").read_text().strip()  # what run.sh hands the runner
+    return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples), secret) + "\n", 1800.0
 
 
 def test_each_experiment_costs_its_job_time_at_the_workers_price(tmp_path: Path, pool: MakePool) -> None:
