@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 # The program under test prints a correctness answer and the metric (value.txt scaled by this run's noise);
 # the candidate may change prog.sh and build.sh, never the session's scripts.
 PROG = "echo ANSWER=42\nawk -v v=$(cat value.txt) -v n=${1:-1} 'BEGIN{printf \"METRIC score=%.5f\\n\", v*n}'\n"
-CHECKS = 'out=$(sh prog.sh 1) || exit 1\nprintf "%s\\n" "$out" | grep -qx ANSWER=42\n'
+CHECKS = "sh prog.sh 1 > .checked || exit 1\ngrep -qx ANSWER=42 .checked\n"
 
 
 def hostile_repo(tmp_path: Path) -> Path:
@@ -273,7 +273,7 @@ async def test_without_confinement_nothing_is_measured_unless_the_user_turns_it_
         report = await call(c, "report", repo=str(repo))
     assert any("sandbox" in w and "off" in w for w in result["warnings"])
     assert any("sandbox" in w and "off" in w for w in listed["warnings"])
-    assert "sandbox" in report["summary"] and "off" in report["summary"]
+    assert "sandbox off" in report["summary"].lower()
     assert "unconfined" in Path(report["html_path"]).read_text()
 
 
