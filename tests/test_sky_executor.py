@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sys
@@ -209,12 +210,18 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     base = git(repo, "rev-parse", "HEAD")
     cand = commit(repo, "change", {"a.txt": "A\n"}, delete=("b.txt",))
     staging = tmp_path / "stage"
-    sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[])
+    sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[], secret="s3cret")
     names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
     assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/changes.tar.gz", "exp-x1/deleted",
-                     "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py"]
+                     "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
+                     "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh", "exp-x1/secret"]
     assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
     assert (staging / "exp-x1" / "runner.py").read_bytes() == Path(runner.__file__).read_bytes()
+    # the session's scripts, bound over the trees on the worker; the secret, which run.sh deletes at once
+    assert (staging / "exp-x1" / "scripts" / "autoresearch.sh").read_bytes() == (repo / "autoresearch.sh").read_bytes()
+    assert json.loads((staging / "exp-x1" / "job.json").read_text())["sandbox"]["scripts"]["autoresearch.sh"] == \
+        "scripts/autoresearch.sh"
+    assert "s3cret" not in (staging / "exp-x1" / "job.json").read_text()
 
 
 # --- scheduling --------------------------------------------------------------------------------------

@@ -228,7 +228,7 @@ def main(argv: list[str]) -> int:
         result = run_job(job, sys.stderr)
     except Exception as exc:  # the result line must be printed whatever happened
         result = {"status": "failed", "problem": "runner", "detail": f"{type(exc).__name__}: {exc}"}
-    print(runner.machine_line(runner.RESULT_PREFIX, result), flush=True)
+    print(runner.machine_line(runner.RESULT_PREFIX, result, compact=True), flush=True)
     return 0
 
 

@@ -572,9 +572,10 @@ def emit(kind: str, **data: Any) -> None:
 _secret = ""
 
 
-def machine_line(prefix: str, payload: dict[str, Any], secret: str | None = None) -> str:
+def machine_line(prefix: str, payload: dict[str, Any], secret: str | None = None, compact: bool = False) -> str:
     """One of the runner's lines: `prefix`, the job's secret (this process's unless given), the payload."""
-    return f"{prefix}{_secret if secret is None else secret} {json.dumps(payload, separators=(',', ':'))}"
+    text = json.dumps(payload, separators=(",", ":") if compact else None)
+    return f"{prefix}{_secret if secret is None else secret} {text}"
 
 
 def read_machine_line(line: str, prefix: str, secret: str) -> dict[str, Any] | None:
@@ -880,7 +881,7 @@ def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
 
 
 def result_line(outcome: Outcome, secret: str | None = None) -> str:
-    return machine_line(RESULT_PREFIX, asdict(outcome), secret)
+    return machine_line(RESULT_PREFIX, asdict(outcome), secret, compact=True)
 
 
 def parse_result_line(text: str, secret: str) -> dict[str, Any] | None:

@@ -93,7 +93,7 @@ def unavailable(bwrap: str | None = None) -> str | None:
         why: str | None = f"no bubblewrap (`{name}`) on this machine, so no job can be confined. {HOW_TO_FIX}"
     else:
         try:
-            probe = subprocess.run([path, *BASE_OPTIONS, "true"], capture_output=True,
+            probe = subprocess.run([path, *BASE_OPTIONS, "/bin/sh", "-c", "exit 0"], capture_output=True,
                                    text=True, timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
             why = None if probe.returncode == 0 else (
                 f"bubblewrap ({path}) cannot confine a job here (exit {probe.returncode}: "
