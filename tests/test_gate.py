@@ -538,10 +538,8 @@ async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: 
         await session(c, repo)
         await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
         with anyio.fail_after(60):
-            while escaped_pid(tag) is None:
+            while (pid := escaped_pid(tag)) is None:
                 await anyio.sleep(0.1)
-    pid = escaped_pid(tag)
-    assert pid is not None
     with anyio.fail_after(30):
         while alive(pid):
             await anyio.sleep(0.2)
