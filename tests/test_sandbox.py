@@ -201,11 +201,12 @@ true
 
 async def test_a_helper_left_behind_cannot_rewrite_the_measured_output(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
-    tag = f"helper-{uuid.uuid4().hex[:8]}"
-    # once the bench's shell is gone, rewrite its output from the start (a file: through /proc/self/fd/1)
-    helper = (f"setsid env -i sh -c 'p=$1; while kill -0 $p 2>/dev/null; do :; done; "
-              "printf \"METRIC score=999.00000\\n\" 1<>/proc/self/fd/1; exec sleep 300' "
-              f"{tag} $$ &\n")
+    tag = f"300.{uuid.uuid4().int % 10**8:08d}"  # the helper's own sleep: how it is found afterwards
+    # right after the real METRIC line, rewrite the output from its start (a file: through /proc/self/fd/1),
+    # again and again for a while, so that whenever the runner reads it, it reads the forgery
+    helper = ("setsid env -i /bin/sh -c 'i=0; while [ $i -lt 100000 ]; do "
+              "printf \"METRIC score=999.00000\\n\" 1<>/proc/self/fd/1; i=$((i+1)); done; "
+              f"exec /bin/sleep {tag}' &\n")
     async with Client(build_server()) as c:
         await start(c, repo)
         hostile = await measure(c, repo, "rewrite the output", {"prog.sh": PROG + helper})
