@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import limits, recipes, resources, safefs
-from autoresearch_mcp.core import gitops, runner
+from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
@@ -33,12 +33,13 @@ from autoresearch_mcp.core.config import (
     load_config,
     resolve,
     save_config,
+    seed_settings,
     state_dir,
 )
 from autoresearch_mcp.core.ledger import Ledger, LedgerView
 from autoresearch_mcp.core.port import VALIDATION_RUNS, RemoteValidator, ValidationRun
 from autoresearch_mcp.core.records import SessionRecord
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp.core.worktrees import Worktrees, server_job
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
@@ -166,7 +167,7 @@ def plan_session(
         config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root),
                                              "platforms": chosen})
     else:
-        kept = previous.model_dump(include=KEPT_ON_RESUME) if previous else {}
+        kept = previous.model_dump(include=KEPT_ON_RESUME) if previous else seed_settings(root)
         kept["platforms"] = chosen
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
@@ -269,26 +270,28 @@ def validate_benchmark(
     """
     tree = worktrees.acquire(head)
     try:
-        return judge_validation(_validate_in(tree, gitops.tree_of(repo, head), config, worktrees, extra_env),
+        return judge_validation(_validate_in(tree, gitops.tree_of(repo, head), config, worktrees, extra_env, head),
                                 config)
     finally:
         worktrees.release(tree)
 
 
 def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
-                 extra_env: dict[str, str] | None = None) -> ValidationRun:
+                 extra_env: dict[str, str] | None = None, commit: str | None = None) -> ValidationRun:
     root = Path(config.repo)
-    env = {**(extra_env or {}), **job_env(config.all_platforms[0])}
+    job = server_job(config, worktrees, commit or config.start_commit, tree,
+                      {**(extra_env or {}), **job_env(config.all_platforms[0])})
+    env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
-                                  machine_lock=str(worktrees.machine_lock()), env=env)
+                                  machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
         done = ValidationRun(str(tree), built.command, built.duration_s, [])
         if built.command is not None and not built.command.ok:
             return done
-        for i in range(VALIDATION_RUNS):
+        for _ in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
-                                         env=runner.bench_env("baseline", i, config.threads, env), log=logf)
+                                         env=env, log=logf, confine=confine)
             done.runs.append(res)
             if not res.ok or config.metric not in runner.parse_metrics(res.output).values:
                 break
@@ -375,9 +378,10 @@ def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, work
         tree = worktrees.acquire(head, p.name)
         try:
             root = Path(config.repo)
+            # the head is its own baseline here: a comparing check compares it with itself
+            job = server_job(config, worktrees, head, tree, {**extra_env, **job_env(p)})
             lines.append(platforms_.validate_head(
-                p, str(tree), content, config.timeouts.build, config.timeouts.checks, worktrees.machine_lock(),
-                root, state_dir(root) / "logs" / f"session-validation-{p.name}.log", extra_env))
+                p, str(tree), content, job, root, state_dir(root) / "logs" / f"session-validation-{p.name}.log"))
         finally:
             worktrees.release(tree)
     return lines
@@ -457,6 +461,10 @@ def start_session(
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
     validator = remote(repo, config) if remote is not None else None
+    if config.sandbox != sandbox.OFF and (validator is None or any(p.executor == "local" for p in config.platforms)):
+        unconfinable = sandbox.unavailable()
+        if unconfinable:
+            raise StateError(unconfinable)
     worker = None
     if validator is not None:
         done = validator(head, gitops.tree_of(repo, head))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -238,6 +238,9 @@ class SessionConfig(BaseModel):
     focus_tolerance_pct: dict[str, float] = Field(
         default_factory=dict, description="per objective: how much worse it may get in a focus experiment (percent)")
     focus_default_tolerance_pct: float = Field(2.0, description="the same, for an objective not listed")
+    sandbox: Literal["confined", "off"] = Field(
+        "confined", description="confined: every build, bench and checks command runs under bubblewrap; off: "
+                                "unconfined, by the user's choice only, and every result says so")
 
     @field_validator("protected")
     @classmethod
@@ -262,7 +265,7 @@ class SessionConfig(BaseModel):
 # statistics' parameters, the objectives and guards, the hidden holdout and what candidates may not
 # change. start_session records them in the ledger; a resume refuses a config that differs from the record.
 GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
-               "default_repeats", "warmup", "holdout", "protected", "focus_direction", "focus_min_effect",
+               "default_repeats", "warmup", "holdout", "protected", "sandbox", "focus_direction", "focus_min_effect",
                "focus_tolerance_pct", "focus_default_tolerance_pct")
 
 
@@ -290,8 +293,8 @@ def judged_metrics(config: SessionConfig) -> list[str]:
 # Settings a person may edit in config.json; a new session on the same repository keeps them.
 KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
          "build_parallelism", "threads", "drift_limit", "warmup", "default_repeats", "incremental", "keep_builds",
-         "recipe", "objectives", "guards", "holdout", "model", "model_url", "focus_direction", "focus_min_effect",
-         "focus_tolerance_pct", "focus_default_tolerance_pct"}
+         "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
+         "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct"}
 
 
 def state_dir(repo_root: Path) -> Path:
@@ -303,13 +306,26 @@ def config_path(repo_root: Path) -> Path:
 
 
 def load_config(repo_root: Path) -> SessionConfig | None:
+    """The session's config; None when there is none, or only settings written for the next session."""
     path = config_path(repo_root)
-    if not path.exists():
+    if not path.exists() or seed_settings(repo_root):
         return None
     try:
         return SessionConfig.model_validate_json(path.read_text())
     except ValueError as exc:
         raise StateError(f"{path} is not a valid session config ({exc}); fix or delete it") from None
+
+
+def seed_settings(repo_root: Path) -> dict[str, Any]:
+    """Settings a person wrote into config.json before any session (`{"sandbox": "off"}`, say), which the
+    first start_session takes over; empty when the file is a session's config or absent."""
+    try:
+        data = json.loads(config_path(repo_root).read_text())
+    except (OSError, ValueError):
+        return {}
+    if isinstance(data, dict) and data and "session_id" not in data and set(data) <= KEPT_ON_RESUME:
+        return data
+    return {}
 
 
 def save_config(repo_root: Path, config: SessionConfig) -> None:

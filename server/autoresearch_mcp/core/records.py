@@ -63,6 +63,7 @@ class Outcome(_Open):
     durations: dict[str, float] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
     rounds: list[dict[str, Any]] = Field(default_factory=list)
+    sandbox: str | None = None  # how its commands ran: "confined (bubblewrap)", or "off" by the user's choice
 
     @field_validator("checks", mode="before")
     @classmethod

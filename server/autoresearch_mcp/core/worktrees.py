@@ -14,10 +14,12 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core import gitops, sandbox
+from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.runner import BUILT_MARKER
 
 
@@ -37,6 +39,26 @@ class Worktrees:
     def machine_lock(self) -> Path:
         """The lock file that keeps benchmarks of this machine from overlapping anything of ours."""
         return self.root.parent / "machine.lock"
+
+    def scripts(self, commit: str) -> dict[str, str]:
+        """The session's scripts at `commit` (autoresearch.sh, and autoresearch.checks.sh when it has one),
+        kept read-only outside any worktree under their content's hash: the bytes a job's commands run,
+        bound over whatever its tree holds."""
+        store = self.root.parent / "scripts"
+        out = {}
+        for name in sandbox.SCRIPTS:
+            data = gitops.file_at(self.repo, commit, name)
+            if data is None:
+                continue
+            path = store / hashlib.sha256(data).hexdigest()
+            if not path.is_file():
+                store.mkdir(parents=True, exist_ok=True)
+                part = store / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+                part.write_bytes(data)
+                part.chmod(0o444)
+                part.replace(path)
+            out[name] = str(path)
+        return out
 
     # --- content-named worktrees ---------------------------------------------------------------------
 
@@ -123,6 +145,16 @@ class Worktrees:
     def _remove(self, path: Path) -> None:
         if path.exists():
             gitops.worktree_remove(self.repo, path)
-        for suffix in (".lock", ".build.lock", ".ccache-stats"):
+        for suffix in (".lock", ".build.lock"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         self._users.pop(path, None)
+
+
+def server_job(config: SessionConfig, worktrees: Worktrees, commit: str, baseline: Path,
+               env: dict[str, str]) -> dict[str, Any]:
+    """A runner job of the server's own (start_session's validation, a profile, the holdout, another
+    platform's checks): the session's settings and environment, its scripts at `commit`, `baseline` as
+    the baseline's tree, confined as experiments are (runner.run_env and sandbox.for_job read it)."""
+    return {"env": env, "threads": config.threads, "baseline_dir": str(baseline),
+            "timeouts": dict(config.timeouts.for_job()), "machine_lock": str(worktrees.machine_lock()),
+            "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit)}}

@@ -191,6 +191,9 @@ class ExperimentManager:
         experiment_id: str | None = None, focus: list[str] | None = None,
     ) -> LaunchResult:
         self.check_branch()
+        unconfinable = self.executor.confinement_problem(self.config.sandbox)
+        if unconfinable:
+            raise StateError(unconfinable)
         reapplies = None
         focus = focus_.names(focus)
         if source == "experiment":
@@ -296,7 +299,7 @@ class ExperimentManager:
             seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
             baseline_tree=base_tree, candidate_tree=tree, required_metrics=spec.required(),
             env={**self.env, **job_env(platform), **focus}, platform=platform.name,
-            measure=platform.measure,
+            measure=platform.measure, sandbox=self.config.sandbox,
             worktree_variant=None if platform is self.platforms[0] else platform.name,
         )
 
@@ -662,7 +665,7 @@ class ExperimentManager:
             noise_note=exp.analysis.noise_note, focus=list(exp.launch.focus),
             layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
-            warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
+            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]), next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
                        for p in self.platforms[1:]],
         )
@@ -743,7 +746,7 @@ class ExperimentManager:
                                      discarded=discarded, running=running,
                                      cost_usd=round(figures.session_cost(mine, profiles=self._profiles()), 4),
                                      totals=totals,
-                                     warnings=list(self.view.warnings))
+                                     warnings=list(self.view.warnings) + figures.unconfined_warning(mine))
 
     def _summary(self, exp: ExperimentState) -> ExperimentSummary:
         primary = exp.metric(self.config.metric)
@@ -902,7 +905,7 @@ class ExperimentManager:
             c.holdout, self.root, self.worktrees, launch.base_commit, launch.candidate_commit,
             (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree),
             {**self.env, **job_env(self.platforms[0])}, directions,
-            c.direction, c.timeouts.build, c.threads, design)
+            c.direction, c.timeouts.build, c.threads, design, c.sandbox)
         self._append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,
                                    metrics=outcome.metrics))
         if outcome.regressed:
