@@ -128,7 +128,9 @@ async def test_the_session_total_measures_the_head_against_the_start_and_is_not_
         res = await wait_final(c, total["experiment_id"])
         refused = await error(c, "commit_winner", experiment_id=total["experiment_id"])
         listing = await call(c, "list_experiments")
+        report = await call(c, "report", repo=str(repo))
     assert "nothing was committed" in none_yet
+    assert "Measured together (the head against the start" in report["summary"]
     assert total["base_commit"] != total["candidate_commit"] and res["title"] == "session total"
     assert res["verdict"] == "no_change" and set(res["metrics"]) == {"tok_s"}  # end to end, on the objectives
     assert "measured total" in refused

@@ -161,6 +161,11 @@ class SessionData:
         return None if self.baseline is None else self.baseline * math.exp(self.total_log)
 
     @property
+    def session_total(self) -> Row | None:
+        """The latest measurement of the session head against its start, end to end (source='session')."""
+        return next((r for r in reversed(self.rows) if r.launch.source == "session" and r.verdict is not None), None)
+
+    @property
     def best(self) -> Row | None:
         """The winner (improved, checks passed) with the largest change of the primary metric."""
         metric, sign = self.config.metric, 1.0 if self.config.direction == "higher" else -1.0

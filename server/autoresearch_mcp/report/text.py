@@ -29,6 +29,12 @@ def summarize(data: SessionData) -> str:
            f"{data.count(KEPT)} kept experiments; chained winners tend to overstate it)"
            if low is not None else " (nothing kept yet)") + ".",
     ]
+    total = data.session_total
+    if total is not None:
+        cmp = total.primary(c.metric)
+        lines.append(f"Measured together (the head against the start, {cmp.get('n_pairs', 0)} pairs): "
+                     f"{pct(cmp.get('delta_pct'))} ({pct(cmp.get('ci_low_pct'))} to {pct(cmp.get('ci_high_pct'))}), "
+                     f"{total.verdict}; compare with the chained total above.")
     best = data.best
     if best is not None:
         lines.append(f"Best single experiment: {best.exp.title!r} "
