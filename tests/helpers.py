@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,3 +38,16 @@ async def wait_final(client: Client, experiment_id: str, timeout: float = 120.0)
             if res["status"] in FINAL:
                 return res
             await anyio.sleep(0.1)
+
+
+async def build_tree_of(cache: Path, repo: Path, commit: str, timeout: float = 120.0) -> Path:
+    """The build worktree of `commit` in the cache, once the executor has made it: the one place a confined
+    run reads a file a test writes while it runs."""
+    tree = subprocess.run(["git", "rev-parse", f"{commit}^{{tree}}"], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    with anyio.fail_after(timeout):
+        while True:
+            found = list((cache / "worktrees").glob(f"*/tree-{tree[:16]}"))
+            if found:
+                return found[0]
+            await anyio.sleep(0.05)

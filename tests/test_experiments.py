@@ -220,8 +220,7 @@ async def test_cancel_kills_a_running_experiment(tmp_path: Path) -> None:
 
 # The candidate (value.txt 110) wobbles between 3% slower and 7% faster for its first 31 runs (a warm-up
 # pair and 30 measured ones), then 10% faster: its first round cannot decide, and more pairs do.
-LATE_WIN = ('c="${AUTORESEARCH_CACHE_DIR:-/tmp}/runs-$(pwd | cksum | cut -d" " -f1)"; i=$(cat "$c" 2>/dev/null || '
-            'echo 0); echo $((i+1)) > "$c"; v=$(cat value.txt); '
+LATE_WIN = ('c=.runs; i=$(cat "$c" 2>/dev/null || echo 0); echo $((i+1)) > "$c"; v=$(cat value.txt); '
             'if [ "$v" = 100 ]; then echo METRIC score=100.00; elif [ $i -lt 31 ]; then '
             'awk -v i=$i \'BEGIN{printf "METRIC score=%.2f\\n", (i%2 ? 107 : 97)}\'; else echo METRIC score=110.00; fi')
 
@@ -263,14 +262,14 @@ async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(tmp_p
         await session(c, repo)
         small = await launch_value(c, "105", repeats="auto")
         await wait_final(c, small["experiment_id"])
-        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=14,
+        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=30,
                             patch="--- a/factor.txt\n+++ b/factor.txt\n@@ -1 +1 @@\n-1\n+1.2\n")
         assert (await wait_final(c, factor["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=factor["experiment_id"])  # the head moves
         again = await call(c, "launch_experiment", title="value 105 on the new head", source="experiment",
                            experiment_id=small["experiment_id"], repeats="auto")
         res = await wait_final(c, again["experiment_id"])
-        bigger = await launch_value(c, "120", repeats=14)
+        bigger = await launch_value(c, "120", repeats=30)
         assert (await wait_final(c, bigger["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=bigger["experiment_id"])  # now the line its change edits is gone
         refused = await error(c, "launch_experiment", title="x", source="experiment",
@@ -284,42 +283,38 @@ async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(tmp_p
 
 
 async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(tmp_path: Path) -> None:
-    # the score is value x factor: a winner on factor.txt moves the head without touching value.txt
-    repo = script_repo(tmp_path, balanced_noise() + "awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v n=$n "
-                       "'BEGIN{printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*n}'")
+    # LATE_WIN times value x factor: a winner on factor.txt moves the head without touching value.txt
+    repo = script_repo(tmp_path, LATE_WIN.replace("score=100.00", "score=$((100 * $(cat factor.txt))).00"))
     (repo / "factor.txt").write_text("1\n")
     git(repo, "add", "factor.txt")
     git(repo, "commit", "-qm", "factor")
     async with Client(build_server()) as c:
         await session(c, repo)
-        first = await launch_value(c, "110", repeats=4)
+        first = await launch_value(c, "110", repeats=30)
         await wait_final(c, first["experiment_id"])
-        more = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
-                          repeats=4)
+        more = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"])
         await wait_final(c, first["experiment_id"])
-        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=14,
-                            patch="--- a/factor.txt\n+++ b/factor.txt\n@@ -1 +1 @@\n-1\n+1.2\n")
+        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=30,
+                            patch="--- a/factor.txt\n+++ b/factor.txt\n@@ -1 +1 @@\n-1\n+2\n")
         assert (await wait_final(c, factor["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=factor["experiment_id"])  # the head moves: the call re-applies
         moved = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
-                           repeats=4)
+                           repeats=30)
         res = await wait_final(c, moved["experiment_id"])
         untitled = await error(c, "launch_experiment", source="patch", patch=value_patch("100", "120"))
-    assert more["experiment_id"] == first["experiment_id"] and more["prior_pairs"] == 4
+    assert more["experiment_id"] == first["experiment_id"] and more["prior_pairs"] == 30
     assert moved["reapplies"] == first["experiment_id"] and res["title"] == "value 110"
     assert "title is missing" in untitled and "source='patch'" in untitled
 
 
 async def test_a_cancelled_experiment_runs_again_with_the_brief_s_call(tmp_path: Path) -> None:
-    repo = script_repo(tmp_path, f'while [ -e slow ] && [ ! -e "{tmp_path}/go" ]; do sleep 0.1; done; '
-                                 "echo METRIC score=$((100 + RANDOM % 3))")
+    repo = script_repo(tmp_path, '[ -e slow ] && sleep 0.3; echo METRIC score=100')
     async with Client(build_server()) as c:
         await session(c, repo)
-        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
                               patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
         exp_id = launched["experiment_id"]
         assert (await call(c, "cancel_experiment", experiment_id=exp_id))["status"] == "cancelled"
-        (tmp_path / "go").touch()
         again = await call(c, "launch_experiment", source="experiment", experiment_id=exp_id)  # as the brief writes it
         res = await wait_final(c, exp_id)
     assert again["experiment_id"] == exp_id and res["status"] == "done" and res["title"] == "slow"

@@ -18,7 +18,7 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.hooks import cloud_workers
 from calls import problems, tool_calls
 from conftest import git, init_repo, script_repo
-from helpers import call, wait_final
+from helpers import build_tree_of, call, wait_final
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "hooks" / "run"
@@ -249,8 +249,7 @@ def test_session_start_prints_the_sessions_state_and_nothing_elsewhere(tmp_path:
 
 def test_after_compaction_session_start_shows_the_agreement_and_running_experiments_as_running(
         tmp_path: Path) -> None:
-    repo = script_repo(tmp_path, f'while [ -e slow ] && [ ! -e "{tmp_path}/go" ]; do sleep 0.1; done; '
-                                 "echo METRIC score=$((100 + RANDOM % 3))")
+    repo = script_repo(tmp_path, 'while [ -e slow ] && [ ! -e go ]; do sleep 0.1; done; echo METRIC score=100')
     event = {"session_id": "5e1f4c2a", "transcript_path": "t.jsonl", "hook_event_name": "SessionStart",
              "cwd": str(repo)}
     seen: dict[str, str] = {}
@@ -261,13 +260,13 @@ def test_after_compaction_session_start_shows_the_agreement_and_running_experime
             await call(c, "add_note", text="Agreed: goal tg_tps up 5%; constraints: no accuracy loss; budget 2 h")
             for i in range(12):  # enough findings to push the agreement out of the latest notes
                 await call(c, "add_note", text=f"finding {i}: " + "x" * 200)
-            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+            launched = await call(c, "launch_experiment", title="slow", source="patch", repeats="auto",
                                   patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
             for source in ("compact", "clear", "startup"):
                 shown = run_hook("session-start", {**event, "source": source}, tmp_path)
                 assert shown.returncode == 0, shown.stderr
                 seen[source] = shown.stdout
-            (tmp_path / "go").touch()
+            (await build_tree_of(tmp_path / "cache", repo, launched["candidate_commit"]) / "go").touch()
             await wait_final(c, launched["experiment_id"])
             return str(launched["experiment_id"])
 

@@ -48,7 +48,7 @@ async def start(c: Client, repo: Path) -> dict[str, Any]:
     return await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t")
 
 
-async def measure(c: Client, repo: Path, title: str, files: dict[str, str], repeats: int = 14,
+async def measure(c: Client, repo: Path, title: str, files: dict[str, str], repeats: int | str = 30,
                   timeout: float = 180.0) -> dict[str, Any]:
     """Launch the work tree with `files` written into it (then put back), and wait for the result."""
     for name, text in files.items():
@@ -95,8 +95,8 @@ async def test_a_build_that_deletes_the_checks_script_fails_its_checks(tmp_path:
     async with Client(build_server()) as c:
         await start(c, repo)
         hostile = await measure(c, repo, "delete the checks", {
-            **BETTER, "prog.sh": wrong, "build.sh": "rm -f autoresearch.checks.sh\ntrue\n"}, repeats=2)
-        control = await measure(c, repo, "correct", {**BETTER, "build.sh": "rm -f stale.o\n"}, repeats=2)
+            **BETTER, "prog.sh": wrong, "build.sh": "rm -f autoresearch.checks.sh\ntrue\n"}, repeats="auto")
+        control = await measure(c, repo, "correct", {**BETTER, "build.sh": "rm -f stale.o\n"}, repeats="auto")
     assert hostile["status"] == "checks_failed" and not hostile["checks"]["passed"]
     assert control["status"] == "done" and control["checks"]["passed"]
 
@@ -109,8 +109,8 @@ async def test_unconfined_too_a_deleted_checks_script_never_reads_as_no_checks(t
     async with Client(build_server()) as c:
         await start(c, repo)  # nothing is bound over the tree: the runner puts the session's bytes back
         hostile = await measure(c, repo, "delete the checks", {
-            **BETTER, "prog.sh": wrong, "build.sh": "rm -f autoresearch.checks.sh\n"}, repeats=2)
-        control = await measure(c, repo, "keep them", BETTER, repeats=2)
+            **BETTER, "prog.sh": wrong, "build.sh": "rm -f autoresearch.checks.sh\n"}, repeats="auto")
+        control = await measure(c, repo, "keep them", BETTER, repeats="auto")
     assert hostile["status"] == "checks_failed" and hostile["checks"]["ran"] and not hostile["checks"]["passed"]
     assert control["status"] == "done" and control["checks"]["passed"]
 
@@ -155,7 +155,7 @@ echo mine > own-output.txt && echo scratch > /tmp/scratch.txt && cat own-output.
         before = {p: p.read_bytes() for p in (repo / ".autoresearch" / "config.json", repo / ".autoresearch" /
                                               "ledger.jsonl")}
         branch = git(repo, "rev-parse", "autoresearch/t")
-        result = await measure(c, repo, "write everywhere", {**BETTER, "build.sh": attack}, repeats=2)
+        result = await measure(c, repo, "write everywhere", {**BETTER, "build.sh": attack}, repeats="auto")
     assert not config
     assert result["status"] == "done"  # the control: its own tree and its private /tmp were writable
     assert user_file.read_text() == "mine\n"
@@ -222,7 +222,7 @@ async def test_a_process_that_clears_its_environment_does_not_outlive_the_experi
     async with Client(build_server()) as c:
         await start(c, repo)
         result = await measure(c, repo, "stay", {
-            "build.sh": f"setsid env -i sleep 3{tag} </dev/null >/dev/null 2>&1 &\nsleep 0.2\n"}, repeats=2)
+            "build.sh": f"setsid env -i sleep 3{tag} </dev/null >/dev/null 2>&1 &\nsleep 0.2\n"}, repeats="auto")
     assert result["status"] == "done"
     assert leftovers(f"3{tag}") == []
 
@@ -232,8 +232,8 @@ async def test_a_huge_benchmark_output_is_stored_capped_with_its_metric_lines(tm
     flood = "head -c 20000000 /dev/zero | tr '\\0' x; echo\n" + PROG
     async with Client(build_server()) as c:
         await start(c, repo)
-        result = await measure(c, repo, "flood", {"prog.sh": flood}, repeats=2)
-    assert result["status"] == "done" and result["pairs_done"] == 2  # every METRIC line was still read
+        result = await measure(c, repo, "flood", {"prog.sh": flood}, repeats="auto")
+    assert result["status"] == "done" and result["verdict"] != "invalid"  # every METRIC line was still read
     assert Path(result["log_path"]).stat().st_size < 2_000_000
 
 
@@ -269,7 +269,7 @@ async def test_without_confinement_nothing_is_measured_unless_the_user_turns_it_
         (repo / ".autoresearch").mkdir(exist_ok=True)
         (repo / ".autoresearch" / "config.json").write_text(json.dumps({"sandbox": "off"}))
         await start(c, repo)
-        result = await measure(c, repo, "unconfined", BETTER, repeats=2)
+        result = await measure(c, repo, "unconfined", BETTER, repeats="auto")
         listed = await call(c, "list_experiments")
         report = await call(c, "report", repo=str(repo))
     assert any("sandbox" in w and "off" in w for w in result["warnings"])

@@ -45,7 +45,7 @@ async def start(c: Client, repo: Path, **kw: Any) -> dict[str, Any]:
 
 
 async def winner(c: Client, new: str = "110") -> str:
-    launched = await call(c, "launch_experiment", title=f"value {new}", source="patch", repeats=14,
+    launched = await call(c, "launch_experiment", title=f"value {new}", source="patch", repeats=30,
                           patch=value_patch(new))
     assert (await wait_final(c, launched["experiment_id"]))["verdict"] == "improved"
     return str(launched["experiment_id"])
@@ -218,7 +218,7 @@ async def test_a_ref_written_by_hand_while_a_job_runs_fails_that_job(repo: Path,
     async with Client(build_server()) as c:
         await start(c, repo)
         head = git(repo, "rev-parse", "autoresearch/t")
-        launched = await call(c, "launch_experiment", title="gated", source="patch", repeats=4,
+        launched = await call(c, "launch_experiment", title="gated", source="patch", repeats="auto",
                               patch=value_patch("110", gate=True))
         tree = await wait_for_worktree(tmp_path, repo, launched["candidate_commit"])
         (repo / ".git" / "refs" / "heads" / "autoresearch" / "t").write_text(forged_commit(repo, head) + "\n")
@@ -229,7 +229,7 @@ async def test_a_ref_written_by_hand_while_a_job_runs_fails_that_job(repo: Path,
         listing = await call(c, "list_experiments")
         subprocess.run(fix_command(res["error"]), shell=True, cwd=repo, check=True, capture_output=True)
         # control: with the branch back, the same change is measured and kept
-        again = await call(c, "launch_experiment", title="again", source="patch", repeats=14,
+        again = await call(c, "launch_experiment", title="again", source="patch", repeats=30,
                            patch=value_patch("110"))
         assert (await wait_final(c, again["experiment_id"]))["verdict"] == "improved"
         await call(c, "commit_winner", experiment_id=again["experiment_id"])
@@ -242,14 +242,14 @@ async def test_a_baseline_changed_while_a_job_runs_fails_that_job_and_is_rebuilt
         await start(c, repo)
         head = git(repo, "rev-parse", "autoresearch/t")
         baseline = worktree_of(tmp_path, repo, head)
-        launched = await call(c, "launch_experiment", title="gated", source="patch", repeats=4,
+        launched = await call(c, "launch_experiment", title="gated", source="patch", repeats="auto",
                               patch=value_patch("101", gate=True))
         tree = await wait_for_worktree(tmp_path, repo, launched["candidate_commit"])
         (baseline / "value.txt").write_text("50\n")  # a slower baseline: a no-op would now "win"
         (tree / "go").write_text("")
         res = await wait_final(c, launched["experiment_id"])
         # control: the next experiment measures against a baseline built afresh from its commit
-        noop = await call(c, "launch_experiment", title="no-op", source="patch", repeats=14,
+        noop = await call(c, "launch_experiment", title="no-op", source="patch", repeats=30,
                           patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+a note\n")
         control = await wait_final(c, noop["experiment_id"])
     assert res["status"] == "failed" and "baseline build" in res["error"] and "value.txt" in res["error"]
@@ -317,7 +317,7 @@ async def test_a_forged_trailer_never_counts(repo: Path, monkeypatch: pytest.Mon
     async with Client(build_server()) as c:
         await start(c, repo)
         exp_id = await winner(c)
-        same = await call(c, "launch_experiment", title="no-op", source="patch", repeats=14,
+        same = await call(c, "launch_experiment", title="no-op", source="patch", repeats=30,
                           patch="--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+a note\n")
         assert (await wait_final(c, same["experiment_id"]))["verdict"] == "no_change"
     head = git(repo, "rev-parse", "autoresearch/t")

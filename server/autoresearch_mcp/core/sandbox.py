@@ -120,13 +120,16 @@ def prepare(c: Confinement) -> None:
     """
     for name, source in c.scripts.items():
         target = Path(c.tree) / name
+        if c.off and target.is_file() and not target.is_symlink() and target.read_bytes() == Path(source).read_bytes():
+            continue  # as the session has it: left alone (a rewrite could change its mode, which git would see)
+        mode = target.stat().st_mode & 0o777 if target.is_file() and not target.is_symlink() else 0o755
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         elif target.is_symlink() or (c.off and target.exists()):
             target.unlink()
         if c.off:
             shutil.copyfile(source, target)
-            target.chmod(0o755)
+            target.chmod(mode)
         elif not target.exists():
             target.touch()
 
