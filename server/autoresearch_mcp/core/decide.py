@@ -166,6 +166,7 @@ class Plan:
     guard_level: float  # one-sided level of the non-inferiority bounds (guards, the average run)
     guard_bounds: list[int]  # signed-rank boundary at guard_level, by n
     eq_from: int = 6
+    mean_level: float = 0.001  # one side of the average run's interval an improvement needs above 0
     warmup: int = 1  # pairs run (and not analyzed) before the first
     min_pairs_improved: int = 30
     tail_share: float = 0.05
@@ -200,7 +201,7 @@ class MetricLook:
     eq_low: float | None = None  # equivalence interval at n
     eq_high: float | None = None
     mean: float | None = None  # the average run's relative change (oriented)
-    mean_low: float | None = None  # at the guard level (one-sided each)
+    mean_low: float | None = None  # at the plan's mean level (one-sided each)
     mean_high: float | None = None
     tail: float | None = None  # worst runs: candidate minus baseline (log, oriented)
     spread: float | None = None  # per-pair spread of the contrasts as the statistic sees them (log)
@@ -303,7 +304,7 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
         guard = _between(walsh, plan.guard_bounds[n] if n < len(plan.guard_bounds) else 0)
         if guard is not None:
             out.guard_low = widened(guard)[0]
-    mean = _mean_change(base, cand, s, sign, plan.guard_level)
+    mean = _mean_change(base, cand, s, sign, plan.mean_level)
     if mean is not None:
         out.mean, out.mean_low, out.mean_high = mean
     oriented_b = [sign * math.log(v) for v in base]

@@ -38,7 +38,8 @@ RESERVE = 0.1  # share of SIDE kept for rounds that continue an experiment beyon
 RHO = 0.8
 RANK_SHARE = 0.75
 EQ_LEVEL = 0.10  # one side of the equivalence interval: no_change is "within +-min effect at 80%"
-GUARD_LEVEL = 0.01  # one side of a guard's or the average run's non-inferiority bound
+GUARD_LEVEL = 0.01  # one side of a guard's non-inferiority bound
+MEAN_LEVEL = 0.001  # one side of the average run's interval, which an improvement needs above 0
 MIN_PAIRS_IMPROVED = 30  # a slow path taken by 1 run in 5 shows in 30 runs with 99.9% probability
 EARLY = [10, 14, 20, 30, 40]
 SCHEDULES = {
@@ -110,7 +111,7 @@ def design(budget: int) -> dict[str, Any]:
     limit = looks[-1]
     return {
         "budget": budget, "limit": limit, "looks": looks, "levels": levels, "rank_bounds": rank,
-        "sign_bounds": sign, "eq_level": EQ_LEVEL, "guard_level": GUARD_LEVEL,
+        "sign_bounds": sign, "eq_level": EQ_LEVEL, "guard_level": GUARD_LEVEL, "mean_level": MEAN_LEVEL,
         "eq_bounds": [rank_bound(n, EQ_LEVEL) if n else 1 for n in range(limit + 1)],
         "guard_bounds": [rank_bound(n, GUARD_LEVEL) if n else 1 for n in range(limit + 1)],
         "min_pairs_improved": MIN_PAIRS_IMPROVED,

@@ -43,7 +43,7 @@ def _bounds_table(level: float, limit: int) -> tuple[int, ...]:
 
 
 _PLAN_FIELDS = ("budget", "limit", "looks", "levels", "rank_bounds", "sign_bounds", "eq_level", "guard_level",
-                "eq_from", "warmup", "min_pairs_improved", "tail_share", "tail_tolerance", "noisy_from")
+                "mean_level", "eq_from", "warmup", "min_pairs_improved", "tail_share", "tail_tolerance", "noisy_from")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class Design:
     stops: list[int] = field(default_factory=list)  # where the first round judges; its last ends it
     warmup: int = 1
     eq_from: int = 6
+    mean_level: float = calibrate.MEAN_LEVEL
     min_pairs_improved: int = calibrate.MIN_PAIRS_IMPROVED
     tail_share: float = 0.05
     tail_tolerance: float = math.log1p(0.05)
@@ -160,7 +161,7 @@ def make_design(
             "a schedule to calibrate.py and run `python -m autoresearch_mcp.measure.calibrate`")
     data = constants["designs"][str(max_pairs)]
     design = Design(**{k: data[k] for k in ("budget", "limit", "looks", "levels", "rank_bounds", "sign_bounds",
-                                            "eq_level", "guard_level", "min_pairs_improved")},
+                                            "eq_level", "guard_level", "mean_level", "min_pairs_improved")},
                     min_effect=min_effect, noise_limit=noise_limit, alpha=alpha, warmup=warmup)
     return Design.from_dict({**design.record(), "stops": design.round_stops(0, repeats)})
 
