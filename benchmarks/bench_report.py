@@ -1,7 +1,7 @@
 """Time `report` over a synthetic session of 1,000 experiments (target: under 3 s).
 
 The ledger is written the way the server writes it (launch records with the design, status and result
-records with 14 pairs of raw samples each and the analysis the manager makes of them; about 1 in 10
+records with 30 pairs of raw samples each and the analysis the manager makes of them; about 1 in 10
 kept as a real commit on the session branch), then the whole report (ledger fold, every experiment
 recomputed from its samples, git history, chart, HTML, TSV) is written from it.
 
@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.config import SessionConfig, save_config
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import write_report
 
-PAIRS = 14  # the first look of the calibrated design
+PAIRS = 30  # the first look where an improvement can be decided
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
        "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
 
@@ -41,8 +42,9 @@ def samples(rng: random.Random, effects: dict[str, float], noise: float) -> list
     for pair in range(PAIRS):
         base = {name: 100.0 * (1 + rng.gauss(0, noise)) for name in effects}
         cand = {name: value * (1 + effects[name] + rng.gauss(0, noise)) for name, value in base.items()}
-        out += [{"pair": pair, "role": "baseline", "metrics": base},
-                {"pair": pair, "role": "candidate", "metrics": cand}]
+        second = rng.random() < 0.5  # each pair's order a coin, as the runner draws it
+        out += [{"pair": pair, "role": "baseline", "position": int(not second), "metrics": base},
+                {"pair": pair, "role": "candidate", "position": int(second), "metrics": cand}]
     return out
 
 
@@ -64,7 +66,7 @@ def make_session(root: Path, n: int, seed: int = 7) -> None:
                    "baseline": {"tok_s": [100.0, 100.4]}})
     head = start
     design = stats.make_design("auto")
-    judging = metrics.Judging("tok_s", "higher")
+    judging = decide.Spec("tok_s", "higher", 0.01)
     for i in range(n):
         exp_id = f"x{i:05d}"
         ts = 1_800_000_000.0 + 60 * i
@@ -72,7 +74,7 @@ def make_session(root: Path, n: int, seed: int = 7) -> None:
                        "title": f"idea {i}: <fuse> op {rng.randrange(50)}", "hypothesis": "fewer passes " * 8,
                        "sources": [f"https://arxiv.org/abs/2401.{i:05d}"], "base_commit": head,
                        "changed_files": [f"src/k{i % 40}.c"], "metric": "tok_s", "direction": "higher",
-                       "design": design.__dict__})
+                       "design": design.record()})
         ledger.append({"type": "status", "ts": ts + 1, "experiment_id": exp_id, "status": "running"})
         failed = rng.random() < 0.08
         outcome: dict[str, Any] = {
