@@ -157,6 +157,7 @@ class SessionRecord(_Record):
     resumed: bool = False
     baseline: dict[str, list[float]] = Field(default_factory=dict)
     build_duration_s: float | None = None
+    settings: dict[str, str] = Field(default_factory=dict)  # threads and env the baseline was measured with
 
 
 class LaunchRecord(_Record):
