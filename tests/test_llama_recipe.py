@@ -147,3 +147,19 @@ async def test_a_tg_win_that_slows_pp_beyond_tolerance_is_refused_by_the_guard(
     assert res["verdict"] == "regressed" and res["won"] == ["tg_tps"] and res["blocking"] == ["pp_tps"]
     assert res["checks"]["passed"]  # the outputs are the same: only the guard refuses it
     assert "objective tg_tps improved" in refused and "guard pp_tps regressed" in refused
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
+async def test_profile_hotspots_runs_the_recipes_benchmark_with_its_model_and_find_passes_reads_it(
+    llama: Path, shared: dict[str, Path]
+) -> None:
+    async with Client(build_server()) as c:
+        await start(c, llama, shared["model"], "profile")  # the session head's build, reused by the profile
+        prof = await call(c, "profile_hotspots", top=15)
+        found = await call(c, "find_passes", profile_id=prof["profile_id"])
+    assert prof["bench_exit_code"] == 0, prof["notes"]
+    assert prof["total_samples"] > 0
+    hot = {f["name"] for f in prof["functions"] if f["dso"] == "llama-bench"}
+    assert any(name.startswith("ggml_") for name in hot), hot  # the model ran: ggml's kernels are hot
+    assert found["files_scanned"] > 0 and found["functions_scanned"] > 0
+    assert any(prof["profile_id"] in note for note in found["notes"])

@@ -181,7 +181,7 @@ def test_a_focus_the_recipe_cannot_time_is_refused_with_the_chains_it_can() -> N
 def test_the_recipe_settings_are_the_scripts_defaults() -> None:
     recipe = recipes.get("llama.cpp")
     script = recipe.source("autoresearch.sh").read_text()
-    defaults = dict(re.findall(r"\$\{(LLAMA_BENCH_[A-Z]+):-(\w+)\}", script))
+    defaults = dict(re.findall(r"\$\{(LLAMA_BENCH_[A-Z]+|LLAMA_AMX):-(\w+)\}", script))
     assert defaults == dict(recipe.settings)
     assert int(recipe.settings["LLAMA_BENCH_GEN"]) >= 128  # 32 tokens were 0.17 s of work: too short to be steady
 
@@ -214,7 +214,8 @@ async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, mod
     assert {"tools/llama-bench", "tools/perplexity", "autoresearch.checks.txt",
             "autoresearch.opbench.cpp"} <= set(config["protected"])
     # every setting the runs are measured with is recorded and shown
-    assert config["env"] == {"LLAMA_BENCH_FA": "1", "LLAMA_BENCH_PROMPT": "128", "LLAMA_BENCH_GEN": "128"}
+    assert config["env"] == {"LLAMA_BENCH_FA": "1", "LLAMA_BENCH_PROMPT": "128", "LLAMA_BENCH_GEN": "128",
+                             "LLAMA_AMX": "0"}
     assert res["settings"] == {"threads": str(config["threads"]), **config["env"]}
     used = next(Path(p) for p in (Path(config["repo"]).parent / "cache").rglob("bench-args.txt"))
     args = used.read_text().split()

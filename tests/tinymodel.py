@@ -30,10 +30,13 @@ class Shape:
     n_ff: int
     quantized: bool  # projections in Q4_0 (else F16)
     n_ctx: int = 2048
+    vocab_multiple: int = 1  # unused tokens pad the vocabulary to a multiple of this
 
 
 TINY = Shape(n_embd=128, n_layer=4, n_head=4, n_head_kv=2, n_ff=256, quantized=False, n_ctx=512)
-REHEARSAL = Shape(n_embd=2048, n_layer=4, n_head=32, n_head_kv=4, n_ff=5632, quantized=True)
+# The output matrix's rows are the vocabulary: ggml-cpu's AMX path for Q4_0 (Sapphire Rapids) crashed on
+# 341 of them (llama.cpp 0.3.19); real vocabularies (TinyLlama's 32,000) are multiples of 256.
+REHEARSAL = Shape(n_embd=2048, n_layer=4, n_head=32, n_head_kv=4, n_ff=5632, quantized=True, vocab_multiple=256)
 SHAPES = {"TINY": TINY, "REHEARSAL": REHEARSAL}
 
 
@@ -63,6 +66,10 @@ def _main(out: str, seed: int, shape: Shape) -> None:
 
     rng = np.random.default_rng(seed)
     tokens, scores, types = _vocab()
+    while len(tokens) % shape.vocab_multiple:
+        tokens.append(f"<unused{len(tokens)}>")
+        scores.append(-1e4)
+        types.append(5)
     n_vocab = len(tokens)
     n_embd, n_ff, n_head_kv = shape.n_embd, shape.n_ff, shape.n_head_kv
     head_dim = n_embd // shape.n_head

@@ -15,6 +15,7 @@
 #   LLAMA_BENCH_PROMPT=128     prompt tokens of the prompt-processing test (pp_tps); also the rows of the
 #                              op benchmark's graphs (64 or more: ggml-cpu's tiled flash attention)
 #   LLAMA_BENCH_GEN=128        generated tokens of the text-generation test (tg_tps)
+#   LLAMA_AMX=0                1: keep llama.cpp's AMX kernels in a native build (they crash on some machines)
 #   LLAMA_CMAKE_ARGS           extra CMake arguments for the build
 #   LLAMA_CHECK_BACKEND_OPS=0  1: also build test-backend-ops (the checks run it where a second backend exists)
 # A platform's CMAKE_TOOLCHAIN_FILE is used as given; otherwise a cross compiler in CC (e.g.
@@ -121,6 +122,15 @@ build() {
     args+=("-DCMAKE_TOOLCHAIN_FILE=$PWD/$(toolchain_file "$target")" -DGGML_NATIVE=OFF)
   else
     args+=(-DGGML_NATIVE=ON)
+    # llama.cpp's AMX kernels (Sapphire Rapids and later) crash where the CPU has AMX: the tile
+    # configuration is optimized away and worker threads never ask Linux for the tile state (llama.cpp
+    # issues 20824, PR 26954; every Q4_0 prompt crashed in ldtilecfg here). Unless LLAMA_AMX=1, a native
+    # build whose compiler would use AMX leaves it out: Q4_0 then runs the repacked AVX-512 kernels.
+    if [ "${LLAMA_AMX:-0}" != 1 ] && echo | "${CC:-cc}" -march=native -dM -E - 2>/dev/null | grep -q __AMX_INT8__; then
+      local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+      args+=("-DCMAKE_C_FLAGS=${CFLAGS:-} $no_amx" "-DCMAKE_CXX_FLAGS=${CXXFLAGS:-} $no_amx")
+      echo "autoresearch.sh: building without AMX ($no_amx); LLAMA_AMX=1 keeps it" >&2
+    fi
   fi
   # shellcheck disable=SC2206
   args+=(${LLAMA_CMAKE_ARGS:-})

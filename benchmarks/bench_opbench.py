@@ -1,0 +1,144 @@
+"""Noise and time per pair of the llama.cpp recipe's op micro-benchmark (autoresearch.opbench.cpp),
+on the rehearsal's kind of tree and model (llama.cpp 0.3.19, TinyLlama's widths, 4 layers, Q4_0):
+
+- A/A: the baseline build against itself, interleaved pairs, each side first in half of them: the
+  per-run noise of each focus chain and of its controls;
+- A/B: the baseline against a real candidate, rms_norm in one pass (0.3.19's ggml-cpu copies each
+  row, then scales it in a second pass): the change per metric, which should show on RMS_NORM and
+  RMS_NORM+MUL (this tree does not fuse the chain: it runs the same rms_norm), and not on SOFT_MAX,
+  FLASH_ATTN_EXT or the controls;
+- the time a pair costs (two op-benchmark runs), and one `autoresearch.sh bench` with and without a
+  focus.
+
+Both trees are built the way the harness builds them (runner.build_tree: the compiler cache shared
+across trees). The figures go to stdout.
+
+    python benchmarks/bench_opbench.py [--version 0.3.19] [--pairs 10] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import realtree
+import tinymodel
+from autoresearch_mcp import recipes
+from autoresearch_mcp.core import runner
+
+FOCUSES = ["RMS_NORM", "RMS_NORM,MUL", "SOFT_MAX", "FLASH_ATTN_EXT"]
+OPS = "ggml/src/ggml-cpu/ops.cpp"
+# 0.3.19's rms_norm: memcpy(y, x), then ggml_vec_scale_f32(y, scale); one pass writes x * scale
+TWO_PASSES = re.compile(r"memcpy\(y, x, ne00 \* sizeof\(float\)\);\n(?:\s*//.*\n)*(?P<body>(?:.*\n)*?)"
+                        r"(?P<indent>\s*)ggml_vec_scale_f32\(ne00, y, scale\);")
+METRIC = re.compile(r"^METRIC (\S+)=(\S+)$", re.M)
+
+
+def one_pass(text: str) -> str:
+    found = TWO_PASSES.search(text)
+    if found is None:
+        raise SystemExit(f"{OPS}: no memcpy-then-scale rms_norm in this tree")
+    indent = found.group("indent").lstrip("\n")
+    loop = (f"{indent}for (int64_t i00 = 0; i00 < ne00; i00++) {{\n{indent}    y[i00] = x[i00]*scale;\n"
+            f"{indent}}}")
+    return text[:found.start()] + found.group("body") + loop + text[found.end():]
+
+
+def prepared(source: Path, dest: Path, change: bool) -> Path:
+    shutil.copytree(source, dest)
+    recipes.write(recipes.get("llama.cpp"), dest)
+    if change:
+        ops = dest / OPS
+        ops.write_text(one_pass(ops.read_text()))
+    log = dest.parent / f"{dest.name}-build.log"
+    with open(log, "w") as fh:
+        t0 = time.monotonic()
+        built = runner.build_tree(str(dest), 3600.0, fh)
+    if not built.ok:
+        raise SystemExit(f"build of {dest} failed; see {log}")
+    print(f"built {dest.name}: {time.monotonic() - t0:.0f} s ({built.cache})", flush=True)
+    return dest
+
+
+def opbench(tree: Path, model: Path, focus: str, threads: int) -> tuple[dict[str, float], float]:
+    t0 = time.monotonic()
+    done = subprocess.run([str(tree / "build-autoresearch/bin/autoresearch-opbench"), "--model", str(model),
+                           "--focus", focus, "--threads", str(threads)], capture_output=True, text=True, check=True)
+    return {k: float(v) for k, v in METRIC.findall(done.stdout)}, time.monotonic() - t0
+
+
+def pairs(a: Path, b: Path, model: Path, focus: str, n: int, threads: int) -> tuple[dict[str, list[float]], float]:
+    """Per metric, log(b / a) of each pair; and the mean wall time of a pair."""
+    logs: dict[str, list[float]] = {}
+    spent = 0.0
+    for i in range(n):
+        order = [a, b] if i % 2 == 0 else [b, a]
+        runs = {}
+        for tree in order:
+            runs[tree], took = opbench(tree, model, focus, threads)
+            spent += took
+        for name in runs[a]:
+            logs.setdefault(name, []).append(math.log(runs[b][name] / runs[a][name]))
+    return logs, spent / n
+
+
+def summary(logs: list[float]) -> str:
+    per_run = statistics.stdev(logs) / math.sqrt(2) * 100
+    change = (math.exp(statistics.median(logs)) - 1) * 100
+    lo, hi = ((math.exp(x) - 1) * 100 for x in (min(logs), max(logs)))
+    return f"median {change:+.1f}% (pairs {lo:+.1f}% to {hi:+.1f}%), per-run noise {per_run:.1f}%"
+
+
+def bench_time(tree: Path, model: Path, focus: str | None, threads: int) -> float:
+    env = {**os.environ, "AUTORESEARCH_MODEL": str(model), "AUTORESEARCH_THREADS": str(threads),
+           **recipes.get("llama.cpp").settings}
+    env.pop("AUTORESEARCH_FOCUS", None)
+    if focus:
+        env["AUTORESEARCH_FOCUS"] = focus
+    t0 = time.monotonic()
+    subprocess.run(["bash", "./autoresearch.sh", "bench"], cwd=tree, env=env, check=True, capture_output=True)
+    return time.monotonic() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--version", default=realtree.UNFUSED_RMS_NORM)
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-opbench-") as tmp:
+        root = Path(tmp)
+        source = realtree.llama_cpp_tree(args.version)
+        base = prepared(source, root / "base", change=False)
+        cand = prepared(source, root / "one-pass", change=True)
+        model = tinymodel.write_model(base, root / "rehearsal.gguf", shape="REHEARSAL")
+        print(f"tree: llama-cpp-python=={args.version}; model: TinyLlama widths (n_embd 2048, 32 heads, 4 KV heads, "
+              f"n_ff 5632), 4 layers, Q4_0; {args.threads} thread(s), {args.pairs} pairs each; "
+              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", flush=True)
+        for focus in FOCUSES:
+            same, same_s = pairs(base, base, model, focus, args.pairs, args.threads)
+            changed, changed_s = pairs(base, cand, model, focus, args.pairs, args.threads)
+            print(f"\nfocus {focus}: a pair (two op-benchmark runs) takes {same_s:.2f} s (A/A), "
+                  f"{changed_s:.2f} s (A/B)")
+            for name in same:
+                print(f"  {name:24} A/A {summary(same[name])}")
+                print(f"  {'':24} one-pass rms_norm {summary(changed[name])}")
+        for focus in (None, "RMS_NORM,MUL"):
+            took = statistics.median(bench_time(base, model, focus, args.threads) for _ in range(3))
+            print(f"\nautoresearch.sh bench{f' with AUTORESEARCH_FOCUS={focus}' if focus else ''}: {took:.2f} s "
+                  "(median of 3)")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
