@@ -290,7 +290,7 @@ def validate_benchmark(
     root = Path(config.repo)
     safefs.write_text(root, state_dir(root) / "logs" / "session-validation.log", "")  # each trial appends to it
     try:
-        def measure(threads: int | None) -> Validation:
+        def measure(threads: int) -> Validation:
             done = _validate_in(tree, content, config, worktrees, threads, extra_env)
             return Validation(*judge_validation(done, config))
 
@@ -341,7 +341,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
     return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried])
 
 
-def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees, threads: int | None,
+def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees, threads: int,
                  extra_env: dict[str, str] | None = None) -> ValidationRun:
     root = Path(config.repo)
     env = {**(extra_env or {}), **job_env(config.all_platforms[0])}
@@ -351,7 +351,7 @@ def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Wor
         done = ValidationRun(str(tree), built.command, built.duration_s, [])
         if built.command is not None and not built.command.ok:
             return done
-        logf.write(f"[autoresearch] {VALIDATION_RUNS} validation runs at {threads or 'all CPUs as'} threads\n")
+        logf.write(f"[autoresearch] {VALIDATION_RUNS} validation runs with AUTORESEARCH_THREADS={threads}\n")
         for i in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,

@@ -134,11 +134,12 @@ enum class Fill { random, causal_mask, positions };
 struct Model {
     Shapes s;
     ggml_backend_t backend = nullptr;
-    ggml_context * wctx = nullptr;
-    ggml_backend_buffer_t wbuf = nullptr;
+    ggml_context * wctx = nullptr, * qctx = nullptr;
+    ggml_backend_buffer_t wbuf = nullptr, qbuf = nullptr;
+    ggml_backend_buffer_type_t qbuft = nullptr;
     ggml_tensor * norm_w = nullptr;   // [n_embd] F32: the norm weight
     ggml_tensor * norm_b = nullptr;   // [n_embd] F32: a layer norm's bias
-    ggml_tensor * wq = nullptr;       // [n_embd, n_embd] of the model's weight type
+    ggml_tensor * wq = nullptr;       // [n_embd, n_embd] of the model's weight type, placed as llama.cpp would
     ggml_tensor * k_cache = nullptr;  // [head_dim * n_head_kv, n_kv] F16, one layer
     ggml_tensor * v_cache = nullptr;
     std::vector<ggml_tensor *> filled;
@@ -175,17 +176,47 @@ void fill(ggml_tensor * t, Fill how, Rng & rng, const Shapes & s) {
     }
 }
 
+// The buffer type llama.cpp's model loader gives a weight that MUL_MAT reads: the CPU backend's first
+// extra buffer type that supports the product (e.g. Q4_0 repacked for its GEMM/GEMV kernels), else
+// the plain one. Asked the loader's way: a dummy buffer of each type under the weight, supports_op.
+ggml_backend_buffer_type_t mul_mat_buft(ggml_tensor * w) {
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+        ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
+    ggml_backend_buffer_type_t chosen = ggml_backend_dev_buffer_type(dev);
+    if (get_extra) {
+        ggml_init_params params = { ggml_tensor_overhead() * 4, nullptr, /*.no_alloc =*/ true };
+        ggml_context * ctx = ggml_init(params);
+        ggml_tensor * op = ggml_mul_mat(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512));
+        for (ggml_backend_buffer_type_t * buft = get_extra(dev); buft && *buft; ++buft) {
+            w->buffer = ggml_backend_buft_alloc_buffer(*buft, 0);
+            const bool supported = ggml_backend_dev_supports_op(dev, op);
+            ggml_backend_buffer_free(w->buffer);
+            w->buffer = nullptr;
+            if (supported) {
+                chosen = *buft;
+                break;
+            }
+        }
+        ggml_free(ctx);
+    }
+    return chosen;
+}
+
 void load_weights(Model & m) {
     const Shapes & s = m.s;
     ggml_init_params params = { ggml_tensor_overhead() * 16, nullptr, /*.no_alloc =*/ true };
     m.wctx = ggml_init(params);
     m.norm_w = ggml_new_tensor_1d(m.wctx, GGML_TYPE_F32, s.n_embd);
     m.norm_b = ggml_new_tensor_1d(m.wctx, GGML_TYPE_F32, s.n_embd);
-    m.wq = ggml_new_tensor_2d(m.wctx, s.wtype, s.n_embd, s.n_embd);
     m.k_cache = ggml_new_tensor_2d(m.wctx, GGML_TYPE_F16, s.head_dim * s.n_head_kv, s.n_kv);
     m.v_cache = ggml_new_tensor_2d(m.wctx, GGML_TYPE_F16, s.head_dim * s.n_head_kv, s.n_kv);
     m.wbuf = ggml_backend_alloc_ctx_tensors(m.wctx, m.backend);
-    if (!m.wbuf) {
+    m.qctx = ggml_init(params);
+    m.wq = ggml_new_tensor_2d(m.qctx, s.wtype, s.n_embd, s.n_embd);
+    m.qbuft = mul_mat_buft(m.wq);
+    m.qbuf = ggml_backend_alloc_ctx_tensors_from_buft(m.qctx, m.qbuft);
+    if (!m.wbuf || !m.qbuf) {
         die("cannot allocate the weights");
     }
 }
@@ -485,9 +516,10 @@ int main(int argc, char ** argv) {
         n_controls++;
     }
     fprintf(stderr, "autoresearch-opbench: %s n_embd=%lld n_head=%lld n_head_kv=%lld head_dim=%lld n_ff=%lld "
-            "weights=%s tokens=%lld n_kv=%lld threads=%d\n", m.s.arch.c_str(), (long long) m.s.n_embd,
+            "weights=%s in %s tokens=%lld n_kv=%lld threads=%d\n", m.s.arch.c_str(), (long long) m.s.n_embd,
             (long long) m.s.n_head, (long long) m.s.n_head_kv, (long long) m.s.head_dim, (long long) m.s.n_ff,
-            ggml_type_name(m.s.wtype), (long long) m.s.tokens, (long long) m.s.n_kv, threads);
+            ggml_type_name(m.s.wtype), ggml_backend_buft_name(m.qbuft), (long long) m.s.tokens, (long long) m.s.n_kv,
+            threads);
     measure(m, graphs);
     for (Graph & g : graphs) {
         printf("METRIC %s=%.4f\n", g.metric.c_str(), median(g.samples));
@@ -497,7 +529,9 @@ int main(int argc, char ** argv) {
         ggml_free(g.ctx);
     }
     ggml_backend_buffer_free(m.wbuf);
+    ggml_backend_buffer_free(m.qbuf);
     ggml_free(m.wctx);
+    ggml_free(m.qctx);
     ggml_backend_free(m.backend);
     return 0;
 }
