@@ -8,12 +8,13 @@ on the rehearsal's kind of tree and model (llama.cpp 0.3.19, TinyLlama's widths,
   RMS_NORM+MUL (this tree does not fuse the chain: it runs the same rms_norm), and not on SOFT_MAX,
   FLASH_ATTN_EXT or the controls;
 - the time a pair costs (two op-benchmark runs), and one `autoresearch.sh bench` with and without a
-  focus.
+  focus;
+- the end-to-end metrics' noise at 32 and 128 generated tokens, with 1 and 2 threads.
 
 Both trees are built the way the harness builds them (runner.build_tree: the compiler cache shared
 across trees). The figures go to stdout.
 
-    python benchmarks/bench_opbench.py [--version 0.3.19] [--pairs 10] [--threads 1]
+    python benchmarks/bench_opbench.py [--version 0.3.19] [--pairs 10] [--threads 1] [--runs 6]
 """
 
 from __future__ import annotations
@@ -78,17 +79,17 @@ def opbench(tree: Path, model: Path, focus: str, threads: int) -> tuple[dict[str
 
 
 def pairs(a: Path, b: Path, model: Path, focus: str, n: int, threads: int) -> tuple[dict[str, list[float]], float]:
-    """Per metric, log(b / a) of each pair; and the mean wall time of a pair."""
+    """Per metric, log(b / a) of each pair (a may be b: two runs of the same build); and the mean wall
+    time of a pair."""
     logs: dict[str, list[float]] = {}
     spent = 0.0
     for i in range(n):
-        order = [a, b] if i % 2 == 0 else [b, a]
-        runs = {}
-        for tree in order:
-            runs[tree], took = opbench(tree, model, focus, threads)
-            spent += took
-        for name in runs[a]:
-            logs.setdefault(name, []).append(math.log(runs[b][name] / runs[a][name]))
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        (one, took_one), (two, took_two) = (opbench(t, model, focus, threads) for t in (first, second))
+        spent += took_one + took_two
+        base, cand = (one, two) if first is a else (two, one)
+        for name in base:
+            logs.setdefault(name, []).append(math.log(cand[name] / base[name]))
     return logs, spent / n
 
 
@@ -99,15 +100,31 @@ def summary(logs: list[float]) -> str:
     return f"median {change:+.1f}% (pairs {lo:+.1f}% to {hi:+.1f}%), per-run noise {per_run:.1f}%"
 
 
-def bench_time(tree: Path, model: Path, focus: str | None, threads: int) -> float:
-    env = {**os.environ, "AUTORESEARCH_MODEL": str(model), "AUTORESEARCH_THREADS": str(threads),
-           **recipes.get("llama.cpp").settings}
-    env.pop("AUTORESEARCH_FOCUS", None)
-    if focus:
-        env["AUTORESEARCH_FOCUS"] = focus
+def bench(tree: Path, model: Path, threads: int, **env: str) -> tuple[dict[str, float], float]:
+    """One `autoresearch.sh bench` with the recipe's settings (and `env` over them): metrics, wall time."""
+    full = {**os.environ, "AUTORESEARCH_MODEL": str(model), "AUTORESEARCH_THREADS": str(threads),
+            "AUTORESEARCH_FOCUS": "", **recipes.get("llama.cpp").settings, **env}
     t0 = time.monotonic()
-    subprocess.run(["bash", "./autoresearch.sh", "bench"], cwd=tree, env=env, check=True, capture_output=True)
-    return time.monotonic() - t0
+    done = subprocess.run(["bash", "./autoresearch.sh", "bench"], cwd=tree, env=full, check=True, capture_output=True,
+                          text=True)
+    return {k: float(v) for k, v in METRIC.findall(done.stdout)}, time.monotonic() - t0
+
+
+def end_to_end_noise(tree: Path, model: Path, runs: int) -> None:
+    """Per-run noise (coefficient of variation) of tg_tps and pp_tps by generated tokens and threads,
+    the settings interleaved run by run."""
+    settings = [(threads, gen) for threads in (1, 2) for gen in ("32", "128")]
+    seen: dict[tuple[int, str], dict[str, list[float]]] = {s: {} for s in settings}
+    for _ in range(runs):
+        for threads, gen in settings:
+            metrics, _ = bench(tree, model, threads, LLAMA_BENCH_GEN=gen)
+            for name in ("tg_tps", "pp_tps"):
+                seen[(threads, gen)].setdefault(name, []).append(metrics[name])
+    print(f"\nend to end, {runs} runs of each setting interleaved (per-run coefficient of variation):")
+    for (threads, gen), values in seen.items():
+        cv = {n: statistics.stdev(v) / statistics.mean(v) * 100 for n, v in values.items()}
+        print(f"  {threads} thread(s), tg{gen}: tg_tps {statistics.median(values['tg_tps']):.1f} "
+              f"(cv {cv['tg_tps']:.1f}%), pp_tps {statistics.median(values['pp_tps']):.1f} (cv {cv['pp_tps']:.1f}%)")
 
 
 def main() -> None:
@@ -115,6 +132,7 @@ def main() -> None:
     parser.add_argument("--version", default=realtree.UNFUSED_RMS_NORM)
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=6, help="end-to-end runs per setting")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-opbench-") as tmp:
         root = Path(tmp)
@@ -133,10 +151,11 @@ def main() -> None:
             for name in same:
                 print(f"  {name:24} A/A {summary(same[name])}")
                 print(f"  {'':24} one-pass rms_norm {summary(changed[name])}")
-        for focus in (None, "RMS_NORM,MUL"):
-            took = statistics.median(bench_time(base, model, focus, args.threads) for _ in range(3))
+        for focus in ("", "RMS_NORM,MUL"):
+            took = statistics.median(bench(base, model, args.threads, AUTORESEARCH_FOCUS=focus)[1] for _ in range(3))
             print(f"\nautoresearch.sh bench{f' with AUTORESEARCH_FOCUS={focus}' if focus else ''}: {took:.2f} s "
                   "(median of 3)")
+        end_to_end_noise(base, model, args.runs)
         print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

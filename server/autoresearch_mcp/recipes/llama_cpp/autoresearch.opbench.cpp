@@ -418,7 +418,7 @@ double median(std::vector<double> v) {
 // Warm each graph up, size its inner repetitions (a timed sample of at least MIN_SAMPLE_US) and
 // its samples (its budget, at least MIN_SAMPLES), then time them round by round, interleaved.
 void measure(Model & m, std::vector<Graph> & graphs) {
-    const double MIN_SAMPLE_US = 50.0, WARMUP_US = 20000.0;
+    const double MIN_SAMPLE_US = 50.0, WARMUP_US = 10000.0;
     const int MIN_SAMPLES = 7, MAX_SAMPLES = 2000;
     for (Graph & g : graphs) {
         std::vector<double> warm;
@@ -463,7 +463,7 @@ int main(int argc, char ** argv) {
     std::string model, focus;
     int threads = 1;
     int64_t tokens = 128;
-    double budget_ms = 400;
+    double budget_ms = 250;
     for (int i = 1; i < argc; i++) {
         const std::string arg = argv[i];
         auto value = [&]() -> std::string {

@@ -126,7 +126,7 @@ build() {
     # configuration is optimized away and worker threads never ask Linux for the tile state (llama.cpp
     # issues 20824, PR 26954; every Q4_0 prompt crashed in ldtilecfg here). Unless LLAMA_AMX=1, a native
     # build whose compiler would use AMX leaves it out: Q4_0 then runs the repacked AVX-512 kernels.
-    if [ "${LLAMA_AMX:-0}" != 1 ] && echo | "${CC:-cc}" -march=native -dM -E - 2>/dev/null | grep -q __AMX_INT8__; then
+    if [ "${LLAMA_AMX:-0}" != 1 ] && [[ "$("${CC:-cc}" -march=native -dM -E - < /dev/null 2>/dev/null)" == *__AMX_INT8__* ]]; then
       local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
       args+=("-DCMAKE_C_FLAGS=${CFLAGS:-} $no_amx" "-DCMAKE_CXX_FLAGS=${CXXFLAGS:-} $no_amx")
       echo "autoresearch.sh: building without AMX ($no_amx); LLAMA_AMX=1 keeps it" >&2
