@@ -9,7 +9,7 @@ on the rehearsal's kind of tree and model (llama.cpp 0.3.19, TinyLlama's widths,
   FLASH_ATTN_EXT or the controls;
 - the time a pair costs (two op-benchmark runs), and one `autoresearch.sh bench` with and without a
   focus;
-- the end-to-end metrics' noise at 32 and 128 generated tokens, with 1 and 2 threads.
+- the end-to-end metrics' noise at 32, 128 and 256 generated tokens with 1 thread, and at 128 with 2.
 
 Both trees are built the way the harness builds them (runner.build_tree: the compiler cache shared
 across trees). The figures go to stdout.
@@ -111,20 +111,28 @@ def bench(tree: Path, model: Path, threads: int, **env: str) -> tuple[dict[str, 
 
 
 def end_to_end_noise(tree: Path, model: Path, runs: int) -> None:
-    """Per-run noise (coefficient of variation) of tg_tps and pp_tps by generated tokens and threads,
-    the settings interleaved run by run."""
-    settings = [(threads, gen) for threads in (1, 2) for gen in ("32", "128")]
-    seen: dict[tuple[int, str], dict[str, list[float]]] = {s: {} for s in settings}
-    for _ in range(runs):
-        for threads, gen in settings:
-            metrics, _ = bench(tree, model, threads, LLAMA_BENCH_GEN=gen)
-            for name in ("tg_tps", "pp_tps"):
-                seen[(threads, gen)].setdefault(name, []).append(metrics[name])
-    print(f"\nend to end, {runs} runs of each setting interleaved (per-run coefficient of variation):")
+    """tg_tps and pp_tps by generated tokens and threads, the settings interleaved run by run (the order
+    reversed every other round): each setting's coefficient of variation, and its noise as pairs see it
+    (log-ratios of its consecutive runs, per run)."""
+    settings = [(1, "32"), (1, "128"), (1, "256"), (2, "128")]
+    seen: dict[tuple[int, str], dict[str, list[float]]] = {s: {"tg_tps": [], "pp_tps": []} for s in settings}
+    took: dict[tuple[int, str], float] = dict.fromkeys(settings, 0.0)
+    for i in range(runs):
+        for threads, gen in settings[:: 1 if i % 2 == 0 else -1]:
+            metrics, spent = bench(tree, model, threads, LLAMA_BENCH_GEN=gen)
+            took[(threads, gen)] += spent / runs
+            for name, values in seen[(threads, gen)].items():
+                values.append(metrics[name])
+
+    def noise(values: list[float]) -> str:
+        cv = statistics.stdev(values) / statistics.mean(values) * 100
+        d = [math.log(values[i + 1] / values[i]) for i in range(0, len(values) - 1, 2)]
+        return f"{statistics.median(values):.1f} (cv {cv:.1f}%, pairs {statistics.stdev(d) / math.sqrt(2) * 100:.1f}%)"
+
+    print(f"\nend to end, {runs} runs of each setting interleaved:")
     for (threads, gen), values in seen.items():
-        cv = {n: statistics.stdev(v) / statistics.mean(v) * 100 for n, v in values.items()}
-        print(f"  {threads} thread(s), tg{gen}: tg_tps {statistics.median(values['tg_tps']):.1f} "
-              f"(cv {cv['tg_tps']:.1f}%), pp_tps {statistics.median(values['pp_tps']):.1f} (cv {cv['pp_tps']:.1f}%)")
+        print(f"  {threads} thread(s), tg{gen}: tg_tps {noise(values['tg_tps'])}, pp_tps {noise(values['pp_tps'])}; "
+              f"{took[(threads, gen)]:.1f} s a run")
 
 
 def main() -> None:
@@ -132,7 +140,7 @@ def main() -> None:
     parser.add_argument("--version", default=realtree.UNFUSED_RMS_NORM)
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=6, help="end-to-end runs per setting")
+    parser.add_argument("--runs", type=int, default=12, help="end-to-end runs per setting")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-opbench-") as tmp:
         root = Path(tmp)
