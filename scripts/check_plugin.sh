@@ -26,6 +26,16 @@ out="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" 
 echo "$out"
 grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
 
+echo "check_plugin: claude --plugin-dir . mcp list before anything is installed (the bootstrap answers)" >&2
+# No autoresearch-mcp on PATH and a data folder the install cannot use (so it ends at once, leaving nothing
+# running): Claude Code connects all the same, and each tool call would say what to fix.
+bare_path="$(tr ':' '\n' <<<"$PATH" | while read -r d; do [ -e "$d/autoresearch-mcp" ] || printf '%s:' "$d"; done)"
+: > "$work/not-a-folder"
+out="$(cd "$work" && HOME="$home" PATH="${bare_path%:}" AUTORESEARCH_PLUGIN_DATA="$work/not-a-folder" timeout 180 \
+       "$tools/node_modules/.bin/claude" --plugin-dir "$root" mcp list 2>&1)"
+echo "$out"
+grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
+
 echo "check_plugin: claude --plugin-dir . -p in a repository with a session (hooks, skills, agents)" >&2
 # A session made through the MCP server, then a Claude Code start in it: no login is needed to load
 # the plugin and run its SessionStart hook, and stream-json shows both.

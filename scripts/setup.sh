@@ -10,6 +10,8 @@ command -v make >/dev/null || need+=(make)
 command -v cc >/dev/null || need+=(gcc)
 command -v rsync >/dev/null || need+=(rsync)
 command -v ccache >/dev/null || need+=(ccache)
+# bubblewrap confines every build, bench and checks run (the server refuses to measure without it)
+command -v bwrap >/dev/null || need+=(bubblewrap)
 if [ "${AUTORESEARCH_BROWSER_TESTS:-1}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
 # The aarch64-qemu platform: cross compilers and user-mode qemu, so ARM paths build and run anywhere.
 if [ "$(uname -m)" != aarch64 ]; then

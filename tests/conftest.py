@@ -62,12 +62,12 @@ def balanced_noise(width: float | str = 0.004) -> str:
     """Shell that sets $n, this run's noise factor, to 1 +- width/2 without chance in it (`width` may
     be a shell expression, such as "$w", for noise that depends on the tree).
 
-    Each tree counts its own runs (in a file outside the repository, named after the tree); its runs
+    Each tree counts its own runs (in a file in the tree, the one place a confined run can write); its runs
     2k and 2k+1 get +a_k and -a_k, with a_k from a golden-ratio sequence in the tree's own phase. The
     differences of the pairs are then symmetric around zero whatever order the pairs run in, so a test
     that expects "no change" (or one metric held) cannot see a false winner: $RANDOM noise would, as
     often as the design's own false-positive rate, one run in sixty."""
-    return ('h=$(pwd | cksum | cut -d" " -f1); f="${AUTORESEARCH_CACHE_DIR:-${TMPDIR:-/tmp}}/noise-$h"; '
+    return ('h=$(pwd | cksum | cut -d" " -f1); f=.autoresearch-noise; '
             'i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+1)) > "$f"; '
             f"n=$(awk -v i=$i -v h=$h -v w={width} "
             "'BEGIN{g=(int(i/2)+1)*0.6180339887+h/4294967296; a=g-int(g); "

@@ -23,16 +23,27 @@ def value_patch(old: str, new: str) -> str:
     return f"--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-{old}\n+{new}\n"
 
 
+# A build writes only its own tree (it is confined): each appends to a log there, and the test reads
+# every tree's log, in the order the builds ran.
+BUILD_LOG = "built.log"
+
+
 @pytest.fixture
 def logged(tmp_path: Path) -> tuple[Path, Path]:
-    """A repository whose build appends the value it builds (and its cache settings) to a log."""
-    log = tmp_path / "builds.log"
-    build = (f'echo "$(cat value.txt) ${{CCACHE_BASEDIR:-}} ${{CMAKE_CXX_COMPILER_LAUNCHER:-}} $PWD" >> {log}')
-    return script_repo(tmp_path, VALUE, build=build), log
+    """A repository whose build logs the value it builds (and its cache settings) in its own tree."""
+    build = (f'echo "$(date +%s%N) $(cat value.txt) ${{CCACHE_BASEDIR:-}} ${{CMAKE_CXX_COMPILER_LAUNCHER:-}} '
+             f'$PWD" >> {BUILD_LOG}')
+    return script_repo(tmp_path, VALUE, build=build), tmp_path / "cache"
 
 
-def built_values(log: Path) -> list[str]:
-    return [line.split()[0] for line in log.read_text().splitlines()]
+def build_lines(cache: Path) -> list[list[str]]:
+    """Every build's log line (value, cache settings, tree), oldest first."""
+    lines = [line.split() for log in cache.glob(f"worktrees/*/*/{BUILD_LOG}") for line in log.read_text().splitlines()]
+    return [fields[1:] for fields in sorted(lines, key=lambda fields: int(fields[0]))]
+
+
+def built_values(cache: Path) -> list[str]:
+    return [fields[0] for fields in build_lines(cache)]
 
 
 async def start(c: Client, repo: Path) -> dict[str, Any]:
@@ -57,10 +68,9 @@ async def test_the_next_baseline_reuses_the_committed_winners_build(logged: tupl
 
 
 async def test_a_candidate_measured_again_reuses_its_build(tmp_path: Path) -> None:
-    log = tmp_path / "builds.log"
     noisy = ("awk -v v=$(cat value.txt) -v s=$RANDOM "
              "'BEGIN{srand(s); printf \"METRIC score=%.3f\\n\", v*(1+0.2*rand())}'")
-    repo = script_repo(tmp_path, noisy, build=f"cat value.txt >> {log}")
+    repo = script_repo(tmp_path, noisy, build=f'echo "$(date +%s%N) $(cat value.txt)" >> {BUILD_LOG}')
     async with Client(build_server()) as c:
         await start(c, repo)
         patch = value_patch("100", "101")
@@ -71,7 +81,7 @@ async def test_a_candidate_measured_again_reuses_its_build(tmp_path: Path) -> No
         assert again["experiment_id"] == first["experiment_id"] and again["prior_pairs"] == 4
         res = await wait_final(c, again["experiment_id"])
     assert res["build"]["candidate"]["mode"] == "reused"
-    assert log.read_text().split() == ["100", "101"]
+    assert built_values(tmp_path / "cache") == ["100", "101"]
 
 
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (scripts/setup.sh installs it)")
@@ -79,7 +89,7 @@ async def test_builds_run_with_compiler_cache_settings_for_their_own_worktree(lo
     repo, log = logged
     async with Client(build_server()) as c:
         await start(c, repo)
-    _value, basedir, launcher, cwd = log.read_text().split()
+    [[_value, basedir, launcher, cwd]] = build_lines(log)
     assert basedir == str(Path(cwd).resolve()) and launcher.endswith("ccache")
     assert not cwd.startswith(str(repo))  # built in a worktree in the cache, never in the user's tree
 
@@ -119,6 +129,6 @@ async def test_incremental_winners_must_be_confirmed_on_a_clean_build(logged: tu
         confirmed = await wait_final(c, confirm["experiment_id"])
         assert confirmed["build"]["candidate"]["mode"] == "fresh"
         await call(c, "commit_winner", experiment_id=confirm["experiment_id"])
-    slot_builds = [line for line in log.read_text().splitlines() if "/slot-" in line]
-    assert [line.split()[0] for line in slot_builds] == ["105", "120"]  # one persistent slot moved along
+    slot_builds = [fields for fields in build_lines(log) if "/slot-" in fields[-1]]
+    assert [fields[0] for fields in slot_builds] == ["105", "120"]  # one persistent slot moved along
     assert git(repo, "show", "autoresearch/b:value.txt") == "120"

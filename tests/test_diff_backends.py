@@ -19,7 +19,7 @@ from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import BackendGap, BackendInventory, DiffBackendsResult
-from realtree import CURRENT, HISTORIC, TreeUnavailable, llama_cpp_tree
+from realtree import CURRENT, HISTORIC, UNFUSED_RMS_NORM, TreeUnavailable, llama_cpp_tree
 
 HEADER = """\
 enum toy_op {
@@ -395,13 +395,14 @@ def test_real_ggml_cpu_gaps_are_fusions_other_backends_have(ggml_current: DiffBa
     cpu = backend(result, "cpu")
     assert cpu.supports_by_default and "RMS_NORM+MUL" in cpu.fusions  # ggml-cpu.c fuses it since 2026
     # ggml-cuda.cu, ggml-metal-fusion.cpp, ggml-opencl.cpp, ggml-sycl.cpp, ggml-vulkan-types.h
+    # hip and musa compile ggml-cuda's sources (their CMakeLists.txt), so they fuse what CUDA fuses
     top = gap(result, "RMS_NORM+MUL+ADD")
-    assert top.present_in == ["cuda", "metal", "opencl", "sycl", "vulkan"]
+    assert top.present_in == ["cuda", "hip", "metal", "musa", "opencl", "sycl", "vulkan"]
     assert result.gaps[0] == top
     assert any(e.backend == "cuda" and e.file.endswith("ggml-cuda.cu") and "GGML_OP_RMS_NORM" in e.snippet
-               for e in top.evidence)
-    assert gap(result, "RMS_NORM+MUL+ROPE").present_in == ["cuda", "vulkan"]
-    assert gap(result, "SILU+MUL").present_in == ["cuda", "vulkan"]
+               and e.snippet.endswith("(also compiled into hip, musa)") for e in top.evidence)
+    assert gap(result, "RMS_NORM+MUL+ROPE").present_in == ["cuda", "hip", "musa", "vulkan"]
+    assert gap(result, "SILU+MUL").present_in == ["cuda", "hip", "musa", "vulkan"]
     assert not [g for g in result.gaps if g.kind == "op"]  # CPU runs every op it does not reject
     assert len(result.model_dump_json()) < 100_000
 
@@ -411,7 +412,7 @@ def test_real_ggml_august_2025_cpu_lacked_rms_norm_mul() -> None:
     result = compare_backends(str(real_tree(HISTORIC)))
     first = result.gaps[0]
     assert (first.kind, first.item, first.missing_in[0]) == ("fusion", "RMS_NORM+MUL", "cpu")
-    assert first.present_in == ["cuda", "metal", "opencl", "vulkan"]
+    assert first.present_in == ["cuda", "hip", "metal", "musa", "opencl", "vulkan"]
     metal = next(e for e in first.evidence if e.backend == "metal")
     assert metal.file.endswith("ggml-metal.m") and "as part of RMS_NORM+MUL+ADD" in metal.snippet
 
@@ -431,3 +432,97 @@ def test_scoped_cpp_enum_families_are_detected(tmp_path: Path) -> None:
     assert [(g.kind, g.item) for g in result.gaps] == [
         ("fusion", "RmsNorm+Mul"), ("op", "OpType::RmsNorm"), ("op", "OpType::Softmax"),
     ]
+
+
+
+# --- each backend's own fusion helper; backends built from another's sources (issue 27) ---------------
+
+SHARED = """\
+static inline bool toy_can_fuse(const struct toy_graph * g, int i, const enum toy_op * ops, int n) { return true; }
+"""
+
+# a Vulkan-like backend whose own check is not named for fusing: it hands its op list to the shared one
+VK_OWN_HELPER = """\
+static bool toy_vk_can_combine(struct ctx * ctx, const struct toy_graph * g, int i,
+                               std::initializer_list<enum toy_op> ops) {
+    return ctx->enabled && toy_can_fuse(g, i, ops.begin(), (int) ops.size());
+}
+static void toy_vk_graph_compute(struct ctx * ctx, struct toy_graph * g) {
+    for (int i = 0; i < g->n; i++) {
+        if (toy_vk_can_combine(ctx, g, i, { TOY_OP_RMS_NORM, TOY_OP_MUL })) { i++; continue; }
+        switch (g->nodes[i]->op) { case TOY_OP_ADD: case TOY_OP_ROPE: break; default: break; }
+        toy_vk_dispatch(ctx, g->nodes[i], { TOY_OP_ADD, TOY_OP_MUL });  // not a fusion check
+    }
+}
+"""
+
+
+def test_each_backends_own_fusion_helper_is_recognised_by_what_it_does(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "p", {
+        "include/toy.h": HEADER,
+        "src/toy-impl.h": SHARED,
+        "src/toy-cpu/toy-cpu.c": CPU,
+        "src/toy-vulkan/toy-vulkan.cpp": VK_OWN_HELPER,
+    })
+    result = compare_backends(str(tree))
+    vulkan = backend(result, "vulkan")
+    assert vulkan.fusions == ["RMS_NORM+MUL"] and vulkan.fusion_helpers == ["toy_can_fuse", "toy_vk_can_combine"]
+    rms = gap(result, "RMS_NORM+MUL")
+    assert rms.present_in == ["vulkan"] and "toy_vk_can_combine(ctx, g, i, {" in rms.evidence[0].snippet
+
+
+def test_a_backend_built_from_another_backends_sources_has_its_ops_and_fusions(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "p", {
+        "include/toy.h": HEADER,
+        "src/toy-cpu/toy-cpu.c": CPU,
+        "src/toy-cuda/toy-cuda.cu": CUDA,
+        "src/toy-cuda/common.cuh": "#define WARP 32\n",
+        # no source of its own: it compiles CUDA's (HIP)
+        "src/toy-hip/CMakeLists.txt": 'file(GLOB SRCS "../toy-cuda/*.cu")\nadd_library(toy-hip ${SRCS})\n',
+        # a source of its own beside CUDA's (MUSA), named through the current folder
+        "src/toy-musa/mudnn.cu": "__global__ void mudnn_copy(float * x) { }\n",
+        "src/toy-musa/CMakeLists.txt": "list(APPEND SRCS ${CMAKE_CURRENT_SOURCE_DIR}/../toy-cuda/toy-cuda.cu)\n",
+        # headers and shared files of another folder are not its sources (Metal's shaders include them)
+        "src/toy-metal/toy-metal.m": METAL,
+        "src/toy-metal/CMakeLists.txt": ('configure_file(../toy-common.h x COPYONLY)\n'
+                                         'file(GLOB H "../toy-cuda/*.cuh")\n'),
+        "scripts/hip/README": "how to build for ROCm\n",
+    })
+    result = compare_backends(str(tree))
+    assert {b.name: b.built_from for b in result.backends} == {
+        "cpu": [], "cuda": [], "hip": ["cuda"], "metal": [], "musa": ["cuda"]}
+    hip, musa = backend(result, "hip"), backend(result, "musa")
+    assert hip.files == 0 and hip.fusions == backend(result, "cuda").fusions
+    assert "mudnn_copy" in musa.kernels and "rms_norm_f32" in musa.kernels
+    rms = gap(result, "RMS_NORM+MUL+ADD")
+    assert rms.present_in == ["cuda", "hip", "metal", "musa"]
+    assert [e.backend for e in rms.evidence] == ["cuda", "metal"]  # one evidence per place
+    assert rms.evidence[0].snippet.endswith("(also compiled into hip, musa)")
+    assert not [g for g in result.gaps if "cuda" in g.present_in and {"hip", "musa"} & set(g.missing_in)]
+    assert any(n.startswith("hip compiles cuda's sources (src/toy-hip/CMakeLists.txt:1") for n in result.notes)
+
+
+@pytest.mark.slow
+def test_real_ggml_rms_norm_mul_gap_names_every_backend_that_fuses_it() -> None:
+    result = compare_backends(str(real_tree(UNFUSED_RMS_NORM)))
+    first = result.gaps[0]
+    assert (first.kind, first.item, first.missing_in[0]) == ("fusion", "RMS_NORM+MUL", "cpu")
+    assert first.present_in == ["cuda", "hip", "metal", "musa", "opencl", "vulkan"]
+    vulkan = next(e for e in first.evidence if e.backend == "vulkan")
+    assert "ggml_vk_can_fuse(ctx, cgraph, i, { GGML_OP_RMS_NORM, GGML_OP_MUL })" in vulkan.snippet
+    helpers = {b.name: b.fusion_helpers for b in result.backends}
+    assert {"ggml_vk_can_fuse"} <= set(helpers["vulkan"]) and {"ggml_cuda_can_fuse"} <= set(helpers["cuda"])
+    assert {"ggml_opencl_can_fuse"} <= set(helpers["opencl"]) and {"can_fuse"} <= set(helpers["metal"])
+    assert {"ggml_cann_can_fuse"} <= set(helpers["cann"]) and helpers["cpu"] == []
+    hip = backend(result, "hip")
+    assert hip.root == "ggml/src/ggml-hip" and hip.files == 0 and hip.built_from == ["cuda"]
+    assert backend(result, "musa").built_from == ["cuda"]
+
+
+@pytest.mark.slow
+def test_real_current_ggml_every_backend_that_fuses_rms_norm_mul_has_it(ggml_current: DiffBackendsResult) -> None:
+    def fuses(b: BackendInventory) -> bool:
+        return b.fusions_count > 0 and ("RMS_NORM+MUL" in b.fusions or any(
+            f.startswith("RMS_NORM+MUL+") for f in b.fusions))
+    assert {b.name for b in ggml_current.backends if fuses(b)} >= {
+        "cpu", "cuda", "et", "hexagon", "hip", "metal", "musa", "opencl", "sycl", "vulkan", "webgpu"}

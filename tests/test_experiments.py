@@ -244,24 +244,74 @@ async def test_more_pairs_continue_the_same_experiment_and_are_pooled(repo: Path
     assert "already a decision" in decided
 
 
-async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(repo: Path) -> None:
+async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(tmp_path: Path) -> None:
+    # the score is value x factor: a winner on factor.txt moves the head without touching value.txt
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v n=$n "
+                       "'BEGIN{printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*n}'")
+    (repo / "factor.txt").write_text("1\n")
+    git(repo, "add", "factor.txt")
+    git(repo, "commit", "-qm", "factor")
     async with Client(build_server()) as c:
         await session(c, repo)
         small = await launch_value(c, "105", repeats=4)
         await wait_final(c, small["experiment_id"])
-        (repo / "notes.txt").write_text("a\n")  # the head moves (a commit by hand on the session branch)
-        git(repo, "add", "notes.txt")
-        git(repo, "commit", "-qm", "notes")
+        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=14,
+                            patch="--- a/factor.txt\n+++ b/factor.txt\n@@ -1 +1 @@\n-1\n+1.2\n")
+        assert (await wait_final(c, factor["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=factor["experiment_id"])  # the head moves
         again = await call(c, "launch_experiment", title="value 105 on the new head", source="experiment",
                            experiment_id=small["experiment_id"], repeats=4)
         res = await wait_final(c, again["experiment_id"])
-        (repo / "value.txt").write_text("7\n")  # now the line its change edits is gone
-        git(repo, "commit", "-qam", "value moved")
+        bigger = await launch_value(c, "120", repeats=14)
+        assert (await wait_final(c, bigger["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=bigger["experiment_id"])  # now the line its change edits is gone
         refused = await error(c, "launch_experiment", title="x", source="experiment",
                               experiment_id=small["experiment_id"])
     assert again["experiment_id"] != small["experiment_id"] and again["reapplies"] == small["experiment_id"]
     assert again["base_commit"] == git(repo, "rev-parse", "HEAD~1")
     assert git(repo, "show", f"{again['candidate_commit']}:value.txt") == "105"
-    assert git(repo, "show", f"{again['candidate_commit']}:notes.txt") == "a"
+    assert git(repo, "show", f"{again['candidate_commit']}:factor.txt") == "1.2"
     assert res["status"] == "done" and res["title"] == "value 105 on the new head"
     assert "no longer applies" in refused and small["experiment_id"] in refused
+
+
+async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(tmp_path: Path) -> None:
+    # the score is value x factor: a winner on factor.txt moves the head without touching value.txt
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v n=$n "
+                       "'BEGIN{printf \"METRIC score=%.5f\\nMETRIC other=1\\n\", v*f*n}'")
+    (repo / "factor.txt").write_text("1\n")
+    git(repo, "add", "factor.txt")
+    git(repo, "commit", "-qm", "factor")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        first = await launch_value(c, "110", repeats=4)
+        await wait_final(c, first["experiment_id"])
+        more = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
+                          repeats=4)
+        await wait_final(c, first["experiment_id"])
+        factor = await call(c, "launch_experiment", title="factor", source="patch", repeats=14,
+                            patch="--- a/factor.txt\n+++ b/factor.txt\n@@ -1 +1 @@\n-1\n+1.2\n")
+        assert (await wait_final(c, factor["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=factor["experiment_id"])  # the head moves: the call re-applies
+        moved = await call(c, "launch_experiment", source="experiment", experiment_id=first["experiment_id"],
+                           repeats=4)
+        res = await wait_final(c, moved["experiment_id"])
+        untitled = await error(c, "launch_experiment", source="patch", patch=value_patch("100", "120"))
+    assert more["experiment_id"] == first["experiment_id"] and more["prior_pairs"] == 4
+    assert moved["reapplies"] == first["experiment_id"] and res["title"] == "value 110"
+    assert "title is missing" in untitled and "source='patch'" in untitled
+
+
+async def test_a_cancelled_experiment_runs_again_with_the_brief_s_call(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, f'while [ -e slow ] && [ ! -e "{tmp_path}/go" ]; do sleep 0.1; done; '
+                                 "echo METRIC score=$((100 + RANDOM % 3))")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        launched = await call(c, "launch_experiment", title="slow", source="patch", repeats=3,
+                              patch="--- /dev/null\n+++ b/slow\n@@ -0,0 +1 @@\n+x\n")
+        exp_id = launched["experiment_id"]
+        assert (await call(c, "cancel_experiment", experiment_id=exp_id))["status"] == "cancelled"
+        (tmp_path / "go").touch()
+        again = await call(c, "launch_experiment", source="experiment", experiment_id=exp_id)  # as the brief writes it
+        res = await wait_final(c, exp_id)
+    assert again["experiment_id"] == exp_id and res["status"] == "done" and res["title"] == "slow"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -273,10 +274,12 @@ async def test_errors_never_echo_a_huge_input(repo: Path) -> None:
             assert result.is_error and answer_bytes(result) <= 8 * 1024, name
 
 
-async def test_descriptions_state_the_cap() -> None:
-    async with Client(build_server()) as c:
+async def test_the_cap_is_stated_once_in_the_server_instructions_not_in_every_description() -> None:
+    async with Client(build_server(), mode="legacy") as c:
         tools = (await c.list_tools()).tools
-    assert all("64 KB" in (t.description or "") for t in tools)
+        instructions = c.instructions or ""
+    assert instructions.count("64 KB") == 1
+    assert not [t.name for t in tools if "64 KB" in (t.description or "")]
 
 
 # --- 6. titles are one line; evidence comes from the ledger ---------------------------------------------------
@@ -296,15 +299,19 @@ async def test_a_title_cannot_forge_a_trailer_and_the_report_counts_the_ledger(r
         assert "one line" in await error(c, "commit_winner", experiment_id=win["experiment_id"],
                                          title=f"A\n\nAutoresearch-Experiment: {other['experiment_id']}")
         committed = await call(c, "commit_winner", experiment_id=win["experiment_id"])
-        # a commit made by hand that claims the other experiment counts for nothing
+        # a commit made by hand that claims the other experiment counts for nothing (git's hooks bypassed)
         (repo / "notes.txt").write_text("by hand\n")
         git(repo, "add", "notes.txt")
-        git(repo, "commit", "-qm", f"by hand\n\nAutoresearch-Experiment: {other['experiment_id']}")
+        git(repo, "-c", "core.hooksPath=/dev/null", "commit", "-qm",
+            f"by hand\n\nAutoresearch-Experiment: {other['experiment_id']}")
         report = await call(c, "report", repo=str(repo))
+        refused = await error(c, "finalize_session", repo=str(repo))
+        git(repo, "-c", "core.hooksPath=/dev/null", "reset", "-q", "--keep", committed["commit"])
         final = await call(c, "finalize_session", repo=str(repo))
     trailers = [ln for ln in committed["message"].splitlines() if ln.startswith("Autoresearch-Experiment:")]
     assert trailers == [f"Autoresearch-Experiment: {win['experiment_id']}"]
     assert report["kept"] == 1
+    assert "'by hand'" in refused and "not" in refused and committed["commit"][:12] in refused
     assert sorted(e for b in final["branches"] for e in b["experiments"]) == [win["experiment_id"]]
 
 
@@ -415,10 +422,16 @@ async def test_diff_backends_reads_no_whole_file_system_and_only_other_git_work_
 # --- 9. nothing an experiment started survives it ------------------------------------------------------------------
 
 
-def escaping_bench(pidfile: Path, wait: str) -> str:
-    """A benchmark that, once the candidate adds `escape`, starts a process in a session of its own
-    (out of the runner's process group) that writes its pid to `pidfile`, then waits `wait` seconds."""
-    return (f"if [ -e escape ]; then setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' "
+def sleep_tag() -> str:
+    """A `sleep` duration no other process uses: what finds the process a job left, from outside its
+    confinement (whose PID namespace gives it other pids, and where it cannot write a pid file)."""
+    return f"300.{random.randrange(10**8):08d}"
+
+
+def escaping_bench(tag: str, wait: str) -> str:
+    """A benchmark that, once the candidate adds `escape`, starts `sleep <tag>` in a session of its own
+    (out of the runner's process group), then waits `wait` seconds."""
+    return (f"if [ -e escape ]; then setsid sh -c 'exec sleep {tag}' "
             f"</dev/null >/dev/null 2>&1 & sleep {wait}; fi; {NOISY_VALUE}")
 
 
@@ -427,8 +440,12 @@ def stdio_server(repo: Path) -> StdioServerParameters:
                                  env=dict(os.environ))
 
 
-def escaped_pid(marker: Path) -> int | None:
-    return int(marker.read_text()) if marker.exists() and marker.read_text().strip() else None
+def escaped_pid(tag: str) -> int | None:
+    """The pid (here) of the process running `sleep <tag>`, if one is alive."""
+    for proc in psutil.process_iter(["cmdline"]):
+        if tag in (proc.info["cmdline"] or []) and alive(proc.pid):
+            return proc.pid
+    return None
 
 
 def alive(pid: int) -> bool:
@@ -439,27 +456,28 @@ def alive(pid: int) -> bool:
 
 
 async def test_a_process_that_leaves_its_session_does_not_survive_the_experiment(tmp_path: Path) -> None:
-    pidfile = tmp_path / "escaped.pid"
-    repo = script_repo(tmp_path, escaping_bench(pidfile, "0.2"))
+    tag = sleep_tag()
+    repo = script_repo(tmp_path, escaping_bench(tag, "0.2"))
     async with Client(build_server()) as c:
         await session(c, repo)
         launched = await call(c, "launch_experiment", title="escape", source="patch", repeats=3,
                               patch=add_file("escape"))
+        with anyio.fail_after(60):  # the escaped process does run, while the experiment does
+            while escaped_pid(tag) is None:
+                await anyio.sleep(0.05)
         await wait_final(c, launched["experiment_id"], timeout=60)
-    pid = escaped_pid(pidfile)
-    assert pid is not None
-    psutil.wait_procs([psutil.Process(pid)] if alive(pid) else [], timeout=5)
-    assert not alive(pid)
+    with anyio.fail_after(5):
+        while escaped_pid(tag) is not None:
+            await anyio.sleep(0.1)
 
 
 async def test_start_session_validation_leaves_no_process_behind(tmp_path: Path) -> None:
-    pidfile = tmp_path / "escaped.pid"
-    repo = script_repo(tmp_path, f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+    tag = sleep_tag()
+    repo = script_repo(tmp_path, f"setsid sh -c 'exec sleep {tag}' </dev/null >/dev/null 2>&1 & "
                                  f"sleep 0.2; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
-    pid = escaped_pid(pidfile)
-    assert pid is not None and not alive(pid)
+    assert escaped_pid(tag) is None
 
 
 # --- 10. restore_worktree keeps everything recoverable, and refuses nested repositories --------------------------
@@ -500,56 +518,55 @@ def init_repo_with_file(path: Path) -> Path:
 
 
 async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) -> None:
-    pidfile = tmp_path / "bench.pid"
-    repo = script_repo(tmp_path, f"if [ -e hang ]; then echo $$ > {pidfile}; exec sleep 300; fi; {NOISY_VALUE}")
+    tag = sleep_tag()
+    repo = script_repo(tmp_path, f"if [ -e hang ]; then exec sleep {tag}; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
         await session(c, repo)
         launched = await call(c, "launch_experiment", title="hang", source="patch", repeats=3, patch=add_file("hang"))
         with anyio.fail_after(60):
-            while escaped_pid(pidfile) is None:
+            while escaped_pid(tag) is None:
                 await anyio.sleep(0.1)
         ledger = (repo / ".autoresearch" / "ledger.jsonl").read_text().splitlines()
         runner = next(json.loads(line)["runtime"]["pid"] for line in ledger if '"pid"' in line)
         psutil.Process(runner).kill()  # the runner dies without a word; its bench must not outlive it
         res = await wait_final(c, launched["experiment_id"], timeout=60)
     assert res["status"] == "failed"
-    bench = escaped_pid(pidfile)
-    assert bench is not None and not alive(bench)
+    with anyio.fail_after(10):
+        while escaped_pid(tag) is not None:
+            await anyio.sleep(0.1)
 
 
 async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: Path) -> None:
-    pidfile = tmp_path / "escaped.pid"
-    repo = script_repo(tmp_path, escaping_bench(pidfile, "60"))
+    tag = sleep_tag()
+    repo = script_repo(tmp_path, escaping_bench(tag, "60"))
     params = stdio_server(repo)
     async with Client(params) as c:
         await session(c, repo)
         await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
         with anyio.fail_after(60):
-            while escaped_pid(pidfile) is None:
+            while (pid := escaped_pid(tag)) is None:
                 await anyio.sleep(0.1)
-    pid = escaped_pid(pidfile)
-    assert pid is not None
     with anyio.fail_after(30):
         while alive(pid):
             await anyio.sleep(0.2)
 
 
 async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(tmp_path: Path) -> None:
-    pidfile = tmp_path / "escaped.pid"
-    repo = script_repo(tmp_path, escaping_bench(pidfile, "60"))
+    tag = sleep_tag()
+    repo = script_repo(tmp_path, escaping_bench(tag, "60"))
     params = stdio_server(repo)
     with pytest.raises(BaseException):  # noqa: B017 - the client loses its server mid-session, as intended
         async with Client(params) as c:
             await session(c, repo)
             await call(c, "launch_experiment", title="escape", source="patch", repeats=3, patch=add_file("escape"))
             with anyio.fail_after(60):
-                while escaped_pid(pidfile) is None:
+                while escaped_pid(tag) is None:
                     await anyio.sleep(0.1)
             server = next(p for p in psutil.Process().children() if "autoresearch_mcp" in " ".join(p.cmdline()))
             server.kill()  # kill -9: no chance to clean up
             server.wait(10)
             await call(c, "list_experiments")
-    pid = escaped_pid(pidfile)
+    pid = escaped_pid(tag)
     assert pid is not None and alive(pid)
     async with Client(params) as c:  # the new server resumes the session and recovers the lost experiment
         listing = await call(c, "list_experiments")

@@ -124,7 +124,9 @@ async def test_a_no_op_passes_the_checks(llama: Path, shared: dict[str, Path]) -
         await start(c, llama, shared["model"], "noop")
         res = await run(c, llama, "comment only", OPS, RMS_SUM, RMS_SUM.replace("{", "{ // same sum", 1), repeats=3)
     assert res["checks"]["passed"], res["checks"]
-    assert "mean KLD 0.00000 (limit 0.001)" in res["checks"]["tail"]
+    tail = res["checks"]["tail"]
+    # zero, to the printed digits (a sum that cancels exactly may print as -0.00000)
+    assert all(abs(float(part.split()[0])) < 1e-5 for part in tail.split("mean KLD ")[1:]), tail
     assert res["verdict"] in ("no_change", "inconclusive", "noisy")  # 3 pairs decide nothing here
 
 

@@ -14,7 +14,7 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import FindPassesResult, PassFinding
 from helpers import call, error
-from realtree import UNFUSED_RMS_NORM, TreeUnavailable, llama_cpp_tree
+from realtree import CURRENT, UNFUSED_RMS_NORM, TreeUnavailable, llama_cpp_tree
 
 
 def source(tmp_path: Path, name: str, code: str) -> Path:
@@ -331,11 +331,11 @@ def test_functions_alone_are_found_in_the_repository(tmp_path: Path) -> None:
 # --- llama.cpp's ggml -------------------------------------------------------------------------------
 
 
-def ops_cpp() -> Path:
+def ops_cpp(version: str = UNFUSED_RMS_NORM) -> Path:
     try:
-        root = llama_cpp_tree(UNFUSED_RMS_NORM)
+        root = llama_cpp_tree(version)
     except TreeUnavailable as exc:
-        pytest.skip(f"llama-cpp-python {UNFUSED_RMS_NORM} sdist unavailable (PyPI unreachable?): {exc}")
+        pytest.skip(f"llama-cpp-python {version} sdist unavailable (PyPI unreachable?): {exc}")
     return root / "ggml" / "src" / "ggml-cpu" / "ops.cpp"
 
 
@@ -770,3 +770,318 @@ def test_lambdas_passed_to_a_call_walk_the_buffers_they_capture(tmp_path: Path) 
         }
     """, name="k.cpp")
     assert [(f.function, f.buffer, f.kind) for f in result.findings] == [("op", "y", "write_then_update")]
+
+
+# --- helpers defined in other files of the tree, local tiles, memo branches, the limit (issue 27) ---------
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    """Write a small source tree; returns its root."""
+    for name, code in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        source(root, name, code)
+    return root
+
+
+def pairs_of(result: FindPassesResult, function: str) -> list[tuple[str, str, list[int]]]:
+    return [(f.buffer.split(" ")[0], f.kind, [p.start_line for p in f.passes])
+            for f in result.findings if f.function == function]
+
+
+def test_helpers_defined_in_included_files_are_followed(tmp_path: Path) -> None:
+    # vec.h declares row_scale and vec.c (beside it) defines it; util.h sits in an include/ folder above
+    root = tree(tmp_path, {
+        "lib/include/util.h": """
+            static inline void row_copy(int n, float * dst, const float * src) {
+                for (int i = 0; i < n; i++) dst[i] = src[i];
+            }
+            static inline float first(const float * x) { return x[0]; }
+        """,
+        "lib/cpu/vec.h": "void row_scale(int n, float * y, float s);\n",
+        "lib/cpu/vec.c": """
+            #include "vec.h"
+            void row_scale(int n, float * y, float s) { for (int i = 0; i < n; ++i) y[i] *= s; }
+        """,
+        "lib/cpu/ops.c": """
+            #include "vec.h"
+            #include "util.h"
+            void norm(const float * x, float * y, int n, float s) {
+                row_copy(n, y, x);
+                row_scale(n, y, s);
+                float f = first(y);
+                (void) f;
+            }
+        """,
+    })
+    result = find_passes([root / "lib/cpu/ops.c"], limit=50)
+    y = only(result, "norm", "y")
+    assert y.kind == "write_then_update" and y.fusable
+    assert [p.code for p in y.passes] == ["row_copy(n, y, x);", "row_scale(n, y, s);"]
+    assert result.files_scanned == 1 and [f.function for f in result.findings] == ["norm"]
+
+
+def test_a_helper_definition_wins_over_the_ggml_naming_convention(tmp_path: Path) -> None:
+    # the convention reads (n, out, in...): here the written row is the third argument, after a stride,
+    # and a qualifier macro sits in the parameter list
+    root = tree(tmp_path, {
+        "vec.h": """
+            #define GGML_RESTRICT __restrict
+            inline static void ggml_vec_mad_strided(const int n, const int xs, float * GGML_RESTRICT y,
+                                                    const float * GGML_RESTRICT x) {
+                for (int i = 0; i < n; ++i) y[i] += x[i*xs];
+            }
+        """,
+        "ops.cpp": """
+            #include "vec.h"
+            void acc(float * y, const float * x, int n) {
+                ggml_vec_set_f32(n, y, 0.0f);
+                ggml_vec_mad_strided(n, 4, y, x);
+            }
+        """,
+    })
+    result = find_passes([root / "ops.cpp"], limit=50)
+    assert pairs_of(result, "acc") == [("y", "write_then_update", [4, 5])]
+
+
+def test_a_helper_walks_as_many_elements_as_its_count_argument_says(tmp_path: Path) -> None:
+    root = tree(tmp_path, {
+        "vec.h": """
+            static void row_set(int n, float * y, float v) { for (int i = 0; i < n; i++) y[i] = v; }
+            static void row_scale(int n, float * y, float s) {
+                int i = 0;
+                const __m256 vs = _mm256_set1_ps(s);
+                for (; i + 7 < n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
+                for (; i < n; i++) y[i] *= s;
+            }
+        """,
+        "ops.c": """
+            #include "vec.h"
+            void pad_then_scale(float * y, int n, int pad, float s) {
+                row_set(pad, y, 0.0f);
+                row_scale(n, y, s);
+            }
+            void set_then_scale(float * y, int n, float s) {
+                row_set(n, y, 0.0f);
+                row_scale(n, y, s);
+            }
+        """,
+    })
+    result = find_passes([root / "ops.c"], limit=50)
+    assert pairs_of(result, "pad_then_scale") == []  # pad elements, then n: another range
+    assert pairs_of(result, "set_then_scale") == [("y", "write_then_update", [8, 9])]
+
+
+def test_local_tile_arrays_are_buffers_and_small_ones_registers(tmp_path: Path) -> None:
+    root = tree(tmp_path, {
+        "tile.h": """
+            #define TILE_KV 64
+            struct tile_config { static constexpr int Q = 64; };
+        """,
+        "attn.cpp": """
+            #include "tile.h"
+            #include <math.h>
+            void attn(const float * s, const float * mask, float * out, float scale) {
+                static constexpr int Q = tile_config::Q;
+                float kq[Q * TILE_KV];
+                float row_max[Q];
+                for (int i = 0; i < Q * TILE_KV; i++) kq[i] = s[i] * scale;
+                for (int i = 0; i < Q * TILE_KV; i++) kq[i] += mask[i];
+                for (int q = 0; q < Q; q++) row_max[q] = -INFINITY;
+                for (int q = 0; q < Q; q++) {
+                    for (int k = 0; k < TILE_KV; k++) row_max[q] = fmaxf(row_max[q], kq[q*TILE_KV + k]);
+                }
+                for (int q = 0; q < Q; q++) out[q] = row_max[q];
+            }
+            void square(float * out) {
+                float t[64][64];
+                for (int q = 0; q < 64; q++) for (int k = 0; k < 64; k++) t[q][k] = (float) (q * k);
+                for (int q = 0; q < 64; q++) for (int k = 0; k < 64; k++) t[q][k] *= 0.5f;
+                out[0] = t[1][1];
+            }
+        """,
+    })
+    result = find_passes([root / "attn.cpp"], limit=50)
+    assert pairs_of(result, "attn") == [("kq", "write_then_update", [8, 9]), ("kq", "update_then_read", [9, 11])]
+    assert pairs_of(result, "square") == [("t", "write_then_update", [18, 19])]  # row_max (64 floats): registers
+
+
+def test_a_memo_branch_is_not_one_more_pass_over_each_row(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        #include <math.h>
+        void rope(const int * pos, const float * x, float * y, float * cache, int n, int rows) {
+            int last = -1;
+            for (int r = 0; r < rows; r++) {
+                if (last != pos[r]) {
+                    for (int i = 0; i < n; i++) cache[i] = sinf((float) (pos[r] * i));
+                    last = pos[r];
+                }
+                for (int i = 0; i < n; i++) y[r*n + i] = x[r*n + i] * cache[i];
+            }
+        }
+        void online(const float * v, float * acc, const float * s, int n, int keys) {
+            float m = -INFINITY;
+            for (int k = 0; k < keys; k++) {
+                if (s[k] > m) {
+                    const float ms = expf(m - s[k]);
+                    m = s[k];
+                    for (int i = 0; i < n; i++) acc[i] *= ms;
+                }
+                for (int i = 0; i < n; i++) acc[i] += v[k*n + i] * expf(s[k] - m);
+            }
+        }
+    """)
+    assert pairs_of(result, "rope") == []  # the cache is made once per position and read by every row
+    assert pairs_of(result, "online") == [("acc", "update_then_update", [19, 21])]  # a running max is no memo
+
+
+def test_calls_per_row_walk_the_whole_tile_and_rows_of_one_width_overlap(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void tile(float * kq, const float * mask, int rows, float scale) {
+            ggml_vec_scale_f32(ROWS * WIDTH, kq, scale);
+            ggml_vec_add_f32(rows * WIDTH, kq, kq, mask);
+            for (int r = 0; r < ROWS; r++) {
+                float * row = kq + r * WIDTH;
+                float m;
+                ggml_vec_max_f32(WIDTH, &m, row);
+            }
+        }
+        void pad(float * y, const float * x, int n, int p) {
+            ggml_vec_cpy_f32(n, y, x);
+            for (int i = 1; i <= p; i++) y[-i] = y[i];
+        }
+    """, name="k.cpp")
+    assert pairs_of(result, "tile") == [("kq", "update_then_update", [3, 4]), ("kq", "update_then_read", [4, 5])]
+    assert pairs_of(result, "pad") == []  # n elements, then a padding of p: another range
+
+
+def test_a_branch_that_returns_ends_the_passes_before_what_follows_it(tmp_path: Path) -> None:
+    result = scan(tmp_path, """
+        void gemv(int n, float * s, const float * x) {
+        #if defined(__AVX2__)
+            {
+                for (int i = 0; i < n; i++) s[i] = x[i] * 2.0f;
+                return;
+            }
+        #endif
+            for (int i = 0; i < n; i++) s[i] = x[i] * 3.0f;
+        }
+        void blocks_then_rest(int n, float * s, const float * x) {
+            gemm4(n - n % 4, s, x);
+            for (int i = n - n % 4; i < n; i++) s[i] = x[i];
+        }
+        static void gemm4(int n, float * s, const float * x) { for (int i = 0; i < n; i++) s[i] = x[i]; }
+    """)
+    assert result.findings == []
+
+
+def test_within_the_limit_every_function_is_shown_before_any_second_finding(tmp_path: Path) -> None:
+    result = find_passes([source(tmp_path, "k.c", """
+        void chain(float * y, const float * x, int n) {
+            for (int i = 0; i < n; i++) y[i] = x[i];
+            for (int i = 0; i < n; i++) y[i] *= 2.0f;
+            for (int i = 0; i < n; i++) y[i] += 1.0f;
+            for (int i = 0; i < n; i++) y[i] *= 3.0f;
+        }
+        void pair(float * y, int n) {
+            for (int i = 0; i < n; i++) y[i] = 0.0f;
+            for (int i = 0; i < n; i++) y[i] += 1.0f;
+        }
+        void norm(float * y, const float * x, int n) {
+            float sum = 0.0f;
+            for (int i = 0; i < n; i++) sum += x[i];
+            for (int i = 0; i < n; i++) y[i] = x[i] / sum;
+        }
+    """)], limit=3)
+    assert {f.function for f in result.findings} == {"chain", "pair", "norm"}
+    assert [f.fusable for f in result.findings] == [True, True, False]  # listed easiest first
+    assert result.total_findings == 5 and "2 more findings" in result.notes[0]
+
+
+
+# --- llama.cpp's ggml: every multi-pass CPU function, and none of the single-pass ones (issue 27) --------
+
+FORWARD = "ggml_compute_forward_"
+MULTI_PASS = {FORWARD + name for name in (
+    "rms_norm_f32", "soft_max_f32", "norm_f32", "flash_attn_ext_f16_one_chunk", "flash_attn_ext_tiled")}
+SINGLE_PASS = {FORWARD + name for name in (  # element-wise ops, rope, plain reductions, a padding, a top-k
+    "add1_f32", "add_id_f32", "silu_f32", "gelu_f32", "leaky_relu_f32", "clamp_f32", "rope_flt", "sum_f32",
+    "sum_rows_f32", "mean_f32", "argmax_f32", "count_equal_i32", "pad_reflect_1d", "top_k_f32")}
+
+
+def real_passes(version: str, limit: int = 1000) -> FindPassesResult:
+    return find_passes([ops_cpp(version)], limit=limit)
+
+
+def default_answer(version: str, function: str) -> list[PassFinding]:
+    """The findings on `function` in the answer a call without a limit gets (20 findings of about 90)."""
+    return [f for f in real_passes(version, limit=20).findings if f.function == function]
+
+
+def code_pairs(result: FindPassesResult, function: str, buffer: str) -> list[tuple[str, str]]:
+    return [(f.passes[0].code, f.passes[1].code) for f in result.findings
+            if f.function == function and f.buffer.split(" ")[0] == buffer]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", [UNFUSED_RMS_NORM, CURRENT])
+async def test_real_multi_pass_functions_all_lead_the_default_answer_and_single_pass_ones_never_show(
+        version: str) -> None:
+    path = ops_cpp(version)
+    async with Client(build_server()) as client:
+        res = await call(client, "find_passes", paths=[str(path)])  # the default limit: 20 findings
+    assert {f["function"] for f in res["findings"]} >= MULTI_PASS
+    assert res["total_findings"] > len(res["findings"]) and "more findings" in res["notes"][-1]
+    everything = real_passes(version)
+    assert not SINGLE_PASS & {f.function for f in everything.findings}
+    assert everything.functions_scanned > 200
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [UNFUSED_RMS_NORM, CURRENT])
+def test_real_norm_reads_the_row_twice_then_scales_y_in_a_third_pass(version: str) -> None:
+    result = real_passes(version)
+    norm = FORWARD + "norm_f32"
+    shown = default_answer(version, norm)
+    assert [f.kind for f in shown] == ["read_then_read"] and "ggml_vec_sum_f32" in shown[0].passes[0].code
+    x = [f for f in result.findings if f.function == norm and f.kind == "read_then_read"
+         and "ggml_vec_sum_f32(ne00, &sum" in f.passes[0].code and "ggml_vec_cvar_f32(ne00" in f.passes[1].code]
+    assert len(x) == 1 and x[0].depends_on == ["mean"] and "Welford" in x[0].suggestion
+    y = [f for f in result.findings if f.function == norm and f.kind == "write_then_update"
+         and "ggml_vec_cvar_f32(ne00" in f.passes[0].code and "ggml_vec_scale_f32(ne00" in f.passes[1].code]
+    assert len(y) == 1 and y[0].depends_on == ["scale"]  # cvar writes y centred, then y is scaled again
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [UNFUSED_RMS_NORM, CURRENT])
+def test_real_tiled_flash_attention_walks_the_kq_tile_once_per_step(version: str) -> None:
+    result = real_passes(version)
+    tiled = FORWARD + "flash_attn_ext_tiled"
+    kq = code_pairs(result, tiled, "KQ")
+    assert {
+        ("memset(KQ, 0, Q_TILE_SZ * KV_TILE_SZ * sizeof(float));",  # simd_gemm is in simd-gemm.h
+         "simd_gemm(KQ, (const float *)Q_q, K_f32, Q_TILE_SZ, DK, KV_TILE_SZ);"),
+        ("simd_gemm(KQ, (const float *)Q_q, K_f32, Q_TILE_SZ, DK, KV_TILE_SZ);",
+         "ggml_vec_scale_f32(Q_TILE_SZ * KV_TILE_SZ, KQ, scale);"),
+        ("ggml_vec_tanh_f32(Q_TILE_SZ * KV_TILE_SZ, KQ, KQ);",  # softcap
+         "ggml_vec_scale_f32(Q_TILE_SZ * KV_TILE_SZ, KQ, logit_softcap);"),
+        ("ggml_vec_add_f32(tile_rows * KV_TILE_SZ, KQ, KQ, mask32);",  # mask, then each row's max and exp-sum
+         "for (int tq = 0; tq < Q_TILE_SZ; tq++) {"),
+    } <= set(kq)
+    assert [second for _, second in kq].count("ggml_vec_add_f32(tile_rows * KV_TILE_SZ, KQ, KQ, mask32);") == 1
+    row = [f for f in result.findings if f.function == tiled and f.buffer.startswith("kq_row")
+           and f.passes[0].code == "ggml_vec_max_f32(KV_TILE_SZ, &tile_max, kq_row);"]
+    assert len(row) == 1 and "ggml_vec_soft_max_f32(KV_TILE_SZ, kq_row, kq_row, Mnew)" in row[0].passes[1].code
+    assert "Mnew" in row[0].depends_on and not row[0].fusable  # max, then exp and sum: an online softmax
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [UNFUSED_RMS_NORM, CURRENT])
+def test_real_one_chunk_flash_attention_rescales_the_accumulator_in_passes_of_its_own(version: str) -> None:
+    result = real_passes(version)
+    chunk = FORWARD + "flash_attn_ext_f16_one_chunk"
+    assert default_answer(version, chunk)
+    assert ("ggml_vec_scale_f16(DV, VKQ16, ms);", "ggml_vec_mad_f16(DV, VKQ16, (const ggml_fp16_t *) v_data, vs);") \
+        in code_pairs(result, chunk, "VKQ16")
+    assert ("ggml_vec_scale_f32(DV, VKQ32, S_inv);", "memcpy((char *) dst->data + (i3*ne2*ne1 + i2 + i1*ne1)*nb1, "
+            "VKQ32, nb1);") in code_pairs(result, chunk, "VKQ32")

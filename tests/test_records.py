@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import SessionConfig
+from autoresearch_mcp.core.config import SessionConfig, gate_changes
 from autoresearch_mcp.core.ledger import Ledger, apply, fold
 from autoresearch_mcp.core.records import SCHEMA_VERSION, TYPES, StatusRecord, migrate, parse
 from autoresearch_mcp.executors import skypilot
@@ -124,6 +124,26 @@ def test_a_field_a_record_does_not_carry_leaves_the_folded_value() -> None:
     assert view.experiments["e"].worker == "w1"  # a cancel does not say where it ran
     apply(view, parse({"type": "status", "experiment_id": "e", "status": "queued", "worker": None}))
     assert view.experiments["e"].worker is None  # requeued: on no worker
+
+
+def test_the_branch_the_ledger_left_is_the_latest_validated_head_or_commit() -> None:
+    # records of earlier versions carry no gate and no `reconciled`: they read as "not recorded" and False
+    view = fold([parse({"type": "session", "session_id": "s", "head": "h0"}),
+                 parse({"type": "launch", "experiment_id": "e", "session_id": "s", "base_commit": "h0"}),
+                 parse({"type": "commit", "experiment_id": "e", "commit": "h1", "parent": "h0"})])
+    assert view.heads == {"s": "h1"} and view.sessions[0].gate is None
+    assert view.experiments["e"].commit is not None and view.experiments["e"].commit.reconciled is False
+    apply(view, parse({"type": "session", "session_id": "s", "head": "h1", "gate": {"alpha": 0.02}}))
+    assert view.heads == {"s": "h1"} and view.sessions[-1].gate == {"alpha": 0.02}
+
+
+def test_a_gate_setting_the_record_lacks_counts_at_its_default() -> None:
+    config = SessionConfig(session_id="s", tag="t", branch="autoresearch/t", repo="/r", metric="m",
+                           direction="higher", executor="local", start_commit="h", created_at="now")
+    recorded = {k: v for k, v in config.gate().items() if k != "warmup"}  # a setting a later version added
+    assert gate_changes(config, recorded) == []
+    assert gate_changes(config.model_copy(update={"warmup": 3}), recorded) == ["warmup: 1 -> 3"]
+    assert gate_changes(config.model_copy(update={"alpha": 0.5}), config.gate()) == ["alpha: 0.02 -> 0.5"]
 
 
 # --- what this code cannot read --------------------------------------------------------------------

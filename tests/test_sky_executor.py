@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sys
@@ -209,12 +210,18 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     base = git(repo, "rev-parse", "HEAD")
     cand = commit(repo, "change", {"a.txt": "A\n"}, delete=("b.txt",))
     staging = tmp_path / "stage"
-    sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[])
+    sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[], secret="s3cret")
     names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
     assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/changes.tar.gz", "exp-x1/deleted",
-                     "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py"]
+                     "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
+                     "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh", "exp-x1/secret"]
     assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
     assert (staging / "exp-x1" / "runner.py").read_bytes() == Path(runner.__file__).read_bytes()
+    # the session's scripts, bound over the trees on the worker; the secret, which run.sh deletes at once
+    assert (staging / "exp-x1" / "scripts" / "autoresearch.sh").read_bytes() == (repo / "autoresearch.sh").read_bytes()
+    assert json.loads((staging / "exp-x1" / "job.json").read_text())["sandbox"]["scripts"]["autoresearch.sh"] == \
+        "scripts/autoresearch.sh"
+    assert "s3cret" not in (staging / "exp-x1" / "job.json").read_text()
 
 
 # --- scheduling --------------------------------------------------------------------------------------
@@ -440,7 +447,8 @@ def canned_result(cluster: str, task: dict[str, Any]) -> tuple[str, float]:
     rng = random.Random(exp_id)
     samples = [runner.Sample(i, role, 0, 0, 1.0, False, {"t": 100.0 + rng.random()})
                for i in range(3) for role in ("baseline", "candidate")]
-    return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples)) + "\n", 1800.0
+    secret = (Path(task["workdir"]) / f"exp-{exp_id}" / "secret").read_text().strip()  # what run.sh hands the runner
+    return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples), secret) + "\n", 1800.0
 
 
 def test_each_experiment_costs_its_job_time_at_the_workers_price(tmp_path: Path, pool: MakePool) -> None:

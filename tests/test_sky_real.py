@@ -38,7 +38,7 @@ def task_for(cfg: SkyConfig, repo: Path, tmp_path: Path) -> dict[str, object]:
     cand = commit(repo, "c", {"new.txt": "n\n"})
     staging = tmp_path / "stage"
     j = job(repo, "abc123", cand)
-    sky_task.stage(repo, j, staging, retired=[])
+    sky_task.stage(repo, j, staging, retired=[], secret="s3cret")
     return sky_task.task_config(cfg, j, staging, repo)
 
 
@@ -60,7 +60,7 @@ def test_a_profile_job_with_the_perf_setup_the_error_suggests_is_a_valid_task(
         example_repo: Path, tmp_path: Path) -> None:
     head = git(example_repo, "rev-parse", "HEAD")
     j = Job("profile-0123456789", head, head, tmp_path / "p.log", spec={"profile": "0123456789"})
-    sky_task.stage(example_repo, j, tmp_path / "stage", retired=[])
+    sky_task.stage(example_repo, j, tmp_path / "stage", retired=[], secret="s3cret")
     cfg = SkyConfig(setup=[*hotspots.WORKER_PERF_SETUP, hotspots.WORKER_PARANOID_SETUP])
     task = sky_task.task_config(cfg, j, tmp_path / "stage", example_repo)
     again = sky.Task.from_yaml_config(copy.deepcopy(task))

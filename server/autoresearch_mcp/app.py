@@ -55,13 +55,15 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-INSTRUCTIONS = """\
+INSTRUCTIONS = f"""\
 autoresearch: research-driven performance optimization with statistically honest experiments.
 Follow the brief: the /autoresearch skill in Claude Code, or this server's prompt `autoresearch`
-(prompts/get) in other clients. In short: agree goal, metric, constraints, local or cloud and budget
-with the user; start_session; research before editing (profile_hotspots, find_passes, analyze_bounds,
-diff_backends, survey_forks, papers); launch_experiment and follow it with fetch_sky_logs; commit only
-through commit_winner; record findings with add_note; at the end report and finalize_session.
+(prompts/get) in other clients. In short: agree goal, metric, constraints, local or cloud, budget and
+when to stop with the user, then work on your own until a stop condition holds; start_session and
+add_note the agreement; research before editing (profile_hotspots, find_passes, analyze_bounds,
+diff_backends, survey_forks, papers); launch_experiment and wait for it with fetch_sky_logs(wait_s=...);
+commit only through commit_winner; at the end report and finalize_session.
+{limits.CAP_NOTE}
 """
 
 
@@ -103,8 +105,7 @@ def _guard(fn: Callable[P, R]) -> Callable[P, R]:
             raise ToolError(f"git {' '.join(map(str, exc.command[1:3]))} failed: {detail}") from exc
         return limits.bound(result) if isinstance(result, BaseModel) else result
 
-    # the docstring is the tool's description
-    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "") + " " + limits.CAP_NOTE
+    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")  # the tool's description, without the indentation
     return wrapper
 
 
@@ -150,7 +151,7 @@ def build_server() -> MCPServer[AppState]:
         goal: Annotated[str, Field(description="what to optimize, e.g. CPU token generation")] = "",
     ) -> str:
         """The research brief: how to run an optimization session with these tools, step by step."""
-        brief = resources.brief()
+        brief = resources.brief("mcp")
         return brief + (f"\nThe user's goal: {goal.strip()}\n" if goal.strip() else "")
 
     # --- session -------------------------------------------------------------------------------
@@ -205,7 +206,8 @@ def build_server() -> MCPServer[AppState]:
     @_guard
     def launch_experiment(
         ctx: Context[AppState],
-        title: Annotated[str, Field(description="short name of the idea")],
+        title: Annotated[str, Field(description="short name of the idea (source=experiment: the earlier one's)")]
+        = "",
         hypothesis: Annotated[str, Field(description="why, and by about how much")] = "",
         sources: Annotated[
             list[str], Field(description="arXiv ids, fork commits, PRs, backend gaps")

@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         from autoresearch_mcp import demo
 
         return demo.main(keep=args.keep)
+    if args.command == "hook" and args.name == "guard":
+        from autoresearch_mcp import guard
+
+        return guard.main()
     if args.command == "hook":
         from autoresearch_mcp import hooks
 

@@ -22,6 +22,7 @@ from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.models import FinalizeResult, ReviewBranch
 
 RECORDS = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
@@ -57,7 +58,13 @@ def finalize(repo_path: str) -> FinalizeResult:
     if config is None:
         raise StateError(f"{root} has no session (.autoresearch/config.json); run start_session there first")
     try:
-        return _finalize(repo, config)
+        view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+        branch.check(repo, config, view, append)  # the session's commits are the ledger's, or nothing is done
+        result = _finalize(repo, config)
+        if gitops.remove_ref_guard(repo):
+            result.message += ("; the reference-transaction hook that kept autoresearch/* branches for commit_winner "
+                               "is removed (start_session installs it again)")
+        return result
     except gitops.GitError as exc:
         detail = str(exc.stderr or exc).strip()[:600]
         raise StateError(f"git {' '.join(map(str, exc.command[1:4]))} failed in {root}: {detail}") from None

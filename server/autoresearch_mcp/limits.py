@@ -16,7 +16,8 @@ from pydantic import BaseModel
 ANSWER_CAP = 64 * 1024  # what a client receives for one call, all content included
 _ENVELOPE = 2048  # the protocol's own fields around the content
 ERROR_CAP = 8 * 1024
-CAP_NOTE = "Answers are capped at 64 KB."
+CAP_NOTE = ("Every answer is capped at 64 KB: a longer text keeps its head and tail, a longer list its first "
+            "items, and the answer says what was cut and where the whole is.")
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -404,6 +404,10 @@ class BackendInventory(BaseModel):
     isa: list[IsaUse]
     kernels_count: int
     kernels: list[str] = Field(description="first kernel functions, alphabetically")
+    fusion_helpers: list[str] = Field(
+        default_factory=list, description="the fusion checks its code calls (ggml_vk_can_fuse...): reuse them")
+    built_from: list[str] = Field(
+        default_factory=list, description="backends whose sources its build compiles: their ops and fusions count")
 
 
 class DiffBackendsResult(BaseModel):

@@ -16,6 +16,7 @@ from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.errors import InputError
 
 NOTES_FILE = "notes.md"
+AGREED = "Agreed:"  # how the note recording the goal, constraints and budget agreed with the user starts
 MAX_NOTE_CHARS = 4000
 TAIL_CHARS = 6000  # what list_experiments returns: the latest notes, enough to resume from
 _HEADER = "# autoresearch notes\n\nWhat was tried and learned, newest last (written by add_note).\n\n"
@@ -58,3 +59,22 @@ def read(root: Path, limit: int | None = TAIL_CHARS) -> str | None:
         tail = text[-limit:]
         text = "[earlier notes cut; the whole file: " + str(path) + "]\n" + tail[tail.find("\n") + 1:]
     return text or None
+
+
+def agreement(root: Path) -> str | None:
+    """The latest note that records the agreement with the user (it starts with `Agreed:`), whole: the
+    hooks show it after the agent's context was compacted, however many notes came after it."""
+    path = notes_path(root)
+    if not path.exists():
+        return None
+    found: list[str] | None = None
+    entry: list[str] | None = None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("- "):
+            entry = [line.partition(": ")[2]]  # after the date stamp
+            found = entry if entry[0].startswith(AGREED) else found
+        elif line.startswith("  ") and entry is not None:
+            entry.append(line[2:])
+        else:
+            entry = None
+    return "\n".join(found) if found else None

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Literal
 
 _PACKAGE = Path(__file__).resolve().parent
 # In a wheel the files are force-included under the package; in a source checkout (editable
 # install, tests) they live at the repository root, two levels above the package.
 _ROOTS = (_PACKAGE, _PACKAGE.parents[1])
+# `<!-- claude-code -->` ... `<!-- /claude-code -->` (or `mcp`): lines for one kind of client only
+_AUDIENCE = re.compile(r"<!-- (/?)(claude-code|mcp) -->")
 
 
 def _find(*candidates: str) -> Path:
@@ -29,15 +33,26 @@ def toolchain(name: str) -> Path:
     return _find(f"toolchains/{name}")
 
 
+def git_hook(name: str) -> Path:
+    """Path of a git hook the server installs (`reference-transaction`: the session branch's guard)."""
+    return _find(f"githooks/{name}")
+
+
 def example_dir() -> Path:
     """Path of the bundled multi-backend example target."""
     return _find("examples")
 
 
-def brief() -> str:
-    """The research brief the agent follows: the body of the `autoresearch` skill (one text serves
-    Claude Code's `/autoresearch` and the MCP prompt of the same name)."""
-    text = _find("skills/autoresearch/SKILL.md").read_text()
-    if text.startswith("---\n"):
-        text = text.split("\n---\n", 1)[1]  # drop the skill's frontmatter
-    return text.strip() + "\n"
+def brief(client: Literal["claude-code", "mcp"] = "mcp") -> str:
+    """The brief the agent follows (`instructions.md`, its one source) as `client` gets it: Claude
+    Code's rendering keeps the lines only Claude Code can act on (subagents, skills, hooks), other MCP
+    clients' keeps theirs instead; the maintainers' comments go."""
+    kept: list[str] = []
+    inside: str | None = None
+    for line in _find("instructions.md").read_text(encoding="utf-8").splitlines():
+        mark = _AUDIENCE.fullmatch(line.strip())
+        if mark:
+            inside = None if mark[1] else mark[2]
+        elif inside in (None, client):
+            kept.append(line)
+    return re.sub(r"<!--.*?-->\n?", "", "\n".join(kept), flags=re.S).strip() + "\n"

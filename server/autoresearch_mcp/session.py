@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import limits, recipes, resources, safefs
-from autoresearch_mcp.core import gitops, runner
+from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
@@ -27,18 +27,21 @@ from autoresearch_mcp.core.config import (
     SessionConfig,
     SkyConfig,
     config_path,
+    gate_changes,
     job_env,
     judged_metrics,
     load_config,
     resolve,
     save_config,
+    seed_settings,
     state_dir,
 )
-from autoresearch_mcp.core.ledger import Ledger
+from autoresearch_mcp.core.ledger import Ledger, LedgerView
 from autoresearch_mcp.core.port import VALIDATION_RUNS, RemoteValidator, ValidationRun
 from autoresearch_mcp.core.records import SessionRecord
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp.core.worktrees import Worktrees, server_job
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import figures, stats
@@ -171,7 +174,7 @@ def plan_session(
         config = previous.model_copy(update={"executor": executor or previous.executor, "repo": str(root),
                                              "platforms": chosen})
     else:
-        kept = previous.model_dump(include=KEPT_ON_RESUME) if previous else {}
+        kept = previous.model_dump(include=KEPT_ON_RESUME) if previous else seed_settings(root)
         kept["platforms"] = chosen
         config = SessionConfig(
             session_id=uuid.uuid4().hex[:12], tag=tag, branch=branch, repo=str(root), metric=metric,
@@ -291,8 +294,8 @@ def validate_benchmark(
     safefs.write_text(root, state_dir(root) / "logs" / "session-validation.log", "")  # each trial appends to it
     try:
         def measure(threads: int) -> Validation:
-            done = _validate_in(tree, content, config, worktrees, threads, extra_env)
-            return Validation(*judge_validation(done, config))
+            at = config.model_copy(update={"threads": threads})
+            return Validation(*judge_validation(_validate_in(tree, content, at, worktrees, extra_env, head), config))
 
         if config.threads is not None:
             return measure(config.threads)
@@ -341,21 +344,23 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
     return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried])
 
 
-def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees, threads: int,
-                 extra_env: dict[str, str] | None = None) -> ValidationRun:
+def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
+                 extra_env: dict[str, str] | None = None, commit: str | None = None) -> ValidationRun:
     root = Path(config.repo)
-    env = {**(extra_env or {}), **job_env(config.all_platforms[0])}
+    job = server_job(config, worktrees, commit or config.start_commit, tree,
+                     {**(extra_env or {}), **job_env(config.all_platforms[0])})
+    env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
-                                  machine_lock=str(worktrees.machine_lock()), env=env)
+                                  machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
         done = ValidationRun(str(tree), built.command, built.duration_s, [])
         if built.command is not None and not built.command.ok:
             return done
-        logf.write(f"[autoresearch] {VALIDATION_RUNS} validation runs with AUTORESEARCH_THREADS={threads}\n")
-        for i in range(VALIDATION_RUNS):
+        logf.write(f"[autoresearch] {VALIDATION_RUNS} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
+        for _ in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
-                                         env=runner.bench_env("baseline", i, threads, env), log=logf)
+                                         env=env, log=logf, confine=confine)
             done.runs.append(res)
             if not res.ok or config.metric not in runner.parse_metrics(res.output).values:
                 break
@@ -442,9 +447,10 @@ def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, work
         tree = worktrees.acquire(head, p.name)
         try:
             root = Path(config.repo)
+            # the head is its own baseline here: a comparing check compares it with itself
+            job = server_job(config, worktrees, head, tree, {**extra_env, **job_env(p)})
             lines.append(platforms_.validate_head(
-                p, str(tree), content, config.timeouts.build, config.timeouts.checks, worktrees.machine_lock(),
-                root, state_dir(root) / "logs" / f"session-validation-{p.name}.log", extra_env))
+                p, str(tree), content, job, root, state_dir(root) / "logs" / f"session-validation-{p.name}.log"))
         finally:
             worktrees.release(tree)
     return lines
@@ -474,6 +480,12 @@ def start_session(
     plan = plan_session(repo_path, metric, direction, executor, tag, platforms, chosen, model)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
+    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    changes: list[str] = []
+    if resumed:
+        branch.check(repo, config, view, append)  # before its head is validated and recorded as the session's
+        recorded = recorded_gate(view, config.session_id)
+        changes = gate_changes(config, recorded) if recorded is not None else []
     common: dict[str, Any] = dict(
         session_id=config.session_id, branch=config.branch, repo=str(root), metric=config.metric,
         direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
@@ -524,6 +536,10 @@ def start_session(
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
     validator = remote(repo, config) if remote is not None else None
+    if config.sandbox != sandbox.OFF and (validator is None or any(p.executor == "local" for p in config.platforms)):
+        unconfinable = sandbox.unavailable()
+        if unconfinable:
+            raise StateError(unconfinable)
     worker = None
     if validator is not None:
         done = validator(head, gitops.tree_of(repo, head))
@@ -547,10 +563,20 @@ def start_session(
     if compiler_cache() is None:
         warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
                         "in fresh worktrees reuse objects")
-    Ledger(state_dir(root) / "ledger.jsonl").append(SessionRecord(
+    if changes:
+        warnings.append(f"the settings that decide a verdict changed in {config_path(root)} since this session last "
+                        f"recorded them ({'; '.join(changes)}); they are now recorded in the ledger, and experiments "
+                        "launched from now on are judged with them (earlier ones keep the settings they were "
+                        "launched with)")
+    unguarded = gitops.install_ref_guard(repo, resources.git_hook(gitops.REF_GUARD).read_bytes())
+    if unguarded:
+        warnings.append(f"the reference-transaction hook that refuses moves of autoresearch/* branches outside "
+                        f"commit_winner is not installed: {unguarded}. The server still holds the branch to its "
+                        "ledger after every job and before every commit")
+    append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in summary.items()},
-        build_duration_s=round(build_s, 3), settings=shown_settings(config)))
+        build_duration_s=round(build_s, 3), gate=config.gate(), settings=shown_settings(config)))
     result = StartSessionResult(
         **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
@@ -562,6 +588,34 @@ def start_session(
         ],
     )
     return result, repo, config
+
+
+# --- what a session is held to: the settings it recorded and its branch ------------------------------------
+
+
+def recorded_gate(view: LedgerView, session_id: str) -> dict[str, Any] | None:
+    """The settings that decide a verdict as the session's latest start recorded them (None: none yet, or
+    a ledger of an earlier version)."""
+    return next((s.gate for s in reversed(view.sessions) if s.session_id == session_id and s.gate is not None),
+                None)
+
+
+def check_resume(repo: gitops.Repo, config: SessionConfig) -> None:
+    """Refuse to resume (at the server's start) a session whose config changed behind the server's back in
+    what decides a verdict, or whose branch is not where its ledger says; a commit_winner commit a crash
+    left unrecorded is recorded (experiments/branch.py)."""
+    root = Path(repo.working_dir)
+    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    recorded = recorded_gate(view, config.session_id)
+    changes = gate_changes(config, recorded) if recorded is not None else []
+    if changes:
+        raise StateError(
+            f"{config_path(root)} was changed after start_session recorded the settings that decide a verdict "
+            f"({'; '.join(changes)}), and a session is never judged with settings changed behind the server's back. "
+            f"If you made the change, apply it: call start_session with tag={config.tag!r}, which validates the "
+            "benchmark again and records the new settings in the ledger. If you did not, put the recorded values "
+            "back in the config first")
+    branch.check(repo, config, view, append)
 
 
 def baseline_mean(ledger: Ledger, session_id: str, metric: str) -> float | None:

@@ -69,6 +69,7 @@ def make_fleet(repo: gitops.Repo, config: SessionConfig, settings: Settings,
 class AppState:
     settings: Settings
     session: sessions.Session | None = None
+    unbound: str | None = None  # why the session in the working directory was not resumed at start
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _starting: str = ""
 
@@ -80,8 +81,13 @@ class AppState:
         config = load_config(root) if (root / ".git").exists() else None
         if config is not None:
             try:
-                state._bind(gitops.repo_at(root), config)
+                repo = gitops.repo_at(root)
+                sessions.check_resume(repo, config)
+                state._bind(repo, config)
                 log.info("resumed session %s of %s", config.tag, root)
+            except StateError as exc:
+                state.unbound = f"the session {config.tag} in {root} was not resumed: {exc}"
+                log.error("%s", state.unbound)
             except Exception:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
@@ -103,7 +109,7 @@ class AppState:
 
     def require_session(self) -> sessions.Session:
         if self.session is None:
-            raise StateError("no session: call start_session(repo, metric, direction) first")
+            raise StateError(self.unbound or "no session: call start_session(repo, metric, direction) first")
         return self.session
 
     def start_session(
@@ -165,6 +171,7 @@ class AppState:
                     f"the session {old.config.tag} of {old.repo.working_dir} is no longer bound: experiment "
                     f"tools now act on {git_repo.working_dir} (start_session there again to switch back)")
         self._bind(git_repo, config, made[0] if made else None)
+        self.unbound = None
         return result
 
     def list_experiments(self, status: str | None) -> ListExperimentsResult:

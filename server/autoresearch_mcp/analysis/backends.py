@@ -4,6 +4,11 @@ A backend root is a folder holding one backend's code (`ggml/src/ggml-cuda`, `ba
 `src/cpu`...). Roots are found by the conventions of real projects or named by the caller as
 `name=path`, `name=/other/repo:path` (the same folder in another local checkout, e.g. a fork) or
 `name=ref:path` (the folder at a git ref of this repository, e.g. an older version).
+
+A backend may be built from another's sources: llama.cpp's MUSA and HIP backends compile the CUDA
+backend's `.cu` files (`file(GLOB ... "../ggml-cuda/*.cu")` in their CMakeLists.txt; ggml-hip holds no
+source of its own). `built_from` reads each root's build files for paths into another root that name
+sources to compile, so such a backend gets the other's ops and fusions instead of lacking them.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ MAX_SCAN_BYTES = 400_000_000  # sources read per backend root
 MAX_DIRS = 200_000  # folders walked looking for backends
 _HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx"})
 _PRUNE = frozenset({"node_modules", "__pycache__", "venv", "build", "dist", "out", "target"})
+# build files read for sources compiled from elsewhere, and the suffixes that are compiled (not headers)
+BUILD_FILES = ("CMakeLists.txt", "meson.build", "Makefile", "BUILD", "BUILD.bazel")
+COMPILED_SUFFIXES = SOURCE_SUFFIXES - {".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".ipp", ".cuh", ".tmpl"}
+_BUILD_PATH = re.compile(r"""(?:\$\{CMAKE_CURRENT_(?:SOURCE|LIST)_DIR\}/|\$\(srcdir\)/)?\.\.?/[^\s"'()${}]+""")
+_GLOB_CHARS = re.compile(r"[*?\[]")
 _KNOWN_RE = re.compile(r"^(?:(?P<pre>.+?[-_]))?(?P<name>" + "|".join(KNOWN_BACKENDS) + r")(?:[-_].+)?$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][\w.-]*$")
 
@@ -106,10 +116,10 @@ def discover(repo: Path) -> tuple[list[tuple[str, Path]], list[str]]:
         for name, path in members:
             if name in found:
                 notes.append(f"{_rel(path, repo)} looks like backend {name!r} too; used {_rel(found[name], repo)}")
-            elif _has_sources(path):
+            elif _has_sources(path) or compiled_elsewhere(path):
                 found[name] = path
             else:
-                notes.append(f"{_rel(path, repo)} has no source files (it may build another backend's code)")
+                notes.append(f"{_rel(path, repo)} has no source files and builds none from elsewhere")
     return sorted(found.items()), notes
 
 
@@ -284,6 +294,62 @@ def shared_headers(repo: Path, roots: list[BackendRoot]) -> list[SourceFile]:
                 out.append(SourceFile(_rel(path, repo), path.read_text(errors="replace")))
         except OSError:
             continue
+    return out
+
+
+@dataclass(frozen=True)
+class BuildReference:
+    """A path in a backend's build file to sources in another folder, which the backend compiles."""
+
+    folder: Path  # the folder the sources lie in
+    file: str  # the build file, relative to the repository
+    line: int
+    text: str  # the path as written
+
+
+def compiled_elsewhere(folder: Path, repo: Path | None = None) -> list[BuildReference]:
+    """Sources outside `folder` that its build files compile: relative paths (`../ggml-cuda/*.cu`,
+    `${CMAKE_CURRENT_SOURCE_DIR}/../x/y.cu`) that end in a compiled suffix, a glob included."""
+    out: list[BuildReference] = []
+    names = [f for f in BUILD_FILES if (folder / f).is_file()]
+    names += sorted(p.name for p in folder.glob("*.cmake"))
+    for name in names:
+        try:
+            text = (folder / name).read_text(errors="replace")
+        except OSError:
+            continue
+        for number, line in enumerate(text.split("\n"), start=1):
+            if line.lstrip().startswith("#") or ".." not in line:
+                continue
+            for m in _BUILD_PATH.finditer(line.split(" #", 1)[0]):
+                written = m.group()
+                relative = re.sub(r"^(\$\{CMAKE_CURRENT_(?:SOURCE|LIST)_DIR\}|\$\(srcdir\))/", "", written)
+                if Path(relative).suffix.lower() not in COMPILED_SUFFIXES:
+                    continue  # a header, an include folder, a folder handed to a function
+                parts = Path(relative).parts
+                fixed = [p for p in parts[:-1] if not _GLOB_CHARS.search(p)]
+                if len(fixed) < len(parts) - 1:
+                    fixed = list(parts[:next(i for i, p in enumerate(parts) if _GLOB_CHARS.search(p))])
+                target = Path(os.path.normpath(folder / Path(*fixed))) if fixed else folder
+                if target == folder or folder in target.parents:
+                    continue
+                shown = _rel(folder / name, repo) if repo is not None else str(folder / name)
+                out.append(BuildReference(target, shown, number, written))
+    return out
+
+
+def built_from(roots: list[BackendRoot], repo: Path) -> dict[str, list[tuple[str, BuildReference]]]:
+    """Backend name -> the other backends whose sources its build compiles, with the build line that says so."""
+    out: dict[str, list[tuple[str, BuildReference]]] = {}
+    located = [(r.name, r.path.resolve()) for r in roots if r.path is not None]
+    for root in roots:
+        if root.path is None:
+            continue
+        for ref in compiled_elsewhere(root.path.resolve(), repo):
+            for name, path in located:
+                if name != root.name and (ref.folder == path or path in ref.folder.parents) and \
+                        name not in [n for n, _ in out.get(root.name, [])]:
+                    out.setdefault(root.name, []).append((name, ref))
     return out
 
 

@@ -8,6 +8,11 @@ Rules (documented in the tool description and README):
   rejects it. Otherwise such a backend would show nonsense gaps for ops it runs but never names.
 - A fusion is an ordered op sequence in a fusion check; a backend has fusion A+B when it fuses A+B or
   a longer chain that starts with A+B (A+B+C).
+- A fusion check is a call of a fusion helper (a function that takes a list of ops and says so in its
+  name, or hands the list on to one: each backend's own, found from the definitions) with an op list,
+  or an op list in a statement, function or file about fusing.
+- A backend built from another's sources (its build files compile them: MUSA and HIP compile CUDA's
+  `.cu` files) has that backend's ops and fusions too.
 - Gaps are ranked by how many backends have the item; fusions first on ties.
 """
 
@@ -22,16 +27,16 @@ from pathlib import Path
 from typing import Literal
 
 from autoresearch_mcp import limits
-from autoresearch_mcp.analysis.backends import BackendRoot, resolve, shared_headers
+from autoresearch_mcp.analysis.backends import BackendRoot, BuildReference, built_from, resolve, shared_headers
 from autoresearch_mcp.analysis.inventory import (
     Evidence,
     Extractor,
     Inventory,
     Scan,
     detect_families,
+    fusion_helpers,
     index_text,
     scan_file,
-    strip_code,
 )
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import (
@@ -74,8 +79,8 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
     t_scan = time.perf_counter()
 
     all_scans = [s for per in scans for s in per]
-    headers = [strip_code(f.text) for f in shared_headers(repo_path, roots)]
-    families = detect_families(all_scans, headers)
+    headers = [scan_file(f) for f in shared_headers(repo_path, roots)]
+    families = detect_families(all_scans, [h.code for h in headers])
     if not families:
         notes.append(
             "no op enum family found: looked for case labels and enums named like PREFIX_OP_NAME or "
@@ -83,8 +88,9 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
         )
     t_families = time.perf_counter()
 
-    extractor = Extractor(families)
+    extractor = Extractor(families, fusion_helpers([*all_scans, *headers], families))
     inventories = [extractor.inventory(root, per) for root, per in zip(roots, scans, strict=True)]
+    notes.extend(_apply_built_from(inventories, built_from(roots, repo_path)))
     _apply_default_support(inventories, extractor)
     t_extract = time.perf_counter()
 
@@ -144,6 +150,37 @@ def _scan_all(roots: list[BackendRoot]) -> list[list[Scan]]:
     return out
 
 
+def _apply_built_from(inventories: list[Inventory], built: dict[str, list[tuple[str, BuildReference]]]) -> list[str]:
+    """A backend whose build compiles another's sources has that backend's ops, fusions, kernels and ISA
+    too (its own evidence first); chains (A built from B built from C) are followed. Returns the notes."""
+    by_name = {inv.name: inv for inv in inventories}
+    notes = []
+    for name, sources in sorted(built.items()):
+        for source, ref in sources:
+            notes.append(f"{name} compiles {source}'s sources ({ref.file}:{ref.line}: {ref.text}): it has "
+                         f"{source}'s ops and fusions")
+    for _ in range(len(built)):
+        changed = False
+        for name, sources in built.items():
+            inv = by_name[name]
+            for other_name, _ref in sources:
+                other = by_name[other_name]
+                before = (len(inv.ops), len(inv.fusions))
+                for table, more in ((inv.ops, other.ops), (inv.fusions, other.fusions)):
+                    for key, ev in more.items():
+                        table.setdefault(key, ev)
+                for fam, hit in other.isa.items():
+                    inv.isa.setdefault(fam, hit)
+                inv.kernels = sorted({*inv.kernels, *other.kernels})
+                inv.fusion_helpers = sorted({*inv.fusion_helpers, *other.fusion_helpers})
+                if other_name not in inv.built_from:
+                    inv.built_from.append(other_name)
+                changed |= before != (len(inv.ops), len(inv.fusions))
+        if not changed:
+            break
+    return notes
+
+
 def _apply_default_support(inventories: list[Inventory], extractor: Extractor) -> None:
     """A supports-by-default backend has every op of each family it uses, except those it rejects."""
     every_op = {op for inv in inventories for op in inv.ops} | {op for inv in inventories for op in inv.rejected}
@@ -179,11 +216,17 @@ def _gaps(inventories: list[Inventory], target: str, extractor: Extractor) -> li
         if not present or lookup(tgt, item):
             return
         missing = [target] + [inv.name for inv in others if not lookup(inv, item)]
+        places: dict[tuple[str, int], list[tuple[Inventory, str]]] = {}  # one evidence per place
+        for inv, (found, ev) in present:
+            places.setdefault((ev.file, ev.line), []).append((inv, found))
         evidence = []
-        for inv, (found, ev) in present[:EVIDENCE_LIMIT]:
+        for (_file, _line), holders in list(places.items())[:EVIDENCE_LIMIT]:
+            inv, found = holders[0]
+            ev = lookup(inv, item)[1]  # type: ignore[index]
             note = f" (as part of {found})" if found != item else ""
-            evidence.append(GapEvidence(backend=inv.name, file=ev.file, line=ev.line,
-                                        snippet=ev.snippet + note))
+            also = [h.name for h, _ in holders[1:]]
+            note += f" (also compiled into {', '.join(also)})" if also else ""
+            evidence.append(GapEvidence(backend=inv.name, file=ev.file, line=ev.line, snippet=ev.snippet + note))
         gaps.append(BackendGap(kind=kind, item=item, present_in=[inv.name for inv, _ in present],
                                missing_in=missing, evidence=evidence))
 
@@ -215,4 +258,6 @@ def _inventory_model(inv: Inventory) -> BackendInventory:
         isa=[IsaUse(name=name, hits=hits, file=ev.file, line=ev.line) for name, (hits, ev) in isa],
         kernels_count=len(inv.kernels),
         kernels=inv.kernels[:LIST_LIMIT],
+        fusion_helpers=inv.fusion_helpers[:LIST_LIMIT],
+        built_from=inv.built_from,
     )

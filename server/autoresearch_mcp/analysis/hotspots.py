@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import gitops, profiler, runner
+from autoresearch_mcp.core import gitops, profiler, runner, sandbox
 from autoresearch_mcp.core.config import BENCH_SCRIPT, job_env, state_dir
 from autoresearch_mcp.core.port import Job, JobSpec
 from autoresearch_mcp.core.records import ProfileRecord
+from autoresearch_mcp.core.worktrees import server_job
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.executors.sky_pool import SkyPool
@@ -128,18 +129,19 @@ def _here(session: Session, executor: LocalExecutor, target: _Target, profile_id
     root = Path(repo.working_dir)
     data = profiles_dir(root) / f"{profile_id}.perf.data"
     worktrees = executor.worktrees
-    env = _job_env(session)
     tree = worktrees.acquire(target.commit)
     try:
+        # the session's scripts (the base's: a candidate cannot change them); the tree is its own baseline
+        job = server_job(config, worktrees, target.base, tree, _job_env(session))
+        env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
         with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
             built = runner.build_tree(str(tree), config.timeouts.build, log, gitops.tree_of(repo, target.commit),
-                                      machine_lock=str(worktrees.machine_lock()), env=env)
+                                      machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
             if built.command is not None and not built.command.ok:
                 raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed in {tree}:\n"
                                  f"{built.command.tail(2000)}")
-            raw = profiler.profile(perf, tree, data, config.timeouts.bench,
-                                   runner.bench_env(target.role, 0, config.threads, env), log,
-                                   str(worktrees.machine_lock()))
+            raw = profiler.profile(perf, tree, data, config.timeouts.bench, env, log, str(worktrees.machine_lock()),
+                                   confine)
         run = _Run({**raw, "perf_data": str(data)}, "this machine")
         _check(run, target, config.tag)
         _keep_sources(run.raw["functions"], lambda rel: _read_small(tree / rel), root,

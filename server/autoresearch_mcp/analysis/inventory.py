@@ -149,6 +149,8 @@ class Inventory:
     fusions: dict[str, Evidence] = field(default_factory=dict)
     isa: dict[str, tuple[int, Evidence]] = field(default_factory=dict)  # family -> (hits, first use)
     kernels: list[str] = field(default_factory=list)
+    fusion_helpers: list[str] = field(default_factory=list)  # the fusion checks its code calls
+    built_from: list[str] = field(default_factory=list)  # backends whose sources its build compiles
 
 
 def _blank(m: re.Match[str]) -> str:
@@ -256,11 +258,115 @@ def _category(prefix: str) -> str:
     return parts[-2].upper() if len(parts) >= 2 and parts[-1].upper() in _OP_SEGMENTS else ""
 
 
+def fusion_helpers(scans: list[Scan], families: list[Family]) -> dict[str, int]:
+    """The functions that decide whether a chain of ops fuses, by name -> the index of their op-list parameter.
+
+    A fusion helper takes a list of ops of an op enum (`std::initializer_list<enum ggml_op> ops`, `const
+    enum ggml_op * ops`, `std::vector<ggml_op>`) and either says so in its name (`ggml_vk_can_fuse`,
+    `ggml_cuda_can_fuse`, Metal's `can_fuse`) or hands that list on to a fusion helper (a backend's own
+    check built on `ggml_can_fuse`). Read from the definitions of every backend and the shared headers, so
+    each backend's own helper is known by what it is, whatever it is called."""
+    enums = {f.enum for f in families if f.enum}
+    if not enums:
+        return {}
+    list_type = re.compile(r"(?:initializer_list|vector|span|array)\s*<\s*(?:const\s+)?(?:enum\s+)?(" + "|".join(
+        map(re.escape, sorted(enums))) + r")\b|(?:enum\s+)?\b(" + "|".join(map(re.escape, sorted(enums))) +
+        r")\s*(?:const\s*)?(?:\*|\w+\s*\[)")
+    candidates: dict[str, tuple[int, str, str]] = {}  # name -> (index, parameter name, body)
+    for scan in scans:
+        code = scan.code
+        if not any(e in code for e in enums):
+            continue
+        for offset, name in scan.funcs:
+            open_at = code.find("(", offset)
+            close_at = _matching(code, open_at)
+            if close_at < 0 or not list_type.search(code, open_at, close_at):
+                continue
+            params = _split_top(code[open_at + 1: close_at])
+            for index, param in enumerate(params):
+                if list_type.search(param) and (words := _WORD.findall(param)):
+                    body_at = code.find("{", close_at)
+                    body_end = _matching(code, body_at, "{", "}")
+                    candidates.setdefault(name, (index, words[-1], code[body_at: body_end if body_end > 0 else None]))
+                    break
+    helpers = {name: index for name, (index, _, _) in candidates.items() if "fus" in name.lower()}
+    changed = True
+    while changed:  # a function that passes its op list on to a helper is one too
+        changed = False
+        for name, (index, param, body) in candidates.items():
+            if name in helpers:
+                continue
+            for helper in helpers:
+                for m in re.finditer(r"\b" + re.escape(helper) + r"\s*\(", body):
+                    if re.search(r"\b" + re.escape(param) + r"\b", body[m.end(): _matching(body, m.end() - 1)]):
+                        helpers[name] = index
+                        changed = True
+                        break
+                if name in helpers:
+                    break
+    return helpers
+
+
+def _matching(code: str, at: int, opening: str = "(", closing: str = ")") -> int:
+    """The offset of the bracket that closes the one at `at` (-1 when unbalanced within 20,000 characters)."""
+    if at < 0 or at >= len(code) or code[at] != opening:
+        return -1
+    depth = 0
+    for i in range(at, min(len(code), at + 20_000)):
+        ch = code[i]
+        if ch == opening:
+            depth += 1
+        elif ch == closing:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _split_top(params: str) -> list[str]:
+    """Parameters split at the commas outside brackets (`std::map<int, int> m, int n`)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(params):
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(params[start:i])
+            start = i + 1
+    out.append(params[start:])
+    return out
+
+
+def _callee_around(code: str, offset: int) -> str | None:
+    """The function whose argument list holds `offset` (`ggml_vk_can_fuse(ctx, cgraph, i, { A, B })` for the
+    list's offset; `ctx->can_fuse(...)` gives can_fuse), or None outside any call."""
+    depth = 0
+    for i in range(offset - 1, max(-1, offset - 2000), -1):
+        ch = code[i]
+        if ch in ")}]":
+            depth += 1
+        elif ch in "({[":
+            if depth:
+                depth -= 1
+                continue
+            if ch != "(":
+                continue  # the list sits inside another brace list: keep looking for the call
+            m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*$", code[max(0, i - 200): i])
+            return m.group(1) if m else None
+        elif ch == ";":
+            return None
+    return None
+
+
 class Extractor:
     """Extraction rules shared by every backend of one comparison (same families, same op names)."""
 
-    def __init__(self, families: list[Family]) -> None:
+    def __init__(self, families: list[Family], helpers: dict[str, int] | None = None) -> None:
         self.families = families
+        self.helpers = helpers or {}
+        self._helper_calls = {name: re.compile(r"\b" + re.escape(name) + r"\s*\(") for name in self.helpers}
+        self._fuse_named = {name for name in self.helpers if "fus" in name.lower()}
         by_len = sorted(families, key=lambda f: -len(f.prefix))
         # no leading \b: a literal start lets the regex engine skip ahead fast; the boundary is checked after
         self._token = re.compile(
@@ -296,6 +402,7 @@ class Extractor:
     def inventory(self, root: BackendRoot, scans: list[Scan]) -> Inventory:
         inv = Inventory(root.name, root.root, files=len(scans), skipped=list(root.skipped))
         kernels: set[str] = set()
+        called: set[str] = set()
         isa_hits: Counter[str] = Counter()
         for scan in scans:
             inv.lines += len(scan.line_starts)
@@ -311,10 +418,12 @@ class Extractor:
             kernels.update(self._kernels(scan))
             self._supports(scan, inv)
             self._fusions(scan, scans, inv)
+            called.update(name for name in self._calls(code))
         inv.isa = {k: (isa_hits[k], ev) for k, (_, ev) in inv.isa.items()}
         for tok in inv.rejected:
             inv.ops.pop(tok, None)
         inv.kernels = sorted(kernels)
+        inv.fusion_helpers = sorted(called)
         return inv
 
     def _kernels(self, scan: Scan) -> set[str]:
@@ -356,7 +465,8 @@ class Extractor:
             before = code[max(0, m.start() - 400): m.start()]
             stmt = _STMT_START.search(before)
             head = stmt.group()[1:] if stmt else before
-            if not (file_says_fusion or "fus" in head.lower() or self._in_fusion_function(scan, m.start())):
+            if not (file_says_fusion or "fus" in head.lower() or self._in_fusion_function(scan, m.start())
+                    or _callee_around(code, m.start()) in self.helpers):
                 named = _LIST_NAME.search(head)
                 if not (named and self._used_in_fusion(named.group(1), scan, scans, m.end(), head)):
                     continue
@@ -455,9 +565,20 @@ class Extractor:
         fn = scan.function_at(offset)
         return fn is not None and "fus" in fn[1].lower()
 
+    def _calls(self, code: str) -> list[str]:
+        """The fusion helpers `code` calls (most are named for fusing: one look for "fus" rules them out)."""
+        says_fuse = "fus" in code or "Fus" in code or "FUS" in code
+        return [name for name, call in self._helper_calls.items()
+                if (says_fuse or name not in self._fuse_named) and name in code
+                and any(not _glued(code, m.start()) for m in call.finditer(code))]
+
     def _used_nearby(self, name: str, window: str) -> bool:
+        """Whether a statement of `window` that speaks of fusing (or calls a fusion helper) uses `name`."""
+        if name not in window:
+            return False
         word = re.compile(r"\b" + re.escape(name) + r"\b")
-        return any("fus" in stmt.lower() and word.search(stmt) for stmt in re.split(r"[;{}]", window))
+        return any(name in stmt and word.search(stmt) and ("fus" in stmt.lower() or self._calls(stmt))
+                   for stmt in re.split(r"[;{}]", window))
 
     def _used_in_fusion(self, name: str, scan: Scan, scans: list[Scan], end: int, head: str) -> bool:
         """A named op list counts when a fusion check uses it: nearby for a local, anywhere for a global."""

@@ -6,8 +6,9 @@ the foundation (errors, models, resources, safefs) and the git module's path rul
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -238,6 +239,9 @@ class SessionConfig(BaseModel):
     holdout: Holdout | None = None
     model: str | None = Field(None, description="model file for recipes that run one (AUTORESEARCH_MODEL)")
     model_url: str | None = Field(None, description="downloaded once into the cache when `model` is not set")
+    sandbox: Literal["confined", "off"] = Field(
+        "confined", description="confined: every build, bench and checks command runs under bubblewrap; off: "
+                                "unconfined, by the user's choice only, and every result says so")
 
     @field_validator("protected")
     @classmethod
@@ -253,6 +257,33 @@ class SessionConfig(BaseModel):
     def objective_metrics(self) -> list[str]:
         return list(self.objectives) or [self.metric]
 
+    def gate(self) -> dict[str, Any]:
+        """The settings that decide a verdict (GATE_FIELDS), as the ledger records them."""
+        return self.model_dump(mode="json", include=set(GATE_FIELDS))
+
+
+# The settings that decide whether a candidate wins: what is measured and in which direction, the
+# statistics' parameters, the objectives and guards, the hidden holdout and what candidates may not
+# change. start_session records them in the ledger; a resume refuses a config that differs from the record.
+GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
+               "default_repeats", "warmup", "holdout", "protected", "sandbox")
+
+
+def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
+    """How `config`'s gate differs from a recorded one, one `name: old -> new` each. The record is read
+    through the config's own model first, so a setting the record lacks counts at its default."""
+    current = config.gate()
+    try:
+        before = SessionConfig.model_validate({**config.model_dump(exclude=set(GATE_FIELDS)), **recorded}).gate()
+    except ValidationError:
+        before = recorded
+
+    def shown(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))[:200]
+
+    return [f"{name}: {shown(before.get(name))} -> {shown(current.get(name))}"
+            for name in GATE_FIELDS if before.get(name) != current.get(name)]
+
 
 def judged_metrics(config: SessionConfig) -> list[str]:
     """Every metric a verdict depends on: the primary, the objectives and the guards."""
@@ -262,7 +293,7 @@ def judged_metrics(config: SessionConfig) -> list[str]:
 # Settings a person may edit in config.json; a new session on the same repository keeps them.
 KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
          "build_parallelism", "threads", "env", "drift_limit", "warmup", "default_repeats", "incremental",
-         "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url"}
+         "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox"}
 
 
 def state_dir(repo_root: Path) -> Path:
@@ -274,13 +305,26 @@ def config_path(repo_root: Path) -> Path:
 
 
 def load_config(repo_root: Path) -> SessionConfig | None:
+    """The session's config; None when there is none, or only settings written for the next session."""
     path = config_path(repo_root)
-    if not path.exists():
+    if not path.exists() or seed_settings(repo_root):
         return None
     try:
         return SessionConfig.model_validate_json(path.read_text())
     except ValueError as exc:
         raise StateError(f"{path} is not a valid session config ({exc}); fix or delete it") from None
+
+
+def seed_settings(repo_root: Path) -> dict[str, Any]:
+    """Settings a person wrote into config.json before any session (`{"sandbox": "off"}`, say), which the
+    first start_session takes over; empty when the file is a session's config or absent."""
+    try:
+        data = json.loads(config_path(repo_root).read_text())
+    except (OSError, ValueError):
+        return {}
+    if isinstance(data, dict) and data and "session_id" not in data and set(data) <= KEPT_ON_RESUME:
+        return data
+    return {}
 
 
 def save_config(repo_root: Path, config: SessionConfig) -> None:

@@ -12,9 +12,11 @@ Candidates become commits on private refs (`refs/autoresearch/exp/<id>`) built w
 (a temporary GIT_INDEX_FILE), so the user's index, HEAD and files are never touched unless they asked.
 
 Only this module imports GitPython or runs git; elsewhere a repository is a `gitops.Repo` whose
-`working_dir` may be read (tests/test_gitops_only.py checks it). The exception is hooks.py: its guard
-runs with the system python3 before the package's environment exists, and the Stop hook, at the end
-of every turn, is kept free of GitPython's import; both ask git read-only questions with the stdlib.
+`working_dir` may be read (tests/test_gitops_only.py checks it). The exceptions are the hooks: the
+PreToolUse guard (guard.py) runs with the system python3 before the package's environment exists, and
+the Stop hook (hooks.py), at the end of every turn, is kept free of GitPython's import; both ask git
+read-only questions with the stdlib. Every git run here is the server's own (OWN_GIT): no hook of the
+repository runs from it.
 """
 
 from __future__ import annotations
@@ -50,14 +52,23 @@ _BOT = {"GIT_AUTHOR_NAME": "autoresearch", "GIT_AUTHOR_EMAIL": "autoresearch@loc
 # --- the runner ---------------------------------------------------------------------------------------
 
 
+# Every git the server runs is its own: no hook of the repository runs (a planted post-checkout would
+# run on `worktree add`, and the session's reference-transaction guard is meant for everyone else),
+# no replacement object stands in for a commit (`git replace` could make a commit show another tree),
+# and no fsmonitor program is started.
+OWN_GIT = ("--no-replace-objects", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+
+
 def _run(where: Repo | Path, *args: str, env: dict[str, str] | None = None, stdin: str | bytes | None = None,
-         binary: bool = False, out: BinaryIO | None = None) -> Any:
+         binary: bool = False, out: BinaryIO | None = None, own: bool = True) -> Any:
     """git `args` in the repository (or directory) `where`: its stdout as text (bytes with `binary`,
-    streamed into `out` when given); raises GitError when git fails."""
+    streamed into `out` when given); raises GitError when git fails. `own=False` leaves out OWN_GIT,
+    only to read the repository's own settings (where its hooks live)."""
     runner, at = (where.git, []) if isinstance(where, Repo) else (git.Git(), ["-C", str(where)])
     with _stdin(stdin) as istream:
         return runner.execute(
-            ["git", *at, *args], env=env, istream=istream, output_stream=out, stdout_as_string=not binary,
+            ["git", *(OWN_GIT if own else ()), *at, *args], env=env, istream=istream, output_stream=out,
+            stdout_as_string=not binary,
             strip_newline_in_stdout=not binary,
             kill_after_timeout=None if sys.platform == "win32" else TIMEOUT_S)  # GitPython: not on Windows
 
@@ -445,7 +456,11 @@ def grep_files(path: Path, words: Iterable[str], globs: Sequence[str]) -> list[s
 
 def dirty_files(repo: Repo) -> list[str]:
     """Modified, staged and untracked (not ignored) paths of the work tree, as plain names."""
-    out = _git(repo, "status", "--porcelain", "-z", "--untracked-files=all")
+    return _status_paths(_git(repo, "status", "--porcelain", "-z", "--untracked-files=all"))
+
+
+def _status_paths(out: str) -> list[str]:
+    """The paths of `git status --porcelain -z` output."""
     entries = out.split("\0")
     files, i = [], 0
     while i < len(entries):
@@ -686,6 +701,90 @@ def ensure_excluded(repo: Repo, entry: str = ".autoresearch/") -> None:
             if lines and lines[-1] != "":
                 fh.write("\n")
             fh.write(entry + "\n")
+
+
+# --- the session's reference-transaction guard ----------------------------------------------------------
+
+REF_GUARD = "reference-transaction"
+CHAINED = REF_GUARD + ".before-autoresearch"  # the repository's own hook of that name, which ours runs first
+_GUARD_MARK = b"autoresearch-mcp reference-transaction guard"
+
+
+def hooks_dir(repo: Repo) -> Path:
+    """Where git runs the repository's hooks from: core.hooksPath, or the hooks folder of its git directory."""
+    return Path(cast(str, _run(repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks", own=False)))
+
+
+def _is_guard(path: Path) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        return _GUARD_MARK in fh.read(512)
+
+
+def install_ref_guard(repo: Repo, script: bytes) -> str | None:
+    """Install `script` as the repository's reference-transaction hook, moving a hook of that name the
+    repository has aside (to CHAINED, which the script runs first). Installing again replaces only our
+    own script. Returns why it could not be installed, or None."""
+    hooks = hooks_dir(repo)
+    if str(hooks) == os.devnull:
+        return "this repository runs no hooks (core.hooksPath is /dev/null)"
+    target, chained = hooks / REF_GUARD, hooks / CHAINED
+    root = Path(repo.working_dir).resolve()
+    inside = hooks.resolve().is_relative_to(root)
+    if os.path.lexists(target) and not _is_guard(target):
+        if os.path.lexists(chained):
+            return f"{target} and {chained} both exist, and neither is autoresearch's"
+        if inside and tracked(repo, "HEAD", target.resolve().relative_to(root).as_posix()):
+            return f"{target} is tracked by git, so it cannot be moved aside without changing your files"
+        os.replace(target, chained)
+    if inside:  # a hooks folder in the work tree: our files are never untracked changes nor in a candidate
+        for name in (target, chained):
+            ensure_excluded(repo, "/" + name.resolve().relative_to(root).as_posix())
+    try:
+        hooks.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=hooks, prefix=".autoresearch-", delete=False) as fh:
+            fh.write(script)
+        os.chmod(fh.name, 0o755)
+        os.replace(fh.name, target)
+    except OSError as exc:
+        return f"{hooks} cannot be written ({exc.strerror or exc})"
+    return None
+
+
+def remove_ref_guard(repo: Repo) -> bool:
+    """Remove our reference-transaction hook and put back the one it ran first; whether ours was there."""
+    hooks = hooks_dir(repo)
+    target, chained = hooks / REF_GUARD, hooks / CHAINED
+    if not _is_guard(target):
+        return False
+    if os.path.lexists(chained):
+        os.replace(chained, target)
+    else:
+        target.unlink()
+    return True
+
+
+def branch_ref(repo: Repo, branch: str) -> Ref | None:
+    """The branch `refs/heads/<branch>` as it is (its commit, or the ref it points to when symbolic)."""
+    name = f"refs/heads/{branch}"
+    return next((r for r in list_refs(repo, name) if r.name == name), None)
+
+
+def trailer(message: str, key: str) -> str | None:
+    """The value of trailer `key` in the last paragraph of a commit message (its last occurrence)."""
+    last = message.strip().rsplit("\n\n", 1)[-1]
+    values = [line.split(":", 1)[1].strip() for line in last.splitlines() if line.startswith(key + ":")]
+    return values[-1] if values else None
+
+
+def worktree_drift(path: Path, tree: str) -> list[str]:
+    """How the work tree at `path` differs from git tree `tree` in its tracked files: another HEAD, or the
+    tracked paths changed (files the build made, untracked or ignored, are not looked at)."""
+    head = _git(path, "rev-parse", "HEAD^{tree}")
+    if head != tree:
+        return [f"HEAD holds tree {head[:12]}, not {tree[:12]}"]
+    return _status_paths(_git(path, "status", "--porcelain", "-z", "--untracked-files=no"))
 
 
 # --- worktrees of our own (the build cache) -----------------------------------------------------------

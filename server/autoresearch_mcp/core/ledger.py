@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from autoresearch_mcp.core.records import (
     CommitRecord,
     Comparison,
     ContinueRecord,
+    HoldoutRecord,
     LaunchRecord,
     Outcome,
     PlatformRecord,
@@ -73,6 +75,7 @@ class ExperimentState:
     status_detail: str | None = None
     result: ResultRecord | None = None
     commit: CommitRecord | None = None
+    holdout: HoldoutRecord | None = None  # the latest holdout A/B commit_winner ran
     updated_at: float = 0.0
     worker: str | None = None
     runtime: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +130,9 @@ class LedgerView:
     experiments: dict[str, ExperimentState] = field(default_factory=dict)
     profiles: list[ProfileRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # session id -> where the ledger left its branch: the head its latest validation measured, or the
+    # latest commit commit_winner made there, whichever came last
+    heads: dict[str, str] = field(default_factory=dict)
 
 
 class Ledger:
@@ -182,6 +188,15 @@ class Ledger:
         records, warnings = self.records()
         return fold(records, warnings)
 
+    def folding(self) -> tuple[LedgerView, Callable[[Record], None]]:
+        """The ledger's view, and an append that folds each record it writes into that view."""
+        view = self.view()
+
+        def append(record: Record) -> None:
+            apply(view, self.append(record))
+
+        return view, append
+
 
 def fold(records: list[Record], warnings: list[str] | None = None) -> LedgerView:
     view = LedgerView(warnings=list(warnings or []))
@@ -194,6 +209,8 @@ def apply(view: LedgerView, rec: Record) -> None:
     """Fold one record into the view."""
     if isinstance(rec, SessionRecord):
         view.sessions.append(rec)
+        if rec.head:
+            view.heads[rec.session_id] = rec.head
         return
     if isinstance(rec, ProfileRecord):
         view.profiles.append(rec)
@@ -232,3 +249,6 @@ def apply(view: LedgerView, rec: Record) -> None:
         exp.status, exp.status_detail, exp.worker = "queued", None, None
     elif isinstance(rec, CommitRecord):
         exp.commit = rec
+        view.heads[exp.launch.session_id] = rec.commit
+    elif isinstance(rec, HoldoutRecord):
+        exp.holdout = rec

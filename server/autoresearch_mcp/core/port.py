@@ -6,7 +6,6 @@ they never judge results. The experiment manager owns the ledger and the verdict
 
 from __future__ import annotations
 
-import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -55,6 +54,7 @@ class JobSpec(TypedDict, total=False):
     platform: str
     measure: bool
     worktree_variant: str | None
+    sandbox: str  # the session's `sandbox` setting (confined or off); executors add the scripts to bind
     prior: list[list[float]]  # a continuation: the earlier rounds' (baseline, candidate) pairs
     stops: list[int]  # a continuation: where this round looks
     validate: int  # a validation run (start_session on a worker): how many benches
@@ -117,11 +117,16 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 EventSink = Callable[[str, Event], None]
 
 
-def parse_event(line: str) -> StatusEvent | SampleEvent | LookEvent | None:
-    """A progress event the runner printed (`runner.EVENT_PREFIX` line); None, with a warning, if it is
-    not one. Final events never come from these lines: the result line and the executor give them."""
+def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent | None:
+    """A progress event the runner printed (`runner.EVENT_PREFIX` line with the job's `secret`); None, with
+    a warning, if it is not one. Final events never come from these lines: the result line and the
+    executor give them."""
+    payload = runner.read_machine_line(line.rstrip("\n"), runner.EVENT_PREFIX, secret)
+    if payload is None:
+        log.warning("ignoring a runner event line without the job's secret: %r", line[:200])
+        return None
     try:
-        event = _EVENT.validate_python(json.loads(line[len(runner.EVENT_PREFIX):]))
+        event = _EVENT.validate_python(payload)
     except (ValueError, ValidationError) as exc:
         log.warning("ignoring a malformed runner event %r: %s", line[:200], exc)
         return None
@@ -174,6 +179,11 @@ class Executor(ABC):
     @abstractmethod
     def recover(self, interrupted: list[Interrupted]) -> None:
         """After a restart: kill what is left of interrupted jobs and clean their files."""
+
+    def confinement_problem(self, mode: str) -> str | None:
+        """Why this executor cannot confine jobs as the session's `sandbox` setting asks (None: it can, or
+        it learns so only on its workers, whose runner then refuses the job with the reason)."""
+        return None
 
     def release(self, mode: str) -> Released:
         """Stop (`stop`) or delete (`down`) the machines of the session."""

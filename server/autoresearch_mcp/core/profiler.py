@@ -13,21 +13,19 @@ the function's self time. Source lines need debug info (-g); without it the func
 from __future__ import annotations
 
 import glob
-import json
-import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 if __package__:  # imported by the server
-    from . import runner
-else:  # run as a script on a worker, beside runner.py
+    from . import runner, sandbox
+else:  # run as a script on a worker, beside runner.py and sandbox.py
     import runner  # type: ignore[no-redef,import-not-found]
+    import sandbox  # type: ignore[no-redef,import-not-found]
 
 FREQUENCY_HZ = 999
 SEPARATOR = "\x1f"
@@ -155,8 +153,11 @@ def _source_line(path: Path, line: int) -> str:
 
 
 def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict[str, str], log: Any,
-            machine_lock: str | None) -> dict[str, Any]:
+            machine_lock: str | None, confine: sandbox.Confinement) -> dict[str, Any]:
     """Run the built tree's benchmark once under perf record and read the report back.
+
+    perf runs outside the confinement (it writes perf.data where the job cannot) and follows the
+    benchmark into it.
 
     The benchmark holds the machine lock exclusively, as a measured run does: a profile never
     overlaps a measurement, nor is disturbed by one. The result says what went wrong (`problem`)
@@ -165,9 +166,9 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
     data.parent.mkdir(parents=True, exist_ok=True)
     with runner.file_lock(machine_lock):
         rec = runner.run_command(
-            [perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--",
-             "bash", "./autoresearch.sh", "bench"], tree, bench_timeout_s, env=env, log=log,
-            stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S)
+            ["bash", "./autoresearch.sh", "bench"], tree, bench_timeout_s, env=env, log=log,
+            stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S, confine=confine,
+            outside=[perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--"])
     out: dict[str, Any] = {"status": "failed", "problem": None, "paranoid": paranoid(),
                            "bench": {"exit_code": rec.exit_code, "timed_out": rec.timed_out,
                                      "duration_s": round(rec.duration_s, 3)}}
@@ -205,14 +206,18 @@ def run_job(job: dict[str, Any], log: Any) -> dict[str, Any]:
     perf, seen = find_perf()
     if perf is None:
         return {"status": "failed", "problem": "no_perf", "detail": seen}
-    tree, env = Path(job["tree"]).resolve(), job.get("env") or {}
+    refused = runner.refusal(job)
+    if refused:
+        return {"status": "failed", "problem": "sandbox", "detail": refused}
+    tree = Path(job["tree"]).resolve()
+    job = {**job, "baseline_dir": str(tree)}  # a profiled tree is its own baseline
+    env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
     built = runner.build_tree(str(tree), float(job["build_timeout"]), log, job.get("content") or None,
-                              machine_lock=job.get("machine_lock"), env=env)
+                              machine_lock=job.get("machine_lock"), env=env, confine=confine)
     if built.command is not None and not built.command.ok:
         return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
-    result = profile(perf, tree, Path(job["data"]).expanduser().resolve(), float(job["bench_timeout"]),
-                     runner.bench_env(str(job.get("role") or "baseline"), 0, job.get("threads"), env), log,
-                     job.get("machine_lock"))
+    result = profile(perf, tree, Path(job["data"]).expanduser().resolve(), float(job["bench_timeout"]), env, log,
+                     job.get("machine_lock"), confine)
     return bounded({**result, "perf": seen, "perf_data": str(Path(job["data"]).expanduser().resolve())})
 
 
@@ -220,15 +225,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: profiler.py JOB.json", file=sys.stderr)
         return 2
-    job = json.loads(Path(argv[1]).read_text())
-    os.environ.setdefault(runner.JOB_ENV, f"{job.get('profile_id', 'profile')}.{os.getpid()}.{time.time_ns()}")
-    signal.signal(signal.SIGTERM, runner._on_term)  # a cancel takes the benchmark down with us
-    signal.signal(signal.SIGINT, runner._on_term)
+    job = runner.start_job(argv[1], "profile_id")  # a cancel takes the benchmark down with us
     try:
-        result = run_job(job, sys.stdout)
+        result = run_job(job, sys.stderr)
     except Exception as exc:  # the result line must be printed whatever happened
         result = {"status": "failed", "problem": "runner", "detail": f"{type(exc).__name__}: {exc}"}
-    print(runner.RESULT_PREFIX + json.dumps(result, separators=(",", ":")), flush=True)
+    print(runner.machine_line(runner.RESULT_PREFIX, result, compact=True), flush=True)
     return 0
 
 

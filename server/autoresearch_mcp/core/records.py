@@ -63,6 +63,7 @@ class Outcome(_Open):
     durations: dict[str, float] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
     rounds: list[dict[str, Any]] = Field(default_factory=list)
+    sandbox: str | None = None  # how its commands ran: "confined (bubblewrap)", or "off" by the user's choice
 
     @field_validator("checks", mode="before")
     @classmethod
@@ -157,6 +158,9 @@ class SessionRecord(_Record):
     resumed: bool = False
     baseline: dict[str, list[float]] = Field(default_factory=dict)
     build_duration_s: float | None = None
+    # the config's settings that decide a verdict (config.GATE_FIELDS), as this start applied them; a resume
+    # refuses a config that differs from the latest recorded (None: a ledger of an earlier version)
+    gate: dict[str, Any] | None = None
     settings: dict[str, str] = Field(default_factory=dict)  # threads and env the baseline was measured with
 
 
@@ -244,6 +248,7 @@ class CommitRecord(_Record):
     parent: str | None = None
     branch: str | None = None
     title: str | None = None
+    reconciled: bool = False  # found on the branch after a crash between moving it and this record
 
 
 class WorkersRecord(_Record):

@@ -20,21 +20,35 @@ import os
 import platform
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+if __package__:  # imported by the server
+    from . import sandbox
+else:  # run as a script (locally, or on a worker beside sandbox.py)
+    import sandbox  # type: ignore[no-redef,import-not-found]
+
 METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:]*)\s*=\s*(\S+)\s*$")
 RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
+VALIDATION_PREFIX = "AUTORESEARCH_VALIDATION "
 BUILT_MARKER = ".autoresearch-built"
+STATS_LOG = ".autoresearch-ccache-stats"
 TAIL_CHARS = 4000
+# What is kept of one command's output (the log and the parser see no more): its head and its tail,
+# and the METRIC lines of the part between them up to a limit.
+HEAD_BYTES = 64 * 1024
+KEEP_TAIL_BYTES = 64 * 1024
+METRIC_BYTES = 1024 * 1024
 # Every process a job starts carries this variable (a value unique to the run), so whatever escapes
 # its process group (`setsid cmd &`, a daemon) can still be found and killed.
 JOB_ENV = "AUTORESEARCH_JOB"
@@ -156,6 +170,7 @@ class CommandResult:
     duration_s: float
     timed_out: bool
     output: str
+    dropped_metric_lines: int = 0  # METRIC lines beyond what is kept of a huge output
 
     @property
     def ok(self) -> bool:
@@ -232,6 +247,81 @@ _NEW_GROUP: dict[str, Any] = (
 )
 
 
+_METRIC_LINE = re.compile(rb"(?m)^[ \t]*METRIC[^\n]*\n")
+
+
+class Capture:
+    """A command's output as the runner drains it from a pipe: the head, the tail, and the METRIC
+    lines between them (up to METRIC_BYTES), so a 20 MB output is neither held nor stored whole.
+    Chunks are scanned with a regular expression, not line by line: a chatty benchmark costs the
+    runner little CPU while it is being measured."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.rest = bytearray()  # after the head: the tail, plus what is not scanned yet
+        self.middle: list[bytes] = []
+        self.middle_size = 0
+        self.cut = 0
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        if len(self.head) < HEAD_BYTES:
+            room = HEAD_BYTES - len(self.head)
+            end = chunk.find(b"\n", room - 1) + 1 if len(chunk) >= room else 0
+            if len(chunk) < room or (end == 0 and len(chunk) - room < 65536):
+                self.head += chunk  # the head ends at a line's end (or a line's piece, for endless lines)
+                return
+            end = end or room
+            self.head += chunk[:end]
+            chunk = chunk[end:]
+        self.rest += chunk
+        if len(self.rest) > 2 * KEEP_TAIL_BYTES:
+            # at a line's end, or inside a line longer than the tail itself
+            keep_from = self.rest.rfind(b"\n", 0, len(self.rest) - KEEP_TAIL_BYTES) + 1 or \
+                len(self.rest) - KEEP_TAIL_BYTES
+            self._cut(bytes(self.rest[:keep_from]))
+            del self.rest[:keep_from]
+
+    def _cut(self, region: bytes) -> None:
+        self.cut += len(region)
+        for m in _METRIC_LINE.finditer(region):
+            line = m.group(0)
+            if self.middle_size + len(line) <= METRIC_BYTES:
+                self.middle.append(line)
+                self.middle_size += len(line)
+            else:
+                self.dropped += 1
+
+    def text(self) -> str:
+        parts = [self.head]
+        if self.cut:
+            parts.append(f"\n[autoresearch] {self.cut} bytes of output cut here; the "
+                         f"{len(self.middle)} METRIC lines among them follow\n".encode())
+            parts += self.middle
+            if self.dropped:
+                parts.append(f"[autoresearch] {self.dropped} more METRIC lines dropped\n".encode())
+        parts.append(bytes(self.rest))
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+
+def _drain(fd: int, capture: Capture, stop: threading.Event) -> None:
+    """Read the command's pipe into `capture` until its end (every writer gone), or, once `stop` is set,
+    until what is already in it is read (a writer that escaped an unconfined command may hold it open)."""
+    deadline = None
+    while True:
+        if stop.is_set() and deadline is None:
+            deadline = time.monotonic() + 1.0
+        ready, _, _ = select.select([fd], [], [], 0.0 if deadline else 0.1)
+        if not ready or (deadline is not None and time.monotonic() > deadline):
+            if deadline is not None:
+                break
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        capture.add(chunk)
+
+
 def run_command(
     argv: list[str],
     cwd: str | os.PathLike[str],
@@ -240,60 +330,81 @@ def run_command(
     log: Any | None = None,
     stop_signal: int = signal.SIGTERM,
     grace_s: float = 2.0,
+    confine: sandbox.Confinement | None = None,
+    outside: list[str] | None = None,
 ) -> CommandResult:
     """Run one command in its own process group; on timeout the group gets `stop_signal`, and
     whatever still runs after `grace_s` is killed.
 
-    Output (stdout and stderr merged) goes to a temporary file, then to `log` if given, so a
-    chatty benchmark can neither fill a pipe nor our memory while it runs.
+    With `confine` (every build, bench and checks command of a job) the command runs as
+    sandbox.command wraps it, after `outside` (a wrapper that runs unconfined, such as perf record).
+    Its output (stdout and stderr merged) is a pipe this process drains, keeping the head, the tail
+    and the METRIC lines; every process of the command is killed before the output is returned.
     """
     global _current_pgid, _command_count
-    import tempfile
 
     # Every command carries a marker: the job's (inherited) or one of its own, swept when it ends.
     env = dict(os.environ if env is None else env)
     _command_count += 1
     marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
-    with tempfile.TemporaryFile() as out:
-        start = time.monotonic()
+    if confine is not None:
+        argv, env = sandbox.command(argv, confine, env)
+    argv = [*(outside or []), *argv]
+    capture = Capture()
+    read_fd, write_fd = os.pipe()
+    start = time.monotonic()
+    try:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
             **_NEW_GROUP,
         )
-        _current_pgid = proc.pid
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, stop_signal)
-            # reap the leader as soon as it goes: an unreaped leader keeps its group alive
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace_s)
-        finally:
-            # Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not
-            # disturb later runs.
-            kill_group(proc.pid, grace_s=0.5)
-            proc.wait()
-            _current_pgid = None
-            kill_marked(marker)
-        duration = time.monotonic() - start
-        out.seek(0)
-        text = out.read().decode("utf-8", errors="replace")
+    finally:
+        os.close(write_fd)
+    stop = threading.Event()
+    reader = threading.Thread(target=_drain, args=(read_fd, capture, stop), daemon=True)
+    reader.start()
+    _current_pgid = proc.pid
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, stop_signal)
+        # reap the leader as soon as it goes: an unreaped leader keeps its group alive
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    finally:
+        # Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not
+        # disturb later runs, nor write to the output once it is read.
+        kill_group(proc.pid, grace_s=0.5)
+        proc.wait()
+        _current_pgid = None
+        kill_marked(marker)
+        stop.set()
+        reader.join()
+        os.close(read_fd)
+    duration = time.monotonic() - start
+    text = capture.text()
     if log is not None:
         log.write(text)
         if timed_out:
             log.write(f"\n[autoresearch] timed out after {timeout_s:g} s; process group killed\n")
         log.flush()
-    return CommandResult(list(argv), None if timed_out else proc.returncode, duration, timed_out, text)
+    return CommandResult(list(argv), None if timed_out else proc.returncode, duration, timed_out, text,
+                         capture.dropped)
 
 
-def bench_env(role: str, index: int, threads: int | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, **(extra or {})}
-    env["AUTORESEARCH_ROLE"] = role
-    env["AUTORESEARCH_RUN"] = str(index)
-    env["AUTORESEARCH_THREADS"] = str(threads or os.cpu_count() or 1)
+def run_env(job: dict[str, Any], tree: str | os.PathLike[str]) -> dict[str, str]:
+    """The one environment of a job's build, bench and checks commands in `tree` (nothing in it tells a
+    baseline from a candidate, nor a bench from a check): the compiler cache's variables, the job's
+    `env` (the platform's, the recipe's model), its threads and the baseline's built tree."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTORESEARCH_ROLE", "AUTORESEARCH_RUN")}
+    env.update(compiler_cache_env(str(tree)))
+    env.update(job.get("env") or {})
+    env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
+    if job.get("baseline_dir"):
+        env["AUTORESEARCH_BASELINE_TREE"] = str(Path(job["baseline_dir"]).resolve())
     return env
 
 
@@ -437,6 +548,7 @@ class Outcome:
     checks: dict[str, Any] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)
+    sandbox: str | None = None  # how the commands ran: confined (bubblewrap) or off
 
 
 def host_info() -> dict[str, Any]:
@@ -451,7 +563,43 @@ def host_info() -> dict[str, Any]:
 
 
 def emit(kind: str, **data: Any) -> None:
-    print(EVENT_PREFIX + json.dumps({"event": kind, **data}), flush=True)
+    print(machine_line(EVENT_PREFIX, {"event": kind, **data}), flush=True)
+
+
+# --- the result channel ---------------------------------------------------------------------------
+#
+# The runner's stdout is read by the executor; a job's output never goes there (it is drained from a
+# pipe into the log), and every line the runner means carries the job's secret, which the executor
+# gives the runner on stdin before any command runs: a line a job printed, on a worker whose log mixes
+# the two, or wrote anywhere else, is not the runner's.
+
+_secret = ""
+
+
+def machine_line(prefix: str, payload: dict[str, Any], secret: str | None = None, compact: bool = False) -> str:
+    """One of the runner's lines: `prefix`, the job's secret (this process's unless given), the payload."""
+    text = json.dumps(payload, separators=(",", ":") if compact else None)
+    return f"{prefix}{_secret if secret is None else secret} {text}"
+
+
+def read_machine_line(line: str, prefix: str, secret: str) -> dict[str, Any] | None:
+    """The payload of one of the runner's lines carrying `secret`; None for any other line."""
+    head = f"{prefix}{secret} "
+    if not secret or not line.startswith(head):
+        return None
+    try:
+        payload = json.loads(line[len(head):])
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _not_dumpable() -> None:
+    """No process of the same user may read this one's memory or open its files through /proc."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 
 
 @contextlib.contextmanager
@@ -473,7 +621,7 @@ def file_lock(path: str | None, shared: bool = False) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def compiler_cache_env(tree: str, stats_log: str | None = None) -> dict[str, str]:
+def compiler_cache_env(tree: str) -> dict[str, str]:
     """Settings that let builds in worktrees at different paths share one compiler cache.
 
     CCACHE_BASEDIR makes paths inside the tree relative in the cache key and CCACHE_NOHASHDIR
@@ -491,8 +639,6 @@ def compiler_cache_env(tree: str, stats_log: str | None = None) -> dict[str, str
         env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = os.environ.get(f"CMAKE_{lang}_COMPILER_LAUNCHER", tool)
     if Path(tool).name == "ccache":
         env.update({"CCACHE_BASEDIR": str(Path(tree).resolve()), "CCACHE_NOHASHDIR": "1"})
-        if stats_log:
-            env["CCACHE_STATSLOG"] = stats_log
     return env
 
 
@@ -530,11 +676,12 @@ class BuildResult:
 
 def build_tree(
     tree: str, timeout_s: float, log: Any, content: str | None = None, machine_lock: str | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, confine: sandbox.Confinement | None = None,
 ) -> BuildResult:
     """Build one tree unless it already holds a build of `content` (a git tree id).
 
-    `env` (a platform's: cross compiler, AUTORESEARCH_PLATFORM...) comes on top of the process's.
+    `env` is the job's environment (run_env; without it, one of no job); `confine` how the build runs
+    (every job's build is confined: only the server's own tests of this function pass None).
 
     The marker records which content was built, so a persistent build directory that moved to
     other content builds again (incrementally), while a tree with the same content is reused.
@@ -551,10 +698,14 @@ def build_tree(
         marker.unlink(missing_ok=True)
         log.write(f"[autoresearch] build {tree} ({mode})\n")
         log.flush()
-        stats = Path(tree).parent / (Path(tree).name + ".ccache-stats")
+        # inside the tree: the only place of the job's a confined build can write (its figures are cosmetic)
+        stats = Path(tree) / STATS_LOG
         stats.unlink(missing_ok=True)
-        full = {**os.environ, **compiler_cache_env(tree, str(stats)), **(env or {})}
-        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, env=full, log=log)
+        full = {**(env if env is not None else run_env({}, tree))}
+        if "CCACHE_BASEDIR" in full:
+            full["CCACHE_STATSLOG"] = str(stats.resolve())
+        res = run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, env=full, log=log,
+                          confine=confine)
         cache = _cache_counts(stats)
         stats.unlink(missing_ok=True)
         if res.ok:
@@ -578,9 +729,12 @@ def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any],
     log.write(f"[autoresearch] bench {role} run {index}\n")
     log.flush()
     res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
-                      env=bench_env(role, index, job.get("threads"), job.get("env")), log=log)
+                      env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree))
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
+    if res.dropped_metric_lines:
+        problems.append(f"{res.dropped_metric_lines} METRIC lines beyond the {METRIC_BYTES} bytes kept of a huge "
+                        "output were dropped")
     if res.timed_out:
         problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
     elif res.exit_code != 0:
@@ -636,7 +790,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     emit("status", status="building")
     for role, tree in (("baseline", base), ("candidate", cand)):
         built = build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"),
-                           job.get("env"))
+                           run_env(job, tree), sandbox.for_job(job, tree))
         out.build[role] = built.record()
         res = built.command
         if res is not None and not res.ok:
@@ -699,42 +853,47 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if job.get("run_checks", True):
         emit("status", status="checking")
         t2 = time.monotonic()
-        checks = Path(cand) / "autoresearch.checks.sh"
-        if checks.exists():
-            log.write("[autoresearch] checks\n")
-            log.flush()
-            env = checks_env(base, job)
-            with file_lock(job.get("machine_lock"), shared=True):
-                res = run_command(["bash", "./autoresearch.checks.sh"], cand, job["timeouts"]["checks"], env=env,
-                                  log=log)
-            out.checks = {"ran": True, "passed": res.ok, "exit_code": res.exit_code,
-                          "timed_out": res.timed_out, "duration_s": round(res.duration_s, 3),
-                          "tail": res.tail(1500)}
-            if not res.ok:
-                out.status = "checks_failed"
-        else:
-            out.checks = {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
+        out.checks = run_checks(job, cand, log)
+        if not out.checks["passed"]:
+            out.status = "checks_failed"
         out.durations["checks"] = round(time.monotonic() - t2, 3)
     return out
 
 
-def checks_env(baseline_dir: str, job: dict[str, Any]) -> dict[str, str]:
-    """The checks' environment: the baseline's built tree to compare outputs with, and the job's settings."""
-    env = {**os.environ, **(job.get("env") or {})}
-    env["AUTORESEARCH_BASELINE_TREE"] = str(Path(baseline_dir).resolve())
-    env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
-    return env
+def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
+    """The session's checks on `tree`, as the checks result of an outcome.
+
+    A session that has checks (the session's scripts hold autoresearch.checks.sh) runs its own bytes
+    whatever the tree holds, and a script that cannot be put in place or run fails the checks: it never
+    reads as "no checks". Without the session's scripts (a job of no session), the tree's script runs.
+    """
+    c = sandbox.for_job(job, tree)
+    has = sandbox.CHECKS_SCRIPT in c.scripts if c.scripts else (Path(tree) / sandbox.CHECKS_SCRIPT).exists()
+    if not has:
+        return {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
+    log.write("[autoresearch] checks\n")
+    log.flush()
+    try:
+        with file_lock(job.get("machine_lock"), shared=True):
+            res = run_command(["bash", "./" + sandbox.CHECKS_SCRIPT], tree, job["timeouts"]["checks"],
+                              env=run_env(job, tree), log=log, confine=c)
+    except OSError as exc:
+        return {"ran": False, "passed": False, "note": f"the session's {sandbox.CHECKS_SCRIPT} could not be run "
+                f"in {tree} ({type(exc).__name__}: {exc}); the checks failed"}
+    return {"ran": True, "passed": res.ok, "exit_code": res.exit_code, "timed_out": res.timed_out,
+            "duration_s": round(res.duration_s, 3), "tail": res.tail(1500)}
 
 
-def result_line(outcome: Outcome) -> str:
-    return RESULT_PREFIX + json.dumps(asdict(outcome), separators=(",", ":"))
+def result_line(outcome: Outcome, secret: str | None = None) -> str:
+    return machine_line(RESULT_PREFIX, asdict(outcome), secret, compact=True)
 
 
-def parse_result_line(text: str) -> dict[str, Any] | None:
-    """The last result line in `text` (a log or a job's stdout), or None if the run never finished."""
+def parse_result_line(text: str, secret: str) -> dict[str, Any] | None:
+    """The last result line carrying `secret` in `text` (a log or the runner's stdout), or None if the
+    run never finished (a line without the secret is not the runner's, whatever it says)."""
     for line in reversed(text.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            parsed: dict[str, Any] = json.loads(line[len(RESULT_PREFIX):])
+        parsed = read_machine_line(line, RESULT_PREFIX, secret)
+        if parsed is not None:
             return parsed
     return None
 
@@ -753,22 +912,86 @@ def _on_term(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: runner.py JOB.json", file=sys.stderr)
-        return 2
-    job = json.loads(Path(argv[1]).read_text())
+def start_job(job_file: str, what: str) -> dict[str, Any]:
+    """What a runner (or the profiler beside it) does first: read the job and, before any command runs,
+    its secret from stdin; become non-dumpable; mark every process it will start."""
+    global _secret
+    _not_dumpable()
+    _secret = sys.stdin.readline().strip()
+    sys.stdin.close()
+    job: dict[str, Any] = json.loads(Path(job_file).read_text())
+    sandbox.resolve(job, str(Path(job_file).parent))
     # unique per run (an experiment id alone may repeat: a retry, another session, another checkout)
-    os.environ.setdefault(JOB_ENV, f"{job.get('experiment_id', 'job')}.{os.getpid()}.{time.time_ns()}")
+    os.environ.setdefault(JOB_ENV, f"{job.get(what, 'job')}.{os.getpid()}.{time.time_ns()}")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
+    return job
+
+
+def refusal(job: dict[str, Any]) -> str | None:
+    """Why the job's commands cannot run as the session asks (no confinement here), or None."""
+    return None if sandbox.mode_of(job) == sandbox.OFF else sandbox.unavailable()
+
+
+def prebuild(job: dict[str, Any], tree: str) -> None:
+    """Build the baseline `tree` of a worker's job ahead of the candidate (the compiler cache warms)."""
+    if refusal(job) is None:
+        job = {**job, "baseline_dir": tree}
+        build_tree(tree, float(job["timeouts"]["build"]), sys.stderr, job.get("baseline_tree"), "machine.lock",
+                   run_env(job, tree), sandbox.for_job(job, tree))
+
+
+def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
+    """A worker's validation of the session head: build the base tree (the build later experiments reuse)
+    and bench it `validate` times, as start_session does on this machine; raw results, bounded."""
+    tree = job["baseline_dir"]
+    env, confine = run_env(job, tree), sandbox.for_job(job, tree)
+    built = build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"), job.get("machine_lock"),
+                       env, confine)
+    out: dict[str, Any] = {"build_s": built.duration_s, "build": None, "runs": [], "sandbox": sandbox.describe(
+        confine.off)}
+    cmd = built.command
+    if cmd is not None:
+        out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
+                        "output": cmd.output[-20000:]}
+    if cmd is None or cmd.ok:
+        for _ in range(int(job["validate"])):
+            with file_lock(job.get("machine_lock")):
+                res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
+                                  env=env, log=log, confine=confine)
+            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
+                                "timed_out": res.timed_out, "output": res.output[-20000:]})
+            if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
+                break
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):
+        print("usage: runner.py JOB.json [--prebuild]", file=sys.stderr)
+        return 2
+    if argv[2:] == ["--prebuild"]:
+        job = json.loads(Path(argv[1]).read_text())
+        sandbox.resolve(job, str(Path(argv[1]).parent))
+        prebuild(job, job["baseline_dir"])
+        return 0
+    job = start_job(argv[1], "experiment_id")
+    refused = refusal(job)
+    if job.get("validate"):
+        result = {"error": refused} if refused else run_validation(job, sys.stderr)
+        print(machine_line(VALIDATION_PREFIX, result), flush=True)
+        return 0
     log_path = job.get("log_path")
     with open_log(log_path) if log_path else contextlib.nullcontext(sys.stderr) as log:
         try:
-            outcome = run_experiment(job, log)
+            if refused:
+                outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="sandbox", error=refused)
+            else:
+                outcome = run_experiment(job, log)
         except Exception as exc:  # the result line must be printed whatever happened
             outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
                               error=f"{type(exc).__name__}: {exc}")
+    outcome.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF)
     print(result_line(outcome), flush=True)
     return 0
 

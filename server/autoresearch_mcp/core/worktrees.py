@@ -14,10 +14,12 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core import gitops, sandbox
+from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.runner import BUILT_MARKER
 
 
@@ -38,6 +40,26 @@ class Worktrees:
         """The lock file that keeps benchmarks of this machine from overlapping anything of ours."""
         return self.root.parent / "machine.lock"
 
+    def scripts(self, commit: str) -> dict[str, str]:
+        """The session's scripts at `commit` (autoresearch.sh, and autoresearch.checks.sh when it has one),
+        kept read-only outside any worktree under their content's hash: the bytes a job's commands run,
+        bound over whatever its tree holds."""
+        store = self.root.parent / "scripts"
+        out = {}
+        for name in sandbox.SCRIPTS:
+            data = gitops.file_at(self.repo, commit, name)
+            if data is None:
+                continue
+            path = store / hashlib.sha256(data).hexdigest()
+            if not path.is_file():
+                store.mkdir(parents=True, exist_ok=True)
+                part = store / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+                part.write_bytes(data)
+                part.chmod(0o444)
+                part.replace(path)
+            out[name] = str(path)
+        return out
+
     # --- content-named worktrees ---------------------------------------------------------------------
 
     def acquire(self, commit: str, variant: str | None = None) -> Path:
@@ -46,7 +68,7 @@ class Worktrees:
         A `variant` (a platform that builds with another compiler) gets worktrees of its own.
         """
         tree = gitops.tree_of(self.repo, commit)
-        path = self.root / (f"tree-{tree[:16]}" + (f"-{variant}" if variant else ""))
+        path = self._path(tree, variant)
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock, FileLock(str(path) + ".lock"):
             unused = self._users.get(path, 0) == 0
@@ -58,6 +80,22 @@ class Worktrees:
             self._users[path] = self._users.get(path, 0) + 1
         os.utime(path)  # recency for the LRU sweep
         return path
+
+    def _path(self, tree: str, variant: str | None) -> Path:
+        return self.root / (f"tree-{tree[:16]}" + (f"-{variant}" if variant else ""))
+
+    def built(self, tree: str, variant: str | None = None) -> Path | None:
+        """The finished build of git tree `tree` kept here, if there is one."""
+        path = self._path(tree, variant)
+        return path if (path / BUILT_MARKER).exists() else None
+
+    def discard(self, path: Path) -> None:
+        """Never reuse the build at `path`: removed now, or by its next user when a job still has it."""
+        with self._lock:
+            if self._users.get(path, 0) == 0:
+                self._remove(path)
+            else:
+                (path / BUILT_MARKER).unlink(missing_ok=True)
 
     def release(self, path: Path) -> None:
         """Done with `path`; drop the least recently used builds nobody uses beyond the limit."""
@@ -107,6 +145,16 @@ class Worktrees:
     def _remove(self, path: Path) -> None:
         if path.exists():
             gitops.worktree_remove(self.repo, path)
-        for suffix in (".lock", ".build.lock", ".ccache-stats"):
+        for suffix in (".lock", ".build.lock"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         self._users.pop(path, None)
+
+
+def server_job(config: SessionConfig, worktrees: Worktrees, commit: str, baseline: Path,
+               env: dict[str, str]) -> dict[str, Any]:
+    """A runner job of the server's own (start_session's validation, a profile, the holdout, another
+    platform's checks): the session's settings and environment, its scripts at `commit`, `baseline` as
+    the baseline's tree, confined as experiments are (runner.run_env and sandbox.for_job read it)."""
+    return {"env": env, "threads": config.threads, "baseline_dir": str(baseline),
+            "timeouts": dict(config.timeouts.for_job()), "machine_lock": str(worktrees.machine_lock()),
+            "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit)}}

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 import psutil
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import gitops, runner
+from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, parse_event
 from autoresearch_mcp.core.worktrees import Worktrees
 
@@ -80,6 +81,9 @@ class LocalExecutor(Executor):
             t.start()
 
     # --- port --------------------------------------------------------------------------------------
+
+    def confinement_problem(self, mode: str) -> str | None:
+        return None if mode == sandbox.OFF else sandbox.unavailable()
 
     def submit(self, job: Job, sink: EventSink) -> None:
         with self._lock:
@@ -171,7 +175,10 @@ class LocalExecutor(Executor):
                 else self.worktrees.acquire(job.candidate_commit, variant))
         spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": str(base),
                 "candidate_dir": str(cand), "log_path": str(job.log_path),
-                "machine_lock": str(self.worktrees.machine_lock())}
+                "machine_lock": str(self.worktrees.machine_lock()),
+                # the session's scripts: the base commit's, which a candidate cannot change (protected)
+                "sandbox": {"mode": job.spec.get("sandbox", sandbox.CONFINED),
+                            "scripts": self.worktrees.scripts(job.base_commit)}}
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
         job_file.write_text(json.dumps(spec))
         root = Path(self.repo.working_dir)
@@ -181,12 +188,17 @@ class LocalExecutor(Executor):
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
         prep_s = time.monotonic() - t0
         marker = f"{job.experiment_id}.{uuid.uuid4().hex}"
+        secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
         try:
             proc = subprocess.Popen(
-                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.DEVNULL,
+                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                 env={**os.environ, runner.JOB_ENV: marker},
             )
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(secret + "\n")
+                proc.stdin.close()
             running = _Running(proc, marker)
             with self._lock:
                 self._running[job.experiment_id] = running
@@ -198,8 +210,10 @@ class LocalExecutor(Executor):
                                                  "prepare_s": round(prep_s, 3)}})
             if running.cancelled:
                 self._stop(proc, marker)
-            outcome = self._read(proc, job.experiment_id, sink)
+            outcome = self._read(proc, job.experiment_id, sink, secret)
             proc.wait()
+            if proc.returncode != 0:
+                outcome = None  # only a runner that finished gives a result
             with self._lock:
                 self._running.pop(job.experiment_id, None)
             if running.cancelled:
@@ -219,14 +233,14 @@ class LocalExecutor(Executor):
             if not incremental:
                 self.worktrees.release(cand)
 
-    def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink) -> dict[str, Any] | None:
+    def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink, secret: str) -> dict[str, Any] | None:
         assert proc.stdout is not None
         outcome = None
         for line in proc.stdout:
             if line.startswith(runner.EVENT_PREFIX):
-                event = parse_event(line)
+                event = parse_event(line, secret)
                 if event is not None:
                     sink(exp_id, event)
             elif line.startswith(runner.RESULT_PREFIX):
-                outcome = runner.parse_result_line(line)
+                outcome = runner.parse_result_line(line, secret)
         return outcome

@@ -23,8 +23,8 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
-import json
 import logging
+import secrets
 import shutil
 import tempfile
 import threading
@@ -172,6 +172,7 @@ class _Attempt:
         self.forwarded = 0  # runner events of `fetched` already passed on
         self.phase = "building"  # the runner's last status: "running" while pairs are measured
         self.hourly_usd: float | None = None  # the worker's price, known before launch when possible
+        self.secret = secrets.token_hex(16)  # the runner's lines carry it (sky_task.stage, run.sh)
 
 
 def machine_lines(text: str) -> list[str]:
@@ -361,12 +362,15 @@ class SkyPool(Executor):
         self._charge(a, t0)
         with self._lock:
             self.scheduler.warm(worker)
-        line = next((ln for ln in reversed(text.splitlines()) if ln.startswith(sky_task.VALIDATION_PREFIX)), None)
-        if gone is not None or line is None:
+        found = (runner.read_machine_line(ln[ln.find(runner.VALIDATION_PREFIX):], runner.VALIDATION_PREFIX, a.secret)
+                 for ln in reversed(text.splitlines()) if runner.VALIDATION_PREFIX in ln)
+        raw = next((r for r in found if r is not None), None)
+        if gone is not None or raw is None:
             status = final.status if final else "?"
             raise StateError(f"the validation job on {worker.name} ended {status} without its result"
                              f"{f' ({gone})' if gone else ''}; read {log_path}:\n{text[-2000:]}")
-        raw = json.loads(line[len(sky_task.VALIDATION_PREFIX):])
+        if raw.get("error"):
+            raise StateError(f"the benchmark cannot be validated on {worker.name}: {raw['error']}")
 
         def command(r: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
             return None if r is None else runner.CommandResult(argv, r["exit_code"], float(r["duration_s"]),
@@ -566,8 +570,9 @@ class SkyPool(Executor):
             return False
         if gone is not None:
             return self._lost(a, gone)
-        outcome = runner.parse_result_line("\n".join(machine_lines(text)))
         status = final.status if final else "?"
+        # only a runner that finished gives a result, and only a line with its secret is the runner's
+        outcome = runner.parse_result_line("\n".join(machine_lines(text)), a.secret) if status == "SUCCEEDED" else None
         if outcome is None:
             if status == "FAILED_SETUP":
                 self._replace(worker, "its setup failed")
@@ -607,7 +612,7 @@ class SkyPool(Executor):
         # else writes there meanwhile.
         staging = Path(tempfile.mkdtemp(prefix=f"{job.experiment_id}-", dir=self.staging_root))
         try:
-            sky_task.stage(self.repo_dir, job, staging, retired)
+            sky_task.stage(self.repo_dir, job, staging, retired, a.secret)
             if worker.info is not None:
                 task = sky_task.task_config(self.config.sky, job, staging, self.repo_dir, self.meter.pin)
                 try:
@@ -725,7 +730,7 @@ class SkyPool(Executor):
                 return info, None
             ticks += 1
             log_only = (a.phase == "running" and ticks % STATUS_EVERY != 0
-                        and runner.RESULT_PREFIX not in a.fetched)
+                        and f"{runner.RESULT_PREFIX}{a.secret} " not in a.fetched)
             try:
                 if log_only:
                     self._forward(a, self._fetch_log(a))
@@ -750,7 +755,7 @@ class SkyPool(Executor):
                 return info, f"the job's driver on {cluster} died (the VM restarted or ran out of memory)"
             if info is not None and info.done:
                 return info, None
-            if log_only and runner.RESULT_PREFIX in a.fetched:
+            if log_only and f"{runner.RESULT_PREFIX}{a.secret} " in a.fetched:
                 continue  # the runner is done: confirm with the job's status at once
             if not log_only and self.clock() - last_log >= self.log_refresh_s:
                 last_log = self.clock()
@@ -788,7 +793,7 @@ class SkyPool(Executor):
         events = [ln for ln in machine_lines(text) if ln.startswith(runner.EVENT_PREFIX)]
         exp_id = a.item.job.experiment_id
         for line in events[a.forwarded:]:
-            event = parse_event(line)
+            event = parse_event(line, a.secret)
             if event is None:
                 continue
             if event["event"] == "status":

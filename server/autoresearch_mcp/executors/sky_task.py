@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import gitops, profiler, runner
+from autoresearch_mcp.core import gitops, profiler, runner, sandbox
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -29,10 +29,12 @@ from autoresearch_mcp.executors.sky_meter import Pin
 
 RUNNER = Path(runner.__file__).resolve()
 PROFILER = Path(profiler.__file__).resolve()
+SANDBOX = Path(sandbox.__file__).resolve()
 WORK = "~/autoresearch/work"
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
-# The runner is standard-library Python (3.8 or newer). A compiler cache is what keeps candidate
-# builds cheap, so setup installs ccache where it can and says so where it cannot.
+# The runner is standard-library Python (3.8 or newer). bubblewrap confines every job (the runner refuses
+# to measure without it unless the session turned confinement off), and a compiler cache is what keeps
+# candidate builds cheap, so setup installs both where it can and says so where it cannot.
 SETUP = """\
 set -euo pipefail
 mkdir -p ~/autoresearch/work
@@ -41,12 +43,20 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))'; then
   exit 1
 fi
 command -v python3 > ~/autoresearch/python
-if ! command -v ccache >/dev/null; then
-  if command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then
-    { sudo -n apt-get update -qq && sudo -n apt-get install -y -qq ccache; } >/dev/null 2>&1 || true
-  fi
-  command -v ccache >/dev/null || echo "autoresearch: no ccache on this worker; every candidate builds cold" >&2
+missing=""
+command -v bwrap >/dev/null || missing="$missing bubblewrap"
+command -v ccache >/dev/null || missing="$missing ccache"
+if [ -n "$missing" ] && command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then
+  { sudo -n apt-get update -qq && sudo -n apt-get install -y -qq $missing; } >/dev/null 2>&1 || true
 fi
+if ! command -v bwrap >/dev/null; then
+  echo "autoresearch: no bubblewrap on this worker, so its jobs cannot be confined and will be refused;" \
+       "add 'sudo apt-get install -y bubblewrap' (or your image's equivalent) to sky.setup" >&2
+elif ! bwrap --ro-bind / / --unshare-pid --die-with-parent --new-session true 2>/dev/null; then
+  echo "autoresearch: bubblewrap cannot run here (user namespaces disabled?), so jobs will be refused;" \
+       "allow them (Ubuntu: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0) in sky.setup" >&2
+fi
+command -v ccache >/dev/null || echo "autoresearch: no ccache on this worker; every candidate builds cold" >&2
 """
 
 
@@ -161,8 +171,10 @@ def changes(repo_dir: Path, base: str, candidate: str) -> tuple[list[str], list[
     return changed, deleted
 
 
-def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
-    """Fill the fresh directory `staging` with everything one experiment needs on the worker."""
+def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: str) -> None:
+    """Fill the fresh directory `staging` with everything one experiment needs on the worker: the same
+    runner, sandbox and profiler bytes as here, the session's scripts (the base commit's) to bind over
+    the trees, and the job's `secret`, which run.sh hands the runner and deletes before anything runs."""
     exp = exp_dir(job.experiment_id)
     base = base_dir(job.base_commit)
     inbox = staging / exp
@@ -178,13 +190,23 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str]) -> None:
                          f"{str(exc.stderr or exc).strip()[:400]}") from None
     (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
     shutil.copyfile(RUNNER, inbox / "runner.py")
+    shutil.copyfile(SANDBOX, inbox / "sandbox.py")
+    scripts = {}
+    (inbox / "scripts").mkdir()
+    for name in sandbox.SCRIPTS:
+        data = gitops.file_at(repo, job.base_commit, name)
+        if data is not None:
+            (inbox / "scripts" / name).write_bytes(data)
+            scripts[name] = f"scripts/{name}"  # relative to the job file, where the runner finds them
+    confinement = {"mode": job.spec.get("sandbox", sandbox.CONFINED), "scripts": scripts}
     if job.spec.get("profile"):
         shutil.copyfile(PROFILER, inbox / "profiler.py")
-        spec = profile_job(job)
+        spec = {**profile_job(job), "sandbox": confinement}
     else:
         spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": base, "candidate_dir": exp,
-                "log_path": None, "machine_lock": "machine.lock"}
+                "log_path": None, "machine_lock": "machine.lock", "sandbox": confinement}
     (inbox / "job.json").write_text(json.dumps(spec))
+    (inbox / "secret").write_text(secret + "\n")
     (inbox / "run.sh").write_text(run_script(job, retired))
 
 
@@ -212,16 +234,11 @@ def profile_job(job: Job) -> dict[str, Any]:
             "machine_lock": "machine.lock"}
 
 
-VALIDATION_PREFIX = "AUTORESEARCH_VALIDATION "
-
-
 def run_script(job: Job, retired: list[str]) -> str:
     """The job's run command: unpack, prebuild the baseline, unpack the candidate beside it, run
     (for a validation job: build the base and bench it, `validation_part`)."""
     exp = exp_dir(job.experiment_id)
     base = base_dir(job.base_commit)
-    build_timeout = float(job.spec.get("timeouts", {}).get("build", 3600.0))
-    content = shlex.quote(str(job.spec.get("baseline_tree") or ""))
     old = " ".join(shlex.quote(base_dir(c)) for c in retired if c != job.base_commit)
     what = "validation of the session head" if job.spec.get("validate") else f"experiment {job.experiment_id}"
     prologue = f"""\
@@ -230,6 +247,8 @@ def run_script(job: Job, retired: list[str]) -> str:
 set -euo pipefail
 inbox="$PWD/{exp}"
 tars="$PWD"
+# the runner's secret: gone from disk before anything of the job runs, never exported
+secret="$(cat "$inbox/secret")" && rm -f "$inbox/secret"
 py="$(cat ~/autoresearch/python 2>/dev/null || echo python3)"
 mkdir -p {WORK} && cd {WORK}
 for old in {old}; do rm -rf "$old" "$old.build.lock" "$tars/$old.tar.gz"; done
@@ -240,23 +259,16 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
 fi
 """
     if job.spec.get("validate"):
-        return prologue + validation_part(job)
+        return prologue + VALIDATION_PART
     if job.spec.get("profile"):
         return prologue + profile_part(job)
     return prologue + f"""\
 # Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
-"$py" - "$inbox" {base} {build_timeout!r} {content} <<'EOF' || true
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import runner
-env = json.load(open(sys.argv[1] + "/job.json")).get("env")  # the platform's, as for the runner's own builds
-runner.build_tree(sys.argv[2], float(sys.argv[3]), sys.stderr, sys.argv[4] or None, machine_lock="machine.lock",
-                  env=env)
-EOF
+"$py" "$inbox/runner.py" "$inbox/job.json" --prebuild </dev/null || true
 # A fresh copy of the sources (a build directory cannot move: CMake records absolute paths); the
 # compiler cache, keyed on paths relative to each tree, makes its build reuse the baseline's objects.
 {unpack_candidate(job)}set +e
-"$py" "$inbox/runner.py" "$inbox/job.json"
+printf '%s\n' "$secret" | "$py" "$inbox/runner.py" "$inbox/job.json"
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc
@@ -281,45 +293,19 @@ def profile_part(job: Job) -> str:
     unpack = "" if job.candidate_commit == job.base_commit else unpack_candidate(job)
     return unpack + f"""\
 set +e
-"$py" "$inbox/profiler.py" "$inbox/job.json"
+printf '%s\n' "$secret" | "$py" "$inbox/profiler.py" "$inbox/job.json"
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc
 """
 
 
-def validation_part(job: Job) -> str:
-    """Build the base tree (the build later experiments reuse) and bench it `validate` times, as
-    start_session does locally; one line with the raw results ends the log."""
-    timeouts = job.spec.get("timeouts", {})
-    args = " ".join(shlex.quote(str(a)) for a in (
-        base_dir(job.base_commit), int(job.spec["validate"]), float(timeouts.get("build", 3600.0)),
-        float(timeouts.get("bench", 900.0)), job.spec.get("baseline_tree") or "", job.spec.get("threads") or "",
-        job.spec.get("metric") or ""))
-    return f"""\
-"$py" - "$inbox" {args} <<'EOF'
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import runner
-tree, runs, build_s, bench_s, content, threads, metric = sys.argv[2:9]
-env = json.load(open(sys.argv[1] + "/job.json")).get("env")  # the platform's, as for experiments
-built = runner.build_tree(tree, float(build_s), sys.stdout, content or None, machine_lock="machine.lock", env=env)
-out = {{"build_s": built.duration_s, "build": None, "runs": []}}
-cmd = built.command
-if cmd is not None:
-    out["build"] = {{"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
-                    "output": cmd.output[-20000:]}}
-if cmd is None or cmd.ok:
-    for i in range(int(runs)):
-        with runner.file_lock("machine.lock"):
-            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, float(bench_s),
-                                     env=runner.bench_env("baseline", i, int(threads) if threads else None, env),
-                                     log=sys.stdout)
-        out["runs"].append({{"exit_code": res.exit_code, "duration_s": res.duration_s,
-                            "timed_out": res.timed_out, "output": res.output[-20000:]}})
-        if not res.ok or metric not in runner.parse_metrics(res.output).values:
-            break
-print("{VALIDATION_PREFIX}" + json.dumps(out), flush=True)
-EOF
+# Build the base tree (the build later experiments reuse) and bench it `validate` times, as start_session
+# does locally (runner.run_validation); one line with the raw results ends the log.
+VALIDATION_PART = """\
+set +e
+printf '%s\\n' "$secret" | "$py" "$inbox/runner.py" "$inbox/job.json"
+rc=$?
 rm -rf "$inbox"
+exit $rc
 """

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import runner, sandbox
 from autoresearch_mcp.core.config import Holdout
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, StateError
@@ -62,16 +62,26 @@ def check_command(holdout: Holdout, repo_root: Path) -> list[str]:
 def run(
     holdout: Holdout, repo_root: Path, worktrees: Worktrees, base_commit: str, candidate_commit: str,
     contents: tuple[str, str], env: dict[str, str], directions: dict[str, str], default_direction: str,
-    build_timeout_s: float, threads: int | None, design: stats.Design,
+    build_timeout_s: float, threads: int | None, design: stats.Design, sandbox_mode: str = sandbox.CONFINED,
 ) -> HoldoutOutcome:
-    """Build both sides if needed, run `holdout.pairs` interleaved pairs, judge every printed metric."""
+    """Build both sides if needed, run `holdout.pairs` interleaved pairs, judge every printed metric.
+
+    Builds and holdout runs are confined as experiments' are; the holdout command (and the absolute
+    paths its arguments name, with their folders) are readable by it.
+    """
     argv = check_command(holdout, repo_root)
     trees = {"baseline": worktrees.acquire(base_commit), "candidate": worktrees.acquire(candidate_commit)}
     lock = str(worktrees.machine_lock())
+    named = [Path(a) for a in argv if a.startswith("/")]
+    job: dict[str, Any] = {
+        "env": env, "threads": threads, "baseline_dir": str(trees["baseline"]), "machine_lock": lock,
+        "sandbox": {"mode": sandbox_mode, "scripts": worktrees.scripts(base_commit),
+                    "readable": [str(p) for p in named] + [str(p.parent) for p in named]}}
     try:
         with open(os.devnull, "w") as sink:
             for (role, tree), content in zip(trees.items(), contents, strict=True):
-                built = runner.build_tree(str(tree), build_timeout_s, sink, content, lock, env)
+                built = runner.build_tree(str(tree), build_timeout_s, sink, content, lock, runner.run_env(job, tree),
+                                          sandbox.for_job(job, str(tree)))
                 if not built.ok:
                     raise StateError(f"holdout: the {role} build failed; launch the experiment again to see why")
         samples: dict[str, list[dict[str, float]]] = {"baseline": [], "candidate": []}
@@ -81,8 +91,8 @@ def run(
             rng.shuffle(order)
             for role, tree in order:
                 with runner.file_lock(lock):
-                    res = runner.run_command(argv, tree, holdout.timeout_s,
-                                             env=runner.bench_env(role, i, threads, env))
+                    res = runner.run_command(argv, tree, holdout.timeout_s, env=runner.run_env(job, tree),
+                                             confine=sandbox.for_job(job, str(tree)))
                 values = runner.parse_metrics(res.output).values
                 if not res.ok or not values:
                     why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"

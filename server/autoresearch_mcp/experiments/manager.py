@@ -41,7 +41,7 @@ from autoresearch_mcp.core.records import (
 )
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
-from autoresearch_mcp.experiments import holdout
+from autoresearch_mcp.experiments import branch, holdout
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.measure import figures, metrics, stats
 from autoresearch_mcp.models import (
@@ -82,6 +82,8 @@ class ExperimentManager:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified on every ledger record
         self._commit_lock = threading.Lock()
+        # held from moving the session branch to recording it, so a check never sees the move half done
+        self._branch_lock = threading.Lock()
         self._pairs_done: dict[str, int] = {}
         self.view: LedgerView = ledger.view()
         self.platforms = config.all_platforms  # the host first; the others check its winners
@@ -119,6 +121,43 @@ class ExperimentManager:
     def session_head(self) -> str:
         return gitops.head_commit(self.repo, self.config.branch)
 
+    def check_branch(self) -> None:
+        """Stop (StateError) unless the session branch is where the ledger says commit_winner left it; a
+        commit_winner commit a crash left unrecorded is recorded now (experiments/branch.py)."""
+        with self._branch_lock:
+            self._check_branch_locked()
+
+    def _check_branch_locked(self) -> None:
+        reconciled = branch.check(self.repo, self.config, self.view, self._append)
+        if reconciled:
+            log.warning("recorded commit_winner commit(s) %s, left unrecorded by a crash", ", ".join(reconciled))
+
+    def _after_job(self, base_commit: str, variant: str | None = None) -> str | None:
+        """What a job may have changed behind the server's back: the session branch, or the tracked files
+        of the baseline build it measured against (whose build is then discarded). None: nothing."""
+        try:
+            self.check_branch()
+        except StateError as exc:
+            return str(exc)
+        return self._baseline_drift(base_commit, variant)
+
+    def _baseline_drift(self, base_commit: str, variant: str | None = None) -> str | None:
+        """Why the built baseline of `base_commit` on this machine can no longer be trusted, or None."""
+        if self.worktrees is None:
+            return None
+        tree = gitops.tree_of(self.repo, base_commit)
+        path = self.worktrees.built(tree, variant)
+        if path is None:
+            return None
+        changed = gitops.worktree_drift(path, tree)
+        if not changed:
+            return None
+        self.worktrees.discard(path)
+        shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        return (f"the baseline build of {base_commit[:12]} in {path} no longer matches its commit ({shown}): "
+                "something wrote into it, so timings measured against it cannot be trusted. The build is "
+                "discarded (the next experiment builds it afresh); launch the experiment again")
+
     def recover(self) -> None:
         """After a restart: experiments the ledger shows unfinished are `lost`; clean up after them."""
         interrupted = [e for e in self._mine() if e.status not in FINAL_STATUSES]
@@ -149,6 +188,10 @@ class ExperimentManager:
         patch: str | None, repeats: int | str | None, restore_worktree: bool, clean_build: bool = False,
         experiment_id: str | None = None,
     ) -> LaunchResult:
+        self.check_branch()
+        unconfinable = self.executor.confinement_problem(self.config.sandbox)
+        if unconfinable:
+            raise StateError(unconfinable)
         reapplies = None
         if source == "experiment":
             if commit or patch:
@@ -165,6 +208,9 @@ class ExperimentManager:
             sources = sources or list(earlier.launch.sources)
         elif experiment_id:
             raise InputError("experiment_id goes with source='experiment'; drop it or change source")
+        elif not title.strip():
+            raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
+                             "(only source='experiment' takes the earlier experiment's title)")
         title = one_line(title, "title")
         if restore_worktree and source != "worktree":
             raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
@@ -235,7 +281,7 @@ class ExperimentManager:
             seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
             baseline_tree=base_tree, candidate_tree=tree, required_metrics=self.judging().required(),
             env={**self.env, **job_env(platform)}, platform=platform.name,
-            measure=platform.measure,
+            measure=platform.measure, sandbox=self.config.sandbox,
             worktree_variant=None if platform is self.platforms[0] else platform.name,
         )
 
@@ -388,9 +434,12 @@ class ExperimentManager:
         started: list[tuple[Platform, str]] = []
         try:
             outcome = dict(event["outcome"])
+            tampered = self._after_job(exp.launch.base_commit)
+            if tampered:
+                outcome.update(status="failed", phase="server", error=tampered)
             if exp.continued is not None:
                 outcome = figures.pooled(exp, outcome)
-            analysis = figures.analyze(outcome, exp.launch)
+            analysis = figures.analyze(outcome, exp.launch) if not tampered else Analysis()
             # A host winner goes to the other platforms; they are queued before the result is visible, so
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
@@ -471,7 +520,10 @@ class ExperimentManager:
                 outcome = dict(event["outcome"])
                 exp = self.view.experiments[exp_id]
                 analysis = Analysis()
-                if platform.measure:
+                tampered = self._after_job(exp.launch.base_commit, platform.name)
+                if tampered:  # a run without a verdict of its own: it must run again
+                    outcome.update(status="failed", phase="server", error=tampered)
+                elif platform.measure:
                     analysis = figures.analyze(outcome, exp.launch)
                     analysis.primary = analysis.metric(exp.launch.metric)
                 passed, summary = platforms_.judge(platform, outcome, analysis.verdict,
@@ -544,7 +596,7 @@ class ExperimentManager:
             build=outcome.build, host=outcome.host, noise_cv=exp.analysis.noise_cv,
             noise_note=exp.analysis.noise_note,
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
-            warnings=self._drift_warnings(exp), next_step=self._next_step(exp),
+            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]), next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
                        for p in self.platforms[1:]],
         )
@@ -621,7 +673,7 @@ class ExperimentManager:
                                      discarded=discarded, running=running,
                                      cost_usd=round(figures.session_cost(mine, profiles=self._profiles()), 4),
                                      totals=totals,
-                                     warnings=list(self.view.warnings))
+                                     warnings=list(self.view.warnings) + figures.unconfined_warning(mine))
 
     def _summary(self, exp: ExperimentState) -> ExperimentSummary:
         primary = exp.metric(self.config.metric)
@@ -660,6 +712,7 @@ class ExperimentManager:
 
     def commit_winner(self, experiment_id: str, title: str | None) -> CommitResult:
         with self._commit_lock:
+            self.check_branch()
             exp = self._get(experiment_id)
             verdict = exp.verdict
             if exp.commit:
@@ -695,14 +748,20 @@ class ExperimentManager:
                     "re-applies its change there) and commit that")
             title = one_line(title, "title") if title is not None else exp.title
             hidden = self._holdout(exp)
+            drift = self._baseline_drift(exp.launch.base_commit)  # after the measurement and the holdout
+            if drift:
+                self._fail(experiment_id, drift)
+                raise StateError(drift)
             tree = exp.launch.candidate_tree
             # again at commit time: the rules may have changed since the launch (they never loosen here)
             self._refuse_protected(gitops.changed_paths(self.repo, head, exp.launch.candidate_commit))
             message = self._message(exp, title, hidden)
             new = gitops.commit_tree(self.repo, tree, head, message)
-            updated = self._advance(head, new)
-            self._append(CommitRecord(experiment_id=experiment_id, commit=new, parent=head,
-                                      branch=self.config.branch, title=title))
+            with self._branch_lock:
+                self._check_branch_locked()  # the holdout ran jobs too
+                updated = self._advance(head, new)
+                self._append(CommitRecord(experiment_id=experiment_id, commit=new, parent=head,
+                                          branch=self.config.branch, title=title))
             return CommitResult(commit=new, branch=self.config.branch, message=message, worktree_updated=updated,
                                 holdout=_holdout_summary(hidden))
 
@@ -765,7 +824,7 @@ class ExperimentManager:
             c.holdout, self.root, self.worktrees, launch.base_commit, launch.candidate_commit,
             (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree),
             {**self.env, **job_env(self.platforms[0])}, directions,
-            c.direction, c.timeouts.build, c.threads, design)
+            c.direction, c.timeouts.build, c.threads, design, c.sandbox)
         self._append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,
                                    metrics=outcome.metrics))
         if outcome.regressed:

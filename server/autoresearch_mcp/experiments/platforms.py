@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import runner
-from autoresearch_mcp.core.config import Platform, job_env
+from autoresearch_mcp.core import runner, sandbox
+from autoresearch_mcp.core.config import Platform
 from autoresearch_mcp.core.ledger import PlatformState
 from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, Released
 from autoresearch_mcp.core.records import Comparison
@@ -124,36 +124,35 @@ def check_all(platforms: list[Platform]) -> None:
                          + "\n- ".join(problems))
 
 
-def validate_head(platform: Platform, tree: str, content: str, build_timeout_s: float, checks_timeout_s: float,
-                  machine_lock: Path, repo_root: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> str:
-    """Build the unchanged session head on `platform` (in its own worktree) and run the checks there.
+def validate_head(platform: Platform, tree: str, content: str, job: dict[str, Any], repo_root: Path,
+                  log_path: Path) -> str:
+    """Build the unchanged session head on `platform` (in its own worktree) and run the checks there, as
+    the runner does (`job`: worktrees.server_job, with the platform's environment).
 
     The build is kept: it is the baseline the platform's first experiment reuses.
     """
-    env = {**(extra_env or {}), **job_env(platform)}
     fix = (f"Fix it for that platform (the scripts see AUTORESEARCH_PLATFORM={platform.name}"
            + "".join(f", {k}={v}" for k, v in platform.env.items())
            + f", AUTORESEARCH_EMULATOR={platform.emulator!r}) or drop the platform. Log: {log_path}")
     with safefs.open_write(repo_root, log_path, "w") as logf:
-        built = runner.build_tree(tree, build_timeout_s, logf, content, machine_lock=str(machine_lock), env=env)
+        built = runner.build_tree(tree, job["timeouts"]["build"], logf, content, machine_lock=job["machine_lock"],
+                                  env=runner.run_env(job, tree), confine=sandbox.for_job(job, tree))
         if not built.ok:
             res = built.command
             assert res is not None
             raise StateError(f"platform {platform.name}: the session head (before any change) fails to build "
                              f"there. {fix}. Output tail:\n{res.tail(2000)}")
-        checks = Path(tree) / "autoresearch.checks.sh"
-        if not checks.exists():
+        checks = runner.run_checks(job, tree, logf)
+    if not checks["ran"]:
+        if checks["passed"]:
             return f"{platform.label}: the session head builds ({built.duration_s:.1f} s); no checks script"
-        with runner.file_lock(str(machine_lock), shared=True):
-            # the head is its own baseline here: a comparing check compares it with itself
-            res = runner.run_command(["bash", "./autoresearch.checks.sh"], tree, checks_timeout_s,
-                                     env=runner.checks_env(tree, {"env": env}), log=logf)
-    if not res.ok:
-        how = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
+        raise StateError(f"platform {platform.name}: {checks['note']}. {fix}")
+    if not checks["passed"]:
+        how = "timed out" if checks["timed_out"] else f"exited with status {checks['exit_code']}"
         raise StateError(f"platform {platform.name}: the checks of the session head (before any change) {how} "
-                         f"there. {fix}. Output tail:\n{res.tail(2000)}")
+                         f"there. {fix}. Output tail:\n{checks['tail']}")
     return (f"{platform.label}: the session head builds ({built.duration_s:.1f} s) and passes the checks "
-            f"({res.duration_s:.1f} s)")
+            f"({checks['duration_s']:.1f} s)")
 
 
 # --- one platform's result -------------------------------------------------------------------------

@@ -131,3 +131,25 @@ def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Anal
         return exp.result.analysis
     # analyze drops refused values from what it is given: a copy, the record stays as read
     return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch)
+
+
+# --- confinement -----------------------------------------------------------------------------------
+
+UNCONFINED_NOTE = ("ran unconfined (\"sandbox\": \"off\" in .autoresearch/config.json): its build, bench and "
+                   "checks could write anywhere you can, read other processes and outlive the run, so nothing "
+                   "protected its result from the candidate")
+
+
+def unconfined(exps: Iterable[ExperimentState]) -> list[str]:
+    """The experiments whose commands ran with confinement off (their runner's outcome says so)."""
+    return [e.experiment_id for e in exps if e.outcome.sandbox == "off"]
+
+
+def unconfined_warning(exps: Iterable[ExperimentState]) -> list[str]:
+    """The warning every listing of these experiments carries when any of them ran unconfined."""
+    mine = list(exps)
+    off = unconfined(mine)
+    if not off:
+        return []
+    return [f"sandbox off: {len(off)} of {len(mine)} experiments {UNCONFINED_NOTE} "
+            f"({', '.join(off[:10])}{', ...' if len(off) > 10 else ''})"]

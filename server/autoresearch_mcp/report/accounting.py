@@ -211,6 +211,7 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
                             f"{exp.commit.commit[:12]}, which is no longer on {config.branch} (reset or "
                             "rewritten?): it is not counted as kept")
     warnings += _provenance_warnings(mine, measured)
+    warnings += figures.unconfined_warning(mine)
     # For an experiment whose base commit left the branch: the head as it was when it was launched.
     times = list(itertools.accumulate((link.ts for link in chain), max))
     rows = []

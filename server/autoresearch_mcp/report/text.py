@@ -8,7 +8,7 @@ import io
 import re
 
 from autoresearch_mcp import notes as session_notes
-from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.measure.figures import experiment_cost
 from autoresearch_mcp.report.accounting import DISCARDED, FAILED, KEPT, RUNNING, SessionData
 from autoresearch_mcp.report.format import num, pct
@@ -34,6 +34,10 @@ def summarize(data: SessionData) -> str:
         lines.append(f"Best single experiment: {best.exp.title!r} "
                      f"{pct(best.primary(c.metric).get('delta_pct'))} ({best.verdict}).")
     lines.append(f"Cost ${data.cost:.2f}; machines: {', '.join(data.machines) or 'none yet'}.")
+    off = figures.unconfined(r.exp for r in data.rows)
+    if off:
+        lines.append(f"Sandbox off: {len(off)} experiments ran unconfined, by the session's choice; their results "
+                     "were not protected from the candidate.")
     if data.notes:
         lines.append(f"Notes: {session_notes.count(data.notes)} in .autoresearch/notes.md (shown in the report).")
     return "\n".join(lines)

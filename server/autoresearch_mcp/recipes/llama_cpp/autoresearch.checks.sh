@@ -2,8 +2,10 @@
 # autoresearch recipe for llama.cpp: correctness checks that compare the candidate with the baseline.
 #
 # 1. KL divergence against the baseline. The baseline's llama-perplexity saves its token
-#    probabilities on autoresearch.checks.txt (a fixed text, also protected) once per baseline build
-#    and flash-attention setting, cached in that build; the candidate's llama-perplexity is compared
+#    probabilities on autoresearch.checks.txt (a fixed text, also protected) for each flash-attention
+#    setting, into this run's private /tmp (a confined check cannot write the baseline's tree, and a
+#    file a candidate could write is no reference), reused from the baseline's build folder only where
+#    a trusted run left it there; the candidate's llama-perplexity is compared
 #    with them. The candidate fails when the mean KL divergence is above MAX_MEAN_KLD or the share of
 #    positions where both pick the same top token is below MIN_SAME_TOP_PCT. A change that only
 #    reorders floating-point sums stays far inside both; a broken kernel does not.
@@ -37,8 +39,10 @@ BASE_PPL="$BASE/$BUILD_DIR/bin/llama-perplexity"
 THREADS="${AUTORESEARCH_THREADS:-$(nproc)}"
 ppl_args=(-m "$MODEL" -c "$CTX" -ngl 0 -t "$THREADS" -b "$CTX")
 
-# The baseline's probabilities, once per baseline build, model, text and setting. Written to a
-# temporary name and renamed, so concurrent checks never read a half-written file. One chunk more
+# The baseline's probabilities for this model, text and setting: kept in the baseline's build folder
+# where this run may write it (unconfined, or the head checked as its own baseline), else computed
+# into the private /tmp. Written to a temporary name and renamed, so concurrent checks never read a
+# half-written file. One chunk more
 # than judged: llama-perplexity's logger sometimes loses the lines printed just before it exits, so
 # the figures are read at chunk CHUNKS, which the extra chunk's work gives time to reach the output.
 base_logits() {
@@ -46,6 +50,9 @@ base_logits() {
   key=$(printf '%s\n' "$(stat -c '%s %Y' "$MODEL")" "$MODEL" "$CTX" "$CHUNKS" "$fa" "${AUTORESEARCH_EMULATOR:-}" \
         | cat - "$TEXT" | sha256sum | cut -c1-16)
   file="$BASE/$BUILD_DIR/autoresearch-kld-$key.bin"
+  if [ ! -s "$file" ] && [ ! -w "$BASE/$BUILD_DIR" ]; then
+    file="${TMPDIR:-/tmp}/autoresearch-kld-$key.bin"
+  fi
   if [ ! -s "$file" ]; then
     local tmp="$file.$$.tmp"
     if ! "${EMULATOR[@]}" "$BASE_PPL" "${ppl_args[@]}" -fa "$fa" -f "$TEXT" --chunks $((CHUNKS + 1)) \

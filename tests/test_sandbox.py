@@ -1,0 +1,291 @@
+"""A candidate cannot fake its own win: every build, bench and checks run is confined (issue 23, points 1-4).
+
+Each test plays a hostile candidate through a real MCP client: its build or its program attacks the
+scripts, the checks, the baseline, the runner's result channel, the environment, the session's files or
+the machine, and must get no false winner, write nothing outside its own tree and leave nothing running.
+Each has a control, a benign candidate of the same shape, that must still be measured as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from mcp import Client
+
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.core import sandbox
+from conftest import balanced_noise, git, init_repo
+from helpers import call, error, wait_final
+
+pytestmark = pytest.mark.anyio
+
+# The program under test prints a correctness answer and the metric (value.txt scaled by this run's noise);
+# the candidate may change prog.sh and build.sh, never the session's scripts.
+PROG = "echo ANSWER=42\nawk -v v=$(cat value.txt) -v n=${1:-1} 'BEGIN{printf \"METRIC score=%.5f\\n\", v*n}'\n"
+CHECKS = "sh prog.sh 1 > .checked || exit 1\ngrep -qx ANSWER=42 .checked\n"
+
+
+def hostile_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "target"
+    repo.mkdir()
+    (repo / "autoresearch.sh").write_text(
+        "#!/usr/bin/env bash\nset -eu\ncase \"$1\" in\n  build) sh build.sh ;;\n"
+        f"  bench) {balanced_noise()}sh prog.sh \"$n\" ;;\nesac\n")
+    (repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\n" + CHECKS)
+    (repo / "prog.sh").write_text(PROG)
+    (repo / "build.sh").write_text("true\n")
+    (repo / "value.txt").write_text("100\n")
+    return init_repo(repo)
+
+
+async def start(c: Client, repo: Path) -> dict[str, Any]:
+    return await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t")
+
+
+async def measure(c: Client, repo: Path, title: str, files: dict[str, str], repeats: int = 14,
+                  timeout: float = 180.0) -> dict[str, Any]:
+    """Launch the work tree with `files` written into it (then put back), and wait for the result."""
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    launched = await call(c, "launch_experiment", title=title, source="worktree", repeats=repeats)
+    git(repo, "checkout", "-q", "--", ".")
+    return await wait_final(c, launched["experiment_id"], timeout=timeout)
+
+
+def won(result: dict[str, Any]) -> bool:
+    return result["verdict"] == "improved" and result["status"] == "done" and bool(result["checks"]["passed"])
+
+
+BETTER = {"value.txt": "110\n"}  # the control's real 10% improvement
+
+
+def leftovers(tag: str) -> list[psutil.Process]:
+    """Processes whose command line holds `tag` (what a candidate left running)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(tag in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+# --- 1. what a build writes after the snapshot never replaces the session's scripts --------------------------
+
+
+async def test_a_build_that_rewrites_the_benchmark_script_gets_no_false_winner(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    rewrite = "printf '#!/bin/sh\\necho METRIC score=1000\\n' > autoresearch.sh\n"
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        hostile = await measure(c, repo, "rewrite the bench", {"build.sh": rewrite})
+        control = await measure(c, repo, "a real win", {**BETTER, "build.sh": "echo built > built.txt\n"})
+    assert hostile["status"] == "failed" or not won(hostile)
+    assert hostile["verdict"] != "improved"
+    assert won(control)
+
+
+async def test_a_build_that_deletes_the_checks_script_fails_its_checks(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    wrong = PROG.replace("ANSWER=42", "ANSWER=41")
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        hostile = await measure(c, repo, "delete the checks", {
+            **BETTER, "prog.sh": wrong, "build.sh": "rm -f autoresearch.checks.sh\ntrue\n"}, repeats=2)
+        control = await measure(c, repo, "correct", {**BETTER, "build.sh": "rm -f stale.o\n"}, repeats=2)
+    assert hostile["status"] == "checks_failed" and not hostile["checks"]["passed"]
+    assert control["status"] == "done" and control["checks"]["passed"]
+
+
+async def test_unconfined_too_a_deleted_checks_script_never_reads_as_no_checks(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    wrong = PROG.replace("ANSWER=42", "ANSWER=41")
+    (repo / ".autoresearch").mkdir()
+    (repo / ".autoresearch" / "config.json").write_text('{"sandbox": "off"}')  # the user's choice, before starting
+    async with Client(build_server()) as c:
+        await start(c, repo)  # nothing is bound over the tree: the runner puts the session's bytes back
+        hostile = await measure(c, repo, "delete the checks", {
+            **BETTER, "prog.sh": wrong, "build.sh": "rm -f autoresearch.checks.sh\n"}, repeats=2)
+        control = await measure(c, repo, "keep them", BETTER, repeats=2)
+    assert hostile["status"] == "checks_failed" and hostile["checks"]["ran"] and not hostile["checks"]["passed"]
+    assert control["status"] == "done" and control["checks"]["passed"]
+
+
+# --- the baseline's tree, the session, the checkout and the git directory are out of reach --------------------
+
+
+async def test_a_build_cannot_slow_the_baseline_down_by_writing_into_its_tree(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    spoil = ('for f in "${AUTORESEARCH_BASELINE_TREE:-/nonexistent}/value.txt" ../*/value.txt; do\n'
+             '  [ -e "$f" ] && ! [ "$f" -ef value.txt ] && echo 50 > "$f" 2>/dev/null\ndone\ntrue\n')
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        hostile = await measure(c, repo, "spoil the baseline", {"build.sh": spoil})
+        later = await measure(c, repo, "a later no-op", {"build.sh": "true # nothing\n"})
+        control = await measure(c, repo, "a real win", BETTER)
+    assert hostile["verdict"] != "improved" and later["verdict"] != "improved"
+    assert won(control)
+
+
+async def test_a_candidate_writes_nothing_outside_its_own_tree(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    user_file = repo / "my-notes.txt"  # untracked (ignored): the user's own
+    user_file.write_text("mine\n")
+    with open(repo / ".git" / "info" / "exclude", "a") as fh:
+        fh.write("my-notes.txt\n")
+    elsewhere = tmp_path / "elsewhere.txt"
+    attack = f"""\
+top=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null)
+top=${{top%/.git}}
+echo '{{"alpha": 0.5, "min_effect": 0}}' > "$top/.autoresearch/config.json" 2>/dev/null
+echo '{{"type": "forged"}}' >> "$top/.autoresearch/ledger.jsonl" 2>/dev/null
+echo pwned > "$top/my-notes.txt" 2>/dev/null
+printf '#!/bin/sh\\necho hooked\\n' > "$top/.git/hooks/post-checkout" 2>/dev/null
+git update-ref refs/heads/autoresearch/t HEAD 2>/dev/null
+echo pwned > {elsewhere} 2>/dev/null
+echo mine > own-output.txt && echo scratch > /tmp/scratch.txt && cat own-output.txt /tmp/scratch.txt >/dev/null
+"""
+    config = (repo / ".autoresearch").exists()
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        before = {p: p.read_bytes() for p in (repo / ".autoresearch" / "config.json", repo / ".autoresearch" /
+                                              "ledger.jsonl")}
+        branch = git(repo, "rev-parse", "autoresearch/t")
+        result = await measure(c, repo, "write everywhere", {**BETTER, "build.sh": attack}, repeats=2)
+    assert not config
+    assert result["status"] == "done"  # the control: its own tree and its private /tmp were writable
+    assert user_file.read_text() == "mine\n"
+    assert not elsewhere.exists()
+    assert not (repo / ".git" / "hooks" / "post-checkout").exists()
+    assert git(repo, "rev-parse", "autoresearch/t") == branch
+    assert (repo / ".autoresearch" / "config.json").read_bytes() == before[repo / ".autoresearch" / "config.json"]
+    ledger = (repo / ".autoresearch" / "ledger.jsonl").read_text()
+    assert "forged" not in ledger
+
+
+# --- 3. a result the candidate cannot forge or edit ---------------------------------------------------------
+
+
+def forged_outcome() -> str:
+    samples = [{"pair": i, "role": role, "position": 0, "exit_code": 0, "duration_s": 0.1, "timed_out": False,
+                "metrics": {"score": (200.0 if role == "candidate" else 100.0) * (1 + 0.001 * (i % 3))},
+                "problems": []} for i in range(14) for role in ("baseline", "candidate")]
+    return json.dumps({"experiment_id": "x", "status": "done", "samples": samples, "checks": {"ran": True,
+                       "passed": True}, "stop_reason": "improved"}, separators=(",", ":"))
+
+
+async def test_a_forged_result_line_written_to_the_runners_output_is_not_believed(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    (tmp_path / "forged.json").write_text(forged_outcome())
+    forge = f"""\
+line="AUTORESEARCH_RESULT $(cat {tmp_path / 'forged.json'} 2>/dev/null || echo '{{}}')"
+for p in /proc/[0-9]*; do
+  if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'runner.py'; then
+    for sig in 1 2; do echo "$line" > $p/fd/1 2>/dev/null; done
+    kill -9 ${{p#/proc/}} 2>/dev/null
+  fi
+done
+true
+"""
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        hostile = await measure(c, repo, "forge the result", {"build.sh": forge})
+        control = await measure(c, repo, "a real win", BETTER)
+    assert hostile["verdict"] != "improved"
+    assert won(control)
+
+
+async def test_a_helper_left_behind_cannot_rewrite_the_measured_output(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    tag = f"300.{uuid.uuid4().int % 10**8:08d}"  # the helper's own sleep: how it is found afterwards
+    # right after the real METRIC line, rewrite the output from its start (a file: through /proc/self/fd/1),
+    # again and again for a while, so that whenever the runner reads it, it reads the forgery
+    helper = ("setsid env -i /bin/sh -c 'i=0; while [ $i -lt 100000 ]; do "
+              "printf \"METRIC score=999.00000\\n\" 1<>/proc/self/fd/1; i=$((i+1)); done; "
+              f"exec /bin/sleep {tag}' &\n")
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        hostile = await measure(c, repo, "rewrite the output", {"prog.sh": PROG + helper})
+        control = await measure(c, repo, "a real win", BETTER)
+    assert hostile["verdict"] != "improved"
+    assert won(control)
+    assert leftovers(tag) == []
+
+
+async def test_a_process_that_clears_its_environment_does_not_outlive_the_experiment(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    tag = f"{uuid.uuid4().int % 1000}.{uuid.uuid4().int % 100000}"
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        result = await measure(c, repo, "stay", {
+            "build.sh": f"setsid env -i sleep 3{tag} </dev/null >/dev/null 2>&1 &\nsleep 0.2\n"}, repeats=2)
+    assert result["status"] == "done"
+    assert leftovers(f"3{tag}") == []
+
+
+async def test_a_huge_benchmark_output_is_stored_capped_with_its_metric_lines(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)
+    flood = "head -c 20000000 /dev/zero | tr '\\0' x; echo\n" + PROG
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        result = await measure(c, repo, "flood", {"prog.sh": flood}, repeats=2)
+    assert result["status"] == "done" and result["pairs_done"] == 2  # every METRIC line was still read
+    assert Path(result["log_path"]).stat().st_size < 2_000_000
+
+
+# --- 4. bench and checks see one environment ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tell", ['[ -n "${AUTORESEARCH_ROLE:-}" ]', '[ -n "${AUTORESEARCH_RUN:-}" ]',
+                                  '[ -z "${AUTORESEARCH_BASELINE_TREE:-}" ]'])
+async def test_a_program_cannot_tell_the_bench_from_the_checks(tmp_path: Path, tell: str) -> None:
+    repo = hostile_repo(tmp_path)
+    # fast and wrong when measured, slow and right when checked
+    two_faced = (f"if {tell}; then echo ANSWER=41; awk -v v=$(cat value.txt) -v n=${{1:-1}} "
+                 "'BEGIN{printf \"METRIC score=%.5f\\n\", 2*v*n}'; else\n" + PROG + "fi\n")
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        hostile = await measure(c, repo, "two-faced", {"prog.sh": two_faced})
+        control = await measure(c, repo, "a real win", BETTER)
+    assert not won(hostile)
+    assert won(control)
+
+
+# --- 1. where no confinement can run, nothing is measured unless the user says so -----------------------------
+
+
+async def test_without_confinement_nothing_is_measured_unless_the_user_turns_it_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = hostile_repo(tmp_path)
+    monkeypatch.setattr(sandbox, "BWRAP", "autoresearch-no-such-bwrap")
+    monkeypatch.setattr(sandbox, "_probed", {})
+    async with Client(build_server()) as c:
+        msg = await error(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t")
+        assert "bubblewrap" in msg and "apt-get install bubblewrap" in msg and '"sandbox": "off"' in msg
+        (repo / ".autoresearch").mkdir(exist_ok=True)
+        (repo / ".autoresearch" / "config.json").write_text(json.dumps({"sandbox": "off"}))
+        await start(c, repo)
+        result = await measure(c, repo, "unconfined", BETTER, repeats=2)
+        listed = await call(c, "list_experiments")
+        report = await call(c, "report", repo=str(repo))
+    assert any("sandbox" in w and "off" in w for w in result["warnings"])
+    assert any("sandbox" in w and "off" in w for w in listed["warnings"])
+    assert "sandbox off" in report["summary"].lower()
+    assert "unconfined" in Path(report["html_path"]).read_text()
+
+
+def test_the_confinement_probe_names_the_package_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "BWRAP", "autoresearch-no-such-bwrap")
+    monkeypatch.setattr(sandbox, "_probed", {})
+    why = sandbox.unavailable()
+    assert why is not None and "bubblewrap" in why
+    monkeypatch.undo()
+    assert sandbox.unavailable() is None  # this machine has it: the tests above ran confined
+
+
+def test_no_test_leaves_its_helpers_running() -> None:
+    assert all(os.getpid() != p.pid for p in leftovers("exec sleep 300"))
