@@ -291,7 +291,8 @@ def validate_benchmark(
     tree = worktrees.acquire(head)
     content = gitops.tree_of(repo, head)
     root = Path(config.repo)
-    safefs.write_text(root, state_dir(root) / "logs" / "session-validation.log", "")  # each trial appends to it
+    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w"):
+        pass  # emptied once: each thread count's trial appends to it
     try:
         def measure(threads: int) -> Validation:
             at = config.model_copy(update={"threads": threads})
