@@ -127,13 +127,15 @@ def test_a_one_pass_rms_norm_is_faster_on_its_focus_and_not_on_the_controls(shar
     ops.write_text(text.replace(TWO_PASSES, ONE_PASS))
     build(candidate)
     ratios: dict[str, list[float]] = {}
-    for i in range(8):  # interleaved, each side first in half of the pairs
+    for i in range(10):  # interleaved, each side first in half of the pairs
         trees = [shared["tree"], candidate][:: 1 if i % 2 else -1]
         runs = {tree: opbench(tree, shared["wide"], "RMS_NORM") for tree in trees}
         for name, value in runs[candidate].items():
             ratios.setdefault(name, []).append(value / runs[shared["tree"]][name])
     change = {name: statistics.median(values) for name, values in ratios.items()}
     assert set(change) == {"focus.RMS_NORM", "control.ADD", "control.SCALE", "control.ROPE"}
-    # measured on this 2-core VM at a load average of 6: focus -10% (-7% to -15% a pair), controls +-1%
-    assert change["focus.RMS_NORM"] < 0.97, ratios
-    assert all(0.95 < change[name] < 1.05 for name in change if name.startswith("control.")), ratios
+    # measured on this 2-core VM at load averages of 3-6: focus -9% to -11% (-7% to -15% a pair); controls
+    # within +-1.5%, ROPE (in the same ops.cpp: layout) up to -3.5%, a whole run now and then slower
+    controls = {name: value for name, value in change.items() if name.startswith("control.")}
+    assert change["focus.RMS_NORM"] < 0.95, change
+    assert all(0.92 < value < 1.08 and value - change["focus.RMS_NORM"] > 0.03 for value in controls.values()), change
