@@ -60,7 +60,7 @@ RECIPES: dict[str, Recipe] = {
         looks_like=("include/llama.h", "ggml/src/ggml-cpu", "tools/llama-bench"),
         # flash attention on: the CPU fusions that matter most show only with it. 128 generated tokens:
         # 32 were 0.17 s of work on a TinyLlama-width model, too short to be steady on a shared machine.
-        # AMX off: llama.cpp's AMX kernels crash where the CPU has AMX (autoresearch.sh says why).
+        # AMX off: llama.cpp's AMX kernels crashed on this kind of machine (autoresearch.sh says why).
         settings={"LLAMA_BENCH_FA": "1", "LLAMA_BENCH_PROMPT": "128", "LLAMA_BENCH_GEN": "128", "LLAMA_AMX": "0"},
         # autoresearch.opbench.cpp's table of chains, in its order (tests/test_recipes.py compares them)
         focus=(("RMS_NORM",), ("RMS_NORM", "MUL"), ("RMS_NORM", "MUL", "ADD"), ("NORM",), ("NORM", "MUL"),

@@ -122,7 +122,7 @@ build() {
     args+=("-DCMAKE_TOOLCHAIN_FILE=$PWD/$(toolchain_file "$target")" -DGGML_NATIVE=OFF)
   else
     args+=(-DGGML_NATIVE=ON)
-    # llama.cpp's AMX kernels (Sapphire Rapids and later) crash where the CPU has AMX: the tile
+    # llama.cpp's AMX kernels (Sapphire Rapids and later) crash on machines that have AMX: the tile
     # configuration is optimized away and worker threads never ask Linux for the tile state (llama.cpp
     # issues 20824, PR 26954; every Q4_0 prompt crashed in ldtilecfg here). Unless LLAMA_AMX=1, a native
     # build whose compiler would use AMX leaves it out: Q4_0 then runs the repacked AVX-512 kernels.
