@@ -3,6 +3,7 @@ then find_passes ranked by that profile. Real perf, real builds of the bundled e
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -300,3 +301,48 @@ async def test_a_candidate_that_does_not_build_on_the_worker_is_named_with_the_b
         assert (await wait_final(client, launched["experiment_id"]))["status"] == "failed"
         message = await error(client, "profile_hotspots", experiment_id=launched["experiment_id"])
     assert f"build` of {launched['experiment_id']} failed on worker ar-" in message and "ops.c:3: error" in message
+
+
+# The recipe's way of needing its model (and a setting of the session's config): a benchmark that fails
+# without them, as llama.cpp's did under profile_hotspots ("AUTORESEARCH_MODEL is not set", exit 1).
+NEEDS_MODEL = ('[ -f "${AUTORESEARCH_MODEL:-}" ] && [ "${BENCH_SETTING:-}" = steady ] '
+               '|| { echo "autoresearch.sh: AUTORESEARCH_MODEL is not set" >&2; exit 1; }; '
+               'awk "BEGIN { for (i = 0; i < 3e6; i++) s += i }"; echo METRIC score=1')
+
+
+def configured(repo: Path, **settings: object) -> Path:
+    """Settings kept across sessions, written before the first start_session (as a person would)."""
+    (repo / ".autoresearch").mkdir()
+    (repo / ".autoresearch" / "config.json").write_text(json.dumps({
+        "session_id": "x", "tag": "old", "branch": "autoresearch/old", "repo": str(repo), "metric": "score",
+        "direction": "higher", "executor": "local", "start_commit": "0", "created_at": "now", **settings}))
+    return repo
+
+
+@needs_perf
+@pytest.mark.anyio
+async def test_the_profiled_benchmark_runs_with_the_sessions_model_and_settings(tmp_path: Path) -> None:
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF" + bytes(64))
+    repo = configured(script_repo(tmp_path, NEEDS_MODEL), env={"BENCH_SETTING": "steady"})
+    async with Client(build_server()) as client:
+        await call(client, "start_session", repo=str(repo), metric="score", direction="higher", tag="m",
+                   model=str(model))
+        prof = await call(client, "profile_hotspots", top=5)
+    assert prof["bench_exit_code"] == 0 and prof["total_samples"] > 0
+    assert any(f["dso"].startswith(("awk", "mawk", "gawk")) for f in prof["functions"])
+
+
+@needs_perf
+@pytest.mark.anyio
+async def test_a_benchmark_that_fails_under_perf_gives_no_profile(tmp_path: Path) -> None:
+    # validation runs it twice; the third run (the profile's) fails
+    bench = ('n=$(cat .runs 2>/dev/null || echo 0); echo $((n + 1)) > .runs; '
+             '[ "$n" -lt 2 ] || { echo "broken on run $n" >&2; exit 3; }; echo METRIC score=1')
+    repo = configured(script_repo(tmp_path, bench), threads=1)
+    async with Client(build_server()) as client:
+        await call(client, "start_session", repo=str(repo), metric="score", direction="higher", tag="f")
+        refused = await error(client, "profile_hotspots")
+    assert "`autoresearch.sh bench` of baseline exited with status 3 under perf" in refused
+    assert "broken on run 2" in refused
+    assert not list((repo / ".autoresearch" / "profiles").glob("*.json"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from mcp import Client
 from autoresearch_mcp import recipes
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.errors import InputError
 from conftest import git, init_repo
 from helpers import call, error, wait_final
 
@@ -159,6 +161,31 @@ def test_the_shipped_recipe_is_in_the_wheel(tmp_path: Path) -> None:
         assert f"autoresearch_mcp/recipes/llama_cpp/{name}" in names
 
 
+def test_the_focus_chains_are_those_the_op_benchmark_times() -> None:
+    recipe = recipes.get("llama.cpp")
+    source = recipe.source("autoresearch.opbench.cpp").read_text()
+    table = re.findall(r'^\s*\{"([A-Z_+]+)", \[\]\(Builder', source, re.M)
+    assert [tuple(label.split("+")) for label in table] == list(recipe.focus)
+    assert {("RMS_NORM", "MUL"), ("SOFT_MAX",), ("FLASH_ATTN_EXT",)} <= set(recipe.focus)
+
+
+def test_a_focus_the_recipe_cannot_time_is_refused_with_the_chains_it_can() -> None:
+    llama = recipes.get("llama.cpp")
+    recipes.check_focus(llama, ["RMS_NORM", "MUL"])
+    with pytest.raises(InputError) as refused:
+        recipes.check_focus(llama, ["MUL", "RMS_NORM"])  # not the order llama.cpp's graph runs them
+    assert "no chain ['MUL', 'RMS_NORM']" in str(refused.value) and "RMS_NORM, MUL; " in str(refused.value)
+    recipes.check_focus(None, ["anything", "a generic bench reads"])
+
+
+def test_the_recipe_settings_are_the_scripts_defaults() -> None:
+    recipe = recipes.get("llama.cpp")
+    script = recipe.source("autoresearch.sh").read_text()
+    defaults = dict(re.findall(r"\$\{(LLAMA_BENCH_[A-Z]+|LLAMA_AMX):-(\w+)\}", script))
+    assert defaults == dict(recipe.settings)
+    assert int(recipe.settings["LLAMA_BENCH_GEN"]) >= 128  # 32 tokens were 0.17 s of work: too short to be steady
+
+
 async def test_a_llama_cpp_tree_without_scripts_is_offered_the_recipe(tree: Path) -> None:
     async with Client(build_server()) as c:
         res = await start(c, tree)
@@ -184,11 +211,30 @@ async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, mod
     assert git(tree, "status", "--porcelain") == ""
     config = json.loads(config_path(tree).read_text())
     assert config["model"] == str(model)
-    assert {"tools/llama-bench", "tools/perplexity", "autoresearch.checks.txt"} <= set(config["protected"])
+    assert {"tools/llama-bench", "tools/perplexity", "autoresearch.checks.txt",
+            "autoresearch.opbench.cpp"} <= set(config["protected"])
+    # every setting the runs are measured with is recorded and shown
+    assert config["env"] == {"LLAMA_BENCH_FA": "1", "LLAMA_BENCH_PROMPT": "128", "LLAMA_BENCH_GEN": "128",
+                             "LLAMA_AMX": "0"}
+    assert res["settings"] == {"threads": str(config["threads"]), **config["env"]}
     used = next(Path(p) for p in (Path(config["repo"]).parent / "cache").rglob("bench-args.txt"))
     args = used.read_text().split()
     assert args[args.index("-ngl") + 1] == "0" and args[args.index("-fa") + 1] == "1"
-    assert args[args.index("-m") + 1] == str(model) and "-t" in args
+    assert args[args.index("-n") + 1] == "128" and args[args.index("-t") + 1] == str(config["threads"])
+    assert args[args.index("-m") + 1] == str(model)
+
+
+async def test_a_setting_edited_in_the_config_reaches_the_benchmark(tree: Path, model: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, tree, recipe="llama.cpp", model=str(model))
+        config = json.loads(config_path(tree).read_text())
+        config["env"]["LLAMA_BENCH_GEN"] = "256"
+        config_path(tree).write_text(json.dumps(config))
+        res = await start(c, tree)
+    assert res["settings"]["LLAMA_BENCH_GEN"] == "256"
+    runs = sorted((Path(config["repo"]).parent / "cache").rglob("bench-args.txt"), key=lambda p: p.stat().st_mtime)
+    args = runs[-1].read_text().split()
+    assert args[args.index("-n") + 1] == "256"
 
 
 async def test_a_missing_record_is_an_error_never_a_default(tree: Path, model: Path) -> None:

@@ -44,6 +44,13 @@ class BenchRun(BaseModel):
     problems: list[str] = Field(default_factory=list)
 
 
+class ThreadsTrial(BaseModel):
+    """start_session's validation runs at one thread count: each judged metric's noise there."""
+
+    threads: int
+    noise_pct: dict[str, float] = Field(description="per metric: the runs' coefficient of variation, %")
+
+
 class StartSessionResult(BaseModel):
     session_id: str
     branch: str
@@ -73,6 +80,11 @@ class StartSessionResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     next_steps: list[str] = Field(default_factory=list)
     platforms: list[str] = Field(default_factory=list, description="each platform and how it was validated")
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="what every run is measured with: threads and the benchmark's env "
+                                          "(recorded in .autoresearch/config.json)")
+    threads_tried: list[ThreadsTrial] = Field(
+        default_factory=list, description="thread counts measured to find the steadiest (when threads was unset)")
 
 
 # --- experiments ---------------------------------------------------------------------------------

@@ -45,7 +45,14 @@ from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import figures, stats
-from autoresearch_mcp.models import BenchRun, Direction, ExecutorName, MetricSummary, StartSessionResult
+from autoresearch_mcp.models import (
+    BenchRun,
+    Direction,
+    ExecutorName,
+    MetricSummary,
+    StartSessionResult,
+    ThreadsTrial,
+)
 from autoresearch_mcp.recipes import model_file
 from autoresearch_mcp.settings import Settings
 
@@ -205,7 +212,8 @@ def _apply_recipe(config: SessionConfig, recipe: recipes.Recipe) -> SessionConfi
     protected = list(dict.fromkeys([*config.protected, *recipe.protected]))
     return config.model_copy(update={
         "recipe": recipe.name, "protected": protected,
-        "objectives": config.objectives or list(recipe.objectives)})
+        "objectives": config.objectives or list(recipe.objectives),
+        "env": {**recipe.settings, **config.env}})  # the person's values win
 
 
 def _recipe_commit(repo: gitops.Repo, head: str, recipe: recipes.Recipe) -> tuple[str, list[str]]:
@@ -260,34 +268,96 @@ def apply_plan(plan: Plan) -> list[str]:
         raise
 
 
+@dataclass
+class Validation:
+    """The validation runs kept as the baseline, and (when start_session chose them) the threads."""
+
+    runs: list[BenchRun]
+    build_s: float
+    warnings: list[str]
+    threads: int | None = None  # chosen by steadiest_threads; None: the config's
+    tried: list[ThreadsTrial] = field(default_factory=list)
+
+
 def validate_benchmark(
     repo: gitops.Repo, config: SessionConfig, head: str, worktrees: Worktrees, extra_env: dict[str, str],
-) -> tuple[list[BenchRun], float, list[str]]:
-    """Build `head` once and bench it twice, in the baseline worktree experiments reuse.
+) -> Validation:
+    """Build `head` once and bench it VALIDATION_RUNS times, in the baseline worktree experiments reuse.
 
+    Without `threads` in the config, the threads are chosen here (`steadiest_threads`).
     Raises with the raw output when the benchmark cannot be trusted at all (build or bench failure,
     a primary metric that is missing or not a number); returns warnings for softer problems.
     """
     tree = worktrees.acquire(head)
+    content = gitops.tree_of(repo, head)
+    root = Path(config.repo)
+    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w"):
+        pass  # emptied once: each thread count's trial appends to it
     try:
-        return judge_validation(_validate_in(tree, gitops.tree_of(repo, head), config, worktrees, extra_env, head),
-                                config)
+        def measure(threads: int) -> Validation:
+            at = config.model_copy(update={"threads": threads})
+            return Validation(*judge_validation(_validate_in(tree, content, at, worktrees, extra_env, head), config))
+
+        if config.threads is not None:
+            return measure(config.threads)
+        return steadiest_threads(measure, os.cpu_count() or 1, config)
     finally:
         worktrees.release(tree)
+
+
+def steadiest_threads(measure: Callable[[int], Validation], default: int, config: SessionConfig) -> Validation:
+    """Validation runs at `default` threads, then, while a judged metric's noise is over the noise
+    limit, at half as many (down to one); the runs of the steadiest count are kept.
+
+    Threads that share a machine with other work spin at every barrier while a neighbour holds their
+    core: on a shared 2-vCPU VM, two llama-bench threads gave a baseline-against-itself spread of
+    174-190% and one thread 4.5-16%. The count is then fixed for the session (config `threads`).
+    """
+    names = judged_metrics(config)
+    limit = 100.0 * config.noise_limit
+    tried: list[tuple[ThreadsTrial, Validation]] = []
+    build_s, threads = 0.0, max(1, default)
+    while True:
+        done = measure(threads)
+        build_s += done.build_s
+        noise = {n: round(100.0 * (stats.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
+                 for n in names}
+        tried.append((ThreadsTrial(threads=threads, noise_pct=noise), done))
+        if max(noise.values()) <= limit or threads == 1:
+            break
+        threads //= 2
+    trial, kept = min(tried, key=lambda t: max(t[0].noise_pct.values()))  # on a tie the first: more threads
+    warnings = list(kept.warnings)
+
+    def noisiest(t: ThreadsTrial) -> str:
+        name = max(t.noise_pct, key=lambda n: t.noise_pct[n])
+        return f"{name} {t.noise_pct[name]:.1f}% at {t.threads} thread{'s' if t.threads > 1 else ''}"
+
+    if len(tried) > 1:
+        warnings.append(
+            f"the benchmark's noise (the runs' coefficient of variation) was over the limit of {limit:g}% with "
+            f"{tried[0][0].threads} threads, so fewer were measured ({'; '.join(noisiest(t) for t, _ in tried)}); "
+            f"the session measures with {trial.threads} (`threads` in {config_path(Path(config.repo))}: set it "
+            "there and call start_session again to choose yourself)")
+    if max(trial.noise_pct.values()) > limit:
+        warnings.append(f"the steadiest setting is still over the noise limit of {limit:g}% ({noisiest(trial)}): "
+                        "expect many pairs or `noisy` verdicts; make one run longer or use a quieter machine")
+    return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried])
 
 
 def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
                  extra_env: dict[str, str] | None = None, commit: str | None = None) -> ValidationRun:
     root = Path(config.repo)
     job = server_job(config, worktrees, commit or config.start_commit, tree,
-                      {**(extra_env or {}), **job_env(config.all_platforms[0])})
+                     {**(extra_env or {}), **job_env(config.all_platforms[0])})
     env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
-    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w") as logf:
+    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
         done = ValidationRun(str(tree), built.command, built.duration_s, [])
         if built.command is not None and not built.command.ok:
             return done
+        logf.write(f"[autoresearch] {VALIDATION_RUNS} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
         for _ in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
@@ -388,9 +458,15 @@ def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, work
 
 
 def script_env(config: SessionConfig, settings: Settings) -> dict[str, str]:
-    """Extra environment for build, bench and checks: the model a recipe runs, when one is set."""
+    """Extra environment for build, bench and checks: the benchmark's settings, and the model a recipe
+    runs when one is set."""
     path = model_file.resolve(config.model, config.model_url, settings, Path(config.repo))
-    return {model_file.ENV: str(path)} if path is not None else {}
+    return {**config.env, **({model_file.ENV: str(path)} if path is not None else {})}
+
+
+def shown_settings(config: SessionConfig) -> dict[str, str]:
+    """What every run of the session is measured with, as start_session shows it and the ledger keeps it."""
+    return {"threads": str(config.threads) if config.threads else "all CPUs", **config.env}
 
 
 def start_session(
@@ -447,7 +523,7 @@ def start_session(
             ],
         ), repo, config
     env = script_env(config, settings)
-    if config.recipe is not None and recipes.get(config.recipe).needs_model and not env:
+    if config.recipe is not None and recipes.get(config.recipe).needs_model and model_file.ENV not in env:
         apply_plan(plan)
         return StartSessionResult(
             **common, **unvalidated,
@@ -469,9 +545,12 @@ def start_session(
     if validator is not None:
         done = validator(head, gitops.tree_of(repo, head))
         worker = done.worker
-        runs, build_s, warnings = judge_validation(done, config)
+        validated = Validation(*judge_validation(done, config))
     else:
-        runs, build_s, warnings = validate_benchmark(repo, config, head, worktrees, env)
+        validated = validate_benchmark(repo, config, head, worktrees, env)
+        if validated.threads is not None:  # chosen now: every later run of the session uses it
+            config = plan.config = config.model_copy(update={"threads": validated.threads})
+    runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
     platform_lines = validate_platforms(repo, config, head, worktrees, env) if config.platforms else []
     apply_plan(plan)
     summary = baseline_summary(runs)
@@ -498,11 +577,11 @@ def start_session(
     append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in summary.items()},
-        build_duration_s=round(build_s, 3), gate=config.gate()))
+        build_duration_s=round(build_s, 3), gate=config.gate(), settings=shown_settings(config)))
     result = StartSessionResult(
         **common, baseline=summary, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
-        platforms=platform_lines, worker=worker,
+        platforms=platform_lines, worker=worker, settings=shown_settings(config), threads_tried=validated.tried,
         next_steps=[
             "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",
             "Research before editing: search_arxiv, survey_forks, diff_backends, analyze_bounds.",

@@ -132,7 +132,7 @@ def _here(session: Session, executor: LocalExecutor, target: _Target, profile_id
     tree = worktrees.acquire(target.commit)
     try:
         # the session's scripts (the base's: a candidate cannot change them); the tree is its own baseline
-        job = server_job(config, worktrees, target.base, tree, job_env(config.all_platforms[0]))
+        job = server_job(config, worktrees, target.base, tree, _job_env(session))
         env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
         with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
             built = runner.build_tree(str(tree), config.timeouts.build, log, gitops.tree_of(repo, target.commit),
@@ -158,7 +158,7 @@ def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str
     job = Job(f"profile-{profile_id}", target.base, target.commit,
               state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=JobSpec(
                   profile=profile_id, timeouts=config.timeouts.for_job(), threads=config.threads,
-                  env=job_env(config.all_platforms[0]),
+                  env=_job_env(session),
                   baseline_tree=gitops.tree_of(repo, target.base),
                   candidate_tree=gitops.tree_of(repo, target.commit)))
     final = pool.run_first(job)
@@ -173,6 +173,12 @@ def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str
     _keep_sources(run.raw["functions"], lambda rel: gitops.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
                   root, sources_dir(root, profile_id))
     return run
+
+
+def _job_env(session: Session) -> dict[str, str]:
+    """The environment an experiment's build, bench and checks get (the manager's: the benchmark's
+    settings and the recipe's model, then the host platform's), so the profiled run is a measured one."""
+    return {**session.manager.env, **job_env(session.config.all_platforms[0])}
 
 
 def _check(run: _Run, target: _Target, tag: str) -> None:
@@ -190,6 +196,9 @@ def _check(run: _Run, target: _Target, tag: str) -> None:
                          f"{setup}{relaunch}")
     if problem == "build":
         raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed on {where}:\n{detail}")
+    if problem == "bench":
+        raise StateError(f"`{BENCH_SCRIPT} bench` of {target.build} exited with status {raw['bench']['exit_code']} "
+                         f"under perf on {where}, so there is no profile of it. Its output:\n{detail}")
     if raw.get("refused"):
         if not on_worker:
             fix = ("run the server as root, or lower it: sudo sysctl -w kernel.perf_event_paranoid=1 (persist it in "
@@ -247,8 +256,6 @@ def _notes(hot: list[HotFunction], run: _Run) -> list[str]:
                      "percent are noise; profile a longer run (e.g. more iterations in the benchmark) for finer detail")
     if bench["timed_out"]:
         notes.append("the benchmark timed out and was stopped; the profile covers the time until then")
-    elif bench["exit_code"] not in (0, None):
-        notes.append(f"the benchmark exited with {bench['exit_code']}: the profile may not describe a full run")
     if hot and not any(f.lines for f in hot[:5]):
         notes.append("no source lines: the build has no debug info. -g belongs in the compiler flags of "
                      f"{BENCH_SCRIPT} build (CMake: -DCMAKE_BUILD_TYPE=RelWithDebInfo; keeps -O2), a change to the "

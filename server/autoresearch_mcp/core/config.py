@@ -210,7 +210,13 @@ class SessionConfig(BaseModel):
                            "then confirmed on a clean, cache-backed build before they can be committed")
     keep_builds: int = Field(4, description="built worktrees kept for reuse beyond those in use")
     build_parallelism: int = 2
-    threads: int | None = None
+    threads: int | None = Field(
+        None, description="AUTORESEARCH_THREADS of every run; start_session chooses it when unset (the steadiest "
+                          "of the default and fewer) and records it here")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="settings the benchmark reads, given to every build, bench and checks "
+                                          "run (a recipe's defaults, e.g. LLAMA_BENCH_GEN); a platform's env "
+                                          "overrides them")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     budget_usd: float | None = None
     sky: SkyConfig = Field(default_factory=SkyConfig)
@@ -292,8 +298,8 @@ def judged_metrics(config: SessionConfig) -> list[str]:
 
 # Settings a person may edit in config.json; a new session on the same repository keeps them.
 KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
-         "build_parallelism", "threads", "drift_limit", "warmup", "default_repeats", "incremental", "keep_builds",
-         "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
+         "build_parallelism", "threads", "env", "drift_limit", "warmup", "default_repeats", "incremental",
+         "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
          "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct"}
 
 

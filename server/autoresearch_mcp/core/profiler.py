@@ -175,6 +175,8 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
     if not data.exists() or data.stat().st_size == 0:
         return {**out, "problem": "record", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output",
                 "refused": bool(PERMISSION_HINT.search(rec.output))}
+    if not rec.timed_out and rec.exit_code != 0:  # perf record exits with the benchmark's status
+        return {**out, "problem": "bench", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output"}
     report = runner.run_command(
         [perf, "report", "-i", str(data), "--stdio", "--no-children", "--full-source-path", "-t", SEPARATOR,
          "-F", "overhead,sample,dso,sym,srcline"], tree, REPORT_TIMEOUT_S)

@@ -161,6 +161,7 @@ class SessionRecord(_Record):
     # the config's settings that decide a verdict (config.GATE_FIELDS), as this start applied them; a resume
     # refuses a config that differs from the latest recorded (None: a ledger of an earlier version)
     gate: dict[str, Any] | None = None
+    settings: dict[str, str] = Field(default_factory=dict)  # threads and env the baseline was measured with
 
 
 class LaunchRecord(_Record):

@@ -3,13 +3,16 @@
 
 A recipe is a folder of files shipped in the package plus what the session needs to know about
 them: the metrics they print, which are objectives, which extra paths must be protected (the fixed
-text the checks read, the tools that measure), and whether a model file is needed.
+text the checks read, the tools that measure), whether a model file is needed, the settings its
+benchmark reads (recorded in the session's config, given to every build, bench and checks run), and
+the focus chains its op micro-benchmark can time (`launch_experiment(focus=[...])`).
 """
 
 from __future__ import annotations
 
 import stat
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_mcp.errors import InputError, RefusedError
@@ -30,6 +33,8 @@ class Recipe:
     protected: tuple[str, ...]
     needs_model: bool
     looks_like: tuple[str, ...]
+    settings: Mapping[str, str] = field(default_factory=dict)  # environment defaults of its scripts
+    focus: tuple[tuple[str, ...], ...] = ()  # op chains its benchmark times, as launch_experiment names them
 
     def source(self, filename: str) -> Path:
         return _HERE / self.folder / filename
@@ -48,11 +53,19 @@ RECIPES: dict[str, Recipe] = {
         metric="tg_tps",
         direction="higher",
         objectives=("tg_tps", "pp_tps"),
-        files=("autoresearch.sh", "autoresearch.checks.sh", "autoresearch.checks.txt"),
-        # the fixed text the checks compare on, and the programs that measure and compare
-        protected=("autoresearch.checks.txt", "tools/llama-bench", "tools/perplexity"),
+        files=("autoresearch.sh", "autoresearch.checks.sh", "autoresearch.checks.txt", "autoresearch.opbench.cpp"),
+        # the fixed text the checks compare on, the op benchmark, and the programs that measure and compare
+        protected=("autoresearch.checks.txt", "autoresearch.opbench.cpp", "tools/llama-bench", "tools/perplexity"),
         needs_model=True,
         looks_like=("include/llama.h", "ggml/src/ggml-cpu", "tools/llama-bench"),
+        # flash attention on: the CPU fusions that matter most show only with it. 128 generated tokens:
+        # 32 were 0.17 s of work on a TinyLlama-width model, too short to be steady on a shared machine.
+        # AMX off: llama.cpp's AMX kernels crashed on this kind of machine (autoresearch.sh says why).
+        settings={"LLAMA_BENCH_FA": "1", "LLAMA_BENCH_PROMPT": "128", "LLAMA_BENCH_GEN": "128", "LLAMA_AMX": "0"},
+        # autoresearch.opbench.cpp's table of chains, in its order (tests/test_recipes.py compares them)
+        focus=(("RMS_NORM",), ("RMS_NORM", "MUL"), ("RMS_NORM", "MUL", "ADD"), ("NORM",), ("NORM", "MUL"),
+               ("NORM", "MUL", "ADD"), ("MUL",), ("ADD",), ("SCALE",), ("MUL_MAT",), ("ROPE",), ("SOFT_MAX",),
+               ("MUL_MAT", "SOFT_MAX"), ("FLASH_ATTN_EXT",), ("GLU",), ("SILU",), ("SILU", "MUL"), ("GELU",)),
     ),
 }
 
@@ -62,6 +75,17 @@ def get(name: str) -> Recipe:
     if recipe is None:
         raise InputError(f"no recipe {name!r}; known recipes: {', '.join(sorted(RECIPES))}")
     return recipe
+
+
+def check_focus(recipe: Recipe | None, names: Sequence[str]) -> None:
+    """Refuse a focus the recipe's benchmark cannot time (a generic project's bench reads any names)."""
+    if recipe is None or not recipe.focus:
+        return
+    if tuple(names) not in recipe.focus:
+        known = "; ".join(", ".join(chain) for chain in recipe.focus)
+        raise InputError(f"the {recipe.name} recipe's op benchmark has no chain {list(names)!r}. A focus is the ggml "
+                         f"ops the change acts on, in the order llama.cpp's graph runs them (several names are one "
+                         f"chain, so a fusion is timed as the chain); one of: {known}")
 
 
 def detect(root: Path) -> Recipe | None:

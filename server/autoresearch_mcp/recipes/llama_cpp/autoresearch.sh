@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # autoresearch recipe for llama.cpp: CPU inference, text generation and prompt processing.
 #
-#   ./autoresearch.sh build   CPU-only Release build of llama-bench and llama-perplexity
-#   ./autoresearch.sh bench   one llama-bench run; prints METRIC tg_tps=... and METRIC pp_tps=...
+#   ./autoresearch.sh build   CPU-only Release build of llama-bench, llama-perplexity and the op benchmark
+#   ./autoresearch.sh bench   one llama-bench run; prints METRIC tg_tps=... and METRIC pp_tps=...; with
+#                             AUTORESEARCH_FOCUS, first the op benchmark's METRIC focus.<...> and control.<...>
 #
 # The model is a GGUF file outside the repository: $AUTORESEARCH_MODEL (the server sets it from
-# `model` or `model_url` in .autoresearch/config.json). Settings, each with its default:
-#   AUTORESEARCH_THREADS       threads (set by the harness; pinned, so the count is not noise)
+# `model` or `model_url` in .autoresearch/config.json). Settings, each with its default (the session
+# records the values it uses in `env` of its config and gives them to every run):
+#   AUTORESEARCH_THREADS       threads (set by the harness: start_session takes the steadiest count)
+#   AUTORESEARCH_FOCUS         ggml ops a change acts on, in graph order, e.g. RMS_NORM,MUL (set by the
+#                              harness for launch_experiment(focus=[...]); `autoresearch-opbench --list`)
 #   LLAMA_BENCH_FA=1           flash attention on (the CPU fusions that matter most show only with -fa 1)
-#   LLAMA_BENCH_PROMPT=128     prompt tokens of the prompt-processing test (pp_tps)
-#   LLAMA_BENCH_GEN=32         generated tokens of the text-generation test (tg_tps)
+#   LLAMA_BENCH_PROMPT=128     prompt tokens of the prompt-processing test (pp_tps); also the rows of the
+#                              op benchmark's graphs (64 or more: ggml-cpu's tiled flash attention)
+#   LLAMA_BENCH_GEN=128        generated tokens of the text-generation test (tg_tps)
+#   LLAMA_AMX=0                1: keep llama.cpp's AMX kernels in a native build (they crash on some machines)
 #   LLAMA_CMAKE_ARGS           extra CMake arguments for the build
 #   LLAMA_CHECK_BACKEND_OPS=0  1: also build test-backend-ops (the checks run it where a second backend exists)
 # A platform's CMAKE_TOOLCHAIN_FILE is used as given; otherwise a cross compiler in CC (e.g.
@@ -52,6 +58,35 @@ toolchain_file() {
   echo "$file"
 }
 
+# The op micro-benchmark (autoresearch.opbench.cpp) is one more target of the same CMake build, so it
+# links the tree's own ggml with the same flags and compiler cache: a candidate's kernel is what it
+# times. CMake includes this file after the project() call and defines the target once the whole
+# project is configured, where a ggml target exists (it says so in a file the build step reads).
+opbench_cmake() {
+  local file="$BUILD_DIR/autoresearch-opbench.cmake"
+  mkdir -p "$BUILD_DIR"
+  cat > "$file" <<CMAKE
+include_guard(GLOBAL)
+function(autoresearch_opbench)
+  if(NOT TARGET ggml)
+    message(WARNING "autoresearch: no ggml target in this project; the op benchmark is not built")
+    return()
+  endif()
+  add_executable(autoresearch-opbench "$PWD/autoresearch.opbench.cpp")
+  target_link_libraries(autoresearch-opbench PRIVATE ggml)
+  target_compile_features(autoresearch-opbench PRIVATE cxx_std_17)
+  set_target_properties(autoresearch-opbench PROPERTIES RUNTIME_OUTPUT_DIRECTORY "\${CMAKE_BINARY_DIR}/bin")
+  file(WRITE "\${CMAKE_BINARY_DIR}/autoresearch-opbench.target" "autoresearch-opbench")
+endfunction()
+if(CMAKE_VERSION VERSION_LESS 3.19)
+  message(WARNING "autoresearch: CMake 3.19 or newer builds the op benchmark (AUTORESEARCH_FOCUS); this is \${CMAKE_VERSION}")
+else()
+  cmake_language(DEFER CALL autoresearch_opbench)
+endif()
+CMAKE
+  echo "$PWD/$file"
+}
+
 # llama's model sources are compiled in unity batches whose generated files include every source
 # by its absolute path, so a compiler cache could never reuse them in another worktree and every
 # candidate would recompile them all. After each configure, include them by a relative path.
@@ -73,6 +108,7 @@ build() {
     -DGGML_SYCL=OFF -DGGML_OPENCL=OFF -DGGML_WEBGPU=OFF -DGGML_CANN=OFF -DGGML_BLAS=OFF -DGGML_RPC=OFF
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF --no-warn-unused-cli
+    "-DCMAKE_PROJECT_INCLUDE=$(opbench_cmake)"
   )
   if [ -n "$launcher" ]; then
     args+=("-DCMAKE_C_COMPILER_LAUNCHER=$launcher" "-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher")
@@ -86,6 +122,15 @@ build() {
     args+=("-DCMAKE_TOOLCHAIN_FILE=$PWD/$(toolchain_file "$target")" -DGGML_NATIVE=OFF)
   else
     args+=(-DGGML_NATIVE=ON)
+    # llama.cpp's AMX kernels (Sapphire Rapids and later) crash on machines that have AMX: the tile
+    # configuration is optimized away and worker threads never ask Linux for the tile state (llama.cpp
+    # issues 20824, PR 26954; every Q4_0 prompt crashed in ldtilecfg here). Unless LLAMA_AMX=1, a native
+    # build whose compiler would use AMX leaves it out: Q4_0 then runs the repacked AVX-512 kernels.
+    if [ "${LLAMA_AMX:-0}" != 1 ] && [[ "$("${CC:-cc}" -march=native -dM -E - < /dev/null 2>/dev/null)" == *__AMX_INT8__* ]]; then
+      local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+      args+=("-DCMAKE_C_FLAGS=${CFLAGS:-} $no_amx" "-DCMAKE_CXX_FLAGS=${CXXFLAGS:-} $no_amx")
+      echo "autoresearch.sh: building without AMX ($no_amx); LLAMA_AMX=1 keeps it" >&2
+    fi
   fi
   # shellcheck disable=SC2206
   args+=(${LLAMA_CMAKE_ARGS:-})
@@ -94,9 +139,17 @@ build() {
     args+=(-DLLAMA_BUILD_TESTS=ON)
     targets+=(test-backend-ops)
   fi
+  rm -f "$BUILD_DIR/autoresearch-opbench.target"
   cmake -S . -B "$BUILD_DIR" "${args[@]}" >/dev/null
   relative_unity_includes
   cmake --build "$BUILD_DIR" --config Release -j "$(nproc)" --target "${targets[@]}"
+  # The op benchmark apart: a tree whose ggml it cannot build still builds and measures end to end
+  # (only a focus then fails, saying why), and no binary of an earlier build is left to time.
+  rm -f "$BUILD_DIR/bin/autoresearch-opbench"
+  if [ -f "$BUILD_DIR/autoresearch-opbench.target" ] &&
+     ! cmake --build "$BUILD_DIR" --config Release -j "$(nproc)" --target autoresearch-opbench; then
+    echo "autoresearch.sh: the op benchmark did not build against this tree's ggml (above); experiments with a focus will fail" >&2
+  fi
 }
 
 model() {
@@ -113,10 +166,19 @@ model() {
 }
 
 bench() {
-  local m out
+  local m out threads="${AUTORESEARCH_THREADS:-$(nproc)}"
   m=$(model)
-  out=$("${EMULATOR[@]}" "$BUILD_DIR/bin/llama-bench" -m "$m" -ngl 0 -t "${AUTORESEARCH_THREADS:-$(nproc)}" \
-        -fa "${LLAMA_BENCH_FA:-1}" -p "${LLAMA_BENCH_PROMPT:-128}" -n "${LLAMA_BENCH_GEN:-32}" -r 1 -o json)
+  # The op benchmark first: a focus it cannot time fails the run before llama-bench spends its time.
+  if [ -n "${AUTORESEARCH_FOCUS:-}" ]; then
+    if [ ! -x "$BUILD_DIR/bin/autoresearch-opbench" ]; then
+      echo "autoresearch.sh: AUTORESEARCH_FOCUS=$AUTORESEARCH_FOCUS, but the op benchmark was not built (see the build's output)" >&2
+      exit 1
+    fi
+    "${EMULATOR[@]}" "$BUILD_DIR/bin/autoresearch-opbench" --model "$m" --focus "$AUTORESEARCH_FOCUS" \
+      --threads "$threads" --tokens "${LLAMA_BENCH_PROMPT:-128}"
+  fi
+  out=$("${EMULATOR[@]}" "$BUILD_DIR/bin/llama-bench" -m "$m" -ngl 0 -t "$threads" \
+        -fa "${LLAMA_BENCH_FA:-1}" -p "${LLAMA_BENCH_PROMPT:-128}" -n "${LLAMA_BENCH_GEN:-128}" -r 1 -o json)
   # Each test is one JSON record; pick each by its fields, never by position or by a default:
   # reading the wrong record once reported 14 t/s of text generation as 52 t/s.
   python3 - "$out" <<'PY'
