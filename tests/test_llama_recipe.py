@@ -167,3 +167,51 @@ async def test_profile_hotspots_runs_the_recipes_benchmark_with_its_model_and_fi
     assert any(name.startswith("ggml_") for name in hot), hot  # the model ran: ggml's kernels are hot
     assert found["files_scanned"] > 0 and found["functions_scanned"] > 0
     assert any(prof["profile_id"] in note for note in found["notes"])
+
+
+# ggml-cpu's rms_norm (without the fused MUL) copies each row, then scales it in a second pass
+TWO_PASSES = """                } else {
+                    memcpy(y, x, ne00 * sizeof(float));
+                    ggml_vec_scale_f32(ne00, y, scale);
+                }"""
+ONE_PASS = """                } else {
+                    for (int64_t i00 = 0; i00 < ne00; i00++) {
+                        y[i00] = x[i00] * scale;
+                    }
+                }"""
+
+
+def moved_function(repo: Path, rel: str, signature: str) -> str:
+    """A diff of `rel` that only moves the function starting at `signature` to the end of the file."""
+    text = (repo / rel).read_text()
+    start = text.index(signature)
+    end = text.index("\n}\n", start) + 3
+    moved = text[:start] + text[end:].lstrip("\n") + "\n" + text[start:end]
+    return "".join(difflib.unified_diff(text.splitlines(True), moved.splitlines(True), f"a/{rel}", f"b/{rel}"))
+
+
+async def test_a_kernel_fusion_is_committed_on_its_focus_and_a_layout_only_change_is_not(
+    llama: Path, shared: dict[str, Path]
+) -> None:
+    async with Client(build_server()) as c:
+        await start(c, llama, shared["model"], "focus")
+        config = json.loads(config_path(llama).read_text())
+        config.update(threads=1)
+        config_path(llama).write_text(json.dumps(config))
+        await start(c, llama, shared["model"], "focus")
+        moved = await error(c, "launch_experiment", title="move rms_norm_back", source="patch", focus=["RMS_NORM"],
+                            patch=moved_function(llama, OPS, "static void ggml_compute_forward_rms_norm_back_f32("))
+        unknown = await error(c, "launch_experiment", title="x", source="patch", focus=["RMS_NORM", "SOFT_MAX"],
+                              patch=file_patch(llama, OPS, TWO_PASSES, ONE_PASS))
+        exp = await call(c, "launch_experiment", title="rms_norm in one pass", source="patch", focus=["RMS_NORM"],
+                         patch=file_patch(llama, OPS, TWO_PASSES, ONE_PASS))
+        res = await wait_final(c, exp["experiment_id"], timeout=BUILD_TIMEOUT)
+        done = await call(c, "commit_winner", experiment_id=exp["experiment_id"])
+    assert "only moves code" in moved
+    assert "no chain ['RMS_NORM', 'SOFT_MAX']" in unknown
+    focus = res["metrics"]["focus.RMS_NORM"]
+    assert res["verdict"] == "improved" and res["won"] == ["focus.RMS_NORM"] and focus["delta_pct"] < -3
+    for name in ("tg_tps", "pp_tps"):  # end to end, each held within the recipe's tolerance
+        assert res["metrics"][name]["role"] == "guard" and res["metrics"][name]["judgement"] == "held"
+    assert {n for n, m in res["metrics"].items() if m["role"] == "control"}  # the layout controls were timed
+    assert "Result: focus.RMS_NORM" in done["message"] and "end to end tg_tps" in done["message"]

@@ -213,6 +213,7 @@ def _apply_recipe(config: SessionConfig, recipe: recipes.Recipe) -> SessionConfi
     return config.model_copy(update={
         "recipe": recipe.name, "protected": protected,
         "objectives": config.objectives or list(recipe.objectives),
+        "focus_tolerance_pct": {**recipe.focus_tolerance_pct, **config.focus_tolerance_pct},
         "env": {**recipe.settings, **config.env}})  # the person's values win
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import limits
+from autoresearch_mcp import limits, recipes
 from autoresearch_mcp.core import decide, gitops
 from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
@@ -196,6 +196,8 @@ class ExperimentManager:
             raise StateError(unconfinable)
         reapplies = None
         focus = focus_.names(focus)
+        if focus:
+            recipes.check_focus(recipes.get(self.config.recipe) if self.config.recipe else None, focus)
         if source == "experiment":
             if commit or patch:
                 raise InputError("source='experiment' takes experiment_id, neither commit nor patch; drop them")
