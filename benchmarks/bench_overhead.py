@@ -44,7 +44,7 @@ async def main(n: int) -> None:
                 patch = f"--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+{101 + i}\n"
                 t0 = time.monotonic()
                 r = await c.call_tool("launch_experiment", {"title": f"e{i}", "source": "patch", "patch": patch,
-                                                            "repeats": 5})
+                                                            "repeats": 30})
                 launches.append(time.monotonic() - t0)
                 exp_id = r.structured_content["experiment_id"]  # type: ignore[index]
                 while True:
@@ -57,7 +57,7 @@ async def main(n: int) -> None:
                 d = s["durations_s"]
                 inside = d.get("build", 0) + d.get("bench", 0) + d.get("checks", 0)
                 overheads.append(wall - inside)
-    print(f"experiments: {n} (5 pairs + 1 warm-up pair each, trivial build/bench/checks)")
+    print(f"experiments: {n} (30 pairs + 1 warm-up pair each, trivial build/bench/checks)")
     print(f"launch_experiment latency: median {statistics.median(launches) * 1e3:.0f} ms, "
           f"max {max(launches) * 1e3:.0f} ms")
     print(f"harness overhead per experiment (wall - build - bench - checks): "
