@@ -196,7 +196,8 @@ async def test_a_kernel_fusion_is_committed_on_its_focus_and_a_layout_only_chang
     async with Client(build_server()) as c:
         await start(c, llama, shared["model"], "focus")
         config = json.loads(config_path(llama).read_text())
-        config.update(threads=1)
+        # the tiny model's prompt takes milliseconds: far noisier than a real model's, so a wider tolerance
+        config.update(threads=1, focus_tolerance_pct={"pp_tps": 5.0})
         config_path(llama).write_text(json.dumps(config))
         await start(c, llama, shared["model"], "focus")
         moved = await error(c, "launch_experiment", title="move rms_norm_back", source="patch", focus=["RMS_NORM"],
