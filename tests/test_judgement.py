@@ -133,20 +133,20 @@ async def test_checks_compare_the_candidate_with_the_baseline_build(repo: Path) 
     assert other["status"] == "checks_failed" and "out.txt differs from the baseline's" in other["checks"]["tail"]
 
 
-async def test_a_noisy_candidate_still_gets_its_checks(tmp_path: Path) -> None:
-    # the candidate (the tree with `wrong`) is +-50% around the baseline, balanced: no budget can tell
-    # the two apart, and no seed can make them look different by chance
+async def test_checks_come_first_and_a_wrong_candidate_is_never_measured(tmp_path: Path) -> None:
+    # the candidate (the tree with `wrong`) fails its checks; it would be +-50% around the baseline
     undecidable = ('if [ -e wrong ]; then w=1; else w=0.001; fi; ' + balanced_noise("$w")
                    + "awk -v n=$n 'BEGIN{printf \"METRIC a=%.4f\\n\", 100*n}'")
     repo = script_repo(tmp_path, undecidable, checks="echo checked; test ! -e wrong")
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), metric="a", direction="higher", tag="t")
-        # noisy: even the whole budget (100 pairs) could not decide at this spread
         exp = await call(c, "launch_experiment", title="anything", source="patch", repeats=100,
                          patch="--- /dev/null\n+++ b/wrong\n@@ -0,0 +1 @@\n+x\n")
         res = await wait_final(c, exp["experiment_id"])
-    assert res["verdict"] == "noisy"
+        refused = await error(c, "commit_winner", experiment_id=exp["experiment_id"])
     assert res["checks"]["ran"] and not res["checks"]["passed"] and res["status"] == "checks_failed"
+    assert res["verdict"] is None and res["pairs_done"] == 0  # no pair was spent on it
+    assert "checks did not pass" in refused
 
 
 # --- the hidden holdout -----------------------------------------------------------------------------

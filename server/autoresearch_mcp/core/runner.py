@@ -738,6 +738,16 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             return out
     out.durations["build"] = round(time.monotonic() - t0, 3)
 
+    # The checks come first: a candidate that is not correct is never worth its pairs (and is never a winner).
+    if job.get("run_checks", True):
+        emit("status", status="checking")
+        t2 = time.monotonic()
+        out.checks = run_checks(job, cand, log)
+        out.durations["checks"] = round(time.monotonic() - t2, 3)
+        if not out.checks["passed"]:
+            out.status = "checks_failed"
+            return out
+
     plan = decide.Plan.from_dict(job["design"])
     spec = decide.Spec.from_dict(job["judging"])
     # every pair's order is a coin of its own: the randomization the tests rest on (core/decide.py)
@@ -795,14 +805,6 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if out.status == "failed":
         return out
 
-    # Every candidate that reaches a verdict (noisy and invalid ones too) gets a checks result.
-    if job.get("run_checks", True):
-        emit("status", status="checking")
-        t2 = time.monotonic()
-        out.checks = run_checks(job, cand, log)
-        if not out.checks["passed"]:
-            out.status = "checks_failed"
-        out.durations["checks"] = round(time.monotonic() - t2, 3)
     return out
 
 

@@ -799,6 +799,9 @@ class ExperimentManager:
                                    "against the session's start): it is the measured total, not a change to commit")
             if exp.status not in FINAL_STATUSES:
                 raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
+            if exp.status == "checks_failed":
+                raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
+                                   "correct is never committed. Fix it and launch again")
             blocked = self._blocked_reason(exp)
             if verdict != "improved" and blocked:
                 raise RefusedError(f"experiment {experiment_id} is {verdict!r}: {blocked}")

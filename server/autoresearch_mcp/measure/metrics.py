@@ -102,8 +102,8 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     lead_name = next((n for n, j in decision.metrics.items() if j.rule.role == "focus"), spec.metric)
     lead = comparisons.get(lead_name)
     verdict: str | None
-    if status not in ("done", "checks_failed"):
-        verdict = None
+    if status not in ("done", "checks_failed") or (status == "checks_failed" and not samples):
+        verdict = None  # not measured: its checks failed before any pair ran
     elif outcome.get("stop_reason") == "invalid" or decision.verdict == "invalid" or lead is None:
         verdict = "invalid"
     else:
