@@ -27,6 +27,18 @@ HISTORIC = "0.3.16"
 UNFUSED_RMS_NORM = "0.3.19"
 
 
+# ggml-cpu's rms_norm (without the fused MUL) copies each row, then scales it in a second pass
+TWO_PASSES = """                } else {
+                    memcpy(y, x, ne00 * sizeof(float));
+                    ggml_vec_scale_f32(ne00, y, scale);
+                }"""
+ONE_PASS = """                } else {
+                    for (int64_t i00 = 0; i00 < ne00; i00++) {
+                        y[i00] = x[i00] * scale;
+                    }
+                }"""
+
+
 class TreeUnavailable(Exception):
     """The registry could not be reached or the download failed."""
 

@@ -23,21 +23,12 @@ import realtree
 import tinymodel
 from autoresearch_mcp import recipes
 from autoresearch_mcp.core import runner
+from realtree import ONE_PASS, TWO_PASSES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 
 BUILD_TIMEOUT = 1800.0
 OPS = "ggml/src/ggml-cpu/ops.cpp"
-# ggml-cpu's rms_norm (without the fused MUL) copies each row, then scales it in a second pass
-TWO_PASSES = """                } else {
-                    memcpy(y, x, ne00 * sizeof(float));
-                    ggml_vec_scale_f32(ne00, y, scale);
-                }"""
-ONE_PASS = """                } else {
-                    for (int64_t i00 = 0; i00 < ne00; i00++) {
-                        y[i00] = x[i00] * scale;
-                    }
-                }"""
 METRIC = re.compile(r"^METRIC (\S+)=(\S+)$", re.M)
 
 

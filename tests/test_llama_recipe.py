@@ -26,6 +26,7 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core.config import config_path
 from conftest import git, init_repo
 from helpers import call, error, wait_final
+from realtree import ONE_PASS, TWO_PASSES
 
 # A fresh machine builds llama-bench and llama-perplexity cold inside the first test (about 9 minutes
 # on 2 idle cores, more under load): far beyond the suite's 300 s per test.
@@ -169,16 +170,6 @@ async def test_profile_hotspots_runs_the_recipes_benchmark_with_its_model_and_fi
     assert any(prof["profile_id"] in note for note in found["notes"])
 
 
-# ggml-cpu's rms_norm (without the fused MUL) copies each row, then scales it in a second pass
-TWO_PASSES = """                } else {
-                    memcpy(y, x, ne00 * sizeof(float));
-                    ggml_vec_scale_f32(ne00, y, scale);
-                }"""
-ONE_PASS = """                } else {
-                    for (int64_t i00 = 0; i00 < ne00; i00++) {
-                        y[i00] = x[i00] * scale;
-                    }
-                }"""
 
 
 def moved_function(repo: Path, rel: str, signature: str) -> str:

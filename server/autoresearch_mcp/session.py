@@ -44,7 +44,7 @@ from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
-from autoresearch_mcp.measure import figures, stats
+from autoresearch_mcp.measure import figures, summary
 from autoresearch_mcp.models import (
     BenchRun,
     Direction,
@@ -321,7 +321,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
     while True:
         done = measure(threads)
         build_s += done.build_s
-        noise = {n: round(100.0 * (stats.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
+        noise = {n: round(100.0 * (summary.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
                  for n in names}
         tried.append((ThreadsTrial(threads=threads, noise_pct=noise), done))
         if max(noise.values()) <= limit or threads == 1:
@@ -420,7 +420,7 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
 
 def baseline_summary(runs: list[BenchRun]) -> dict[str, MetricSummary]:
     names = sorted({n for r in runs for n in r.parsed})
-    return {n: MetricSummary(**stats.summarize([r.parsed[n] for r in runs if n in r.parsed])) for n in names}
+    return {n: MetricSummary(**summary.summarize([r.parsed[n] for r in runs if n in r.parsed])) for n in names}
 
 
 def spread_pct(values: list[float]) -> float | None:

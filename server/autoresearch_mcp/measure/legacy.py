@@ -9,12 +9,13 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.measure.summary import Comparison, pct, summarize
 
 POWER = 0.8
 
@@ -201,23 +202,6 @@ class Design:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-@dataclass
-class Comparison:
-    """The paired comparison of one metric (percent changes of the metric's own value)."""
-
-    n_pairs: int
-    delta_pct: float | None
-    ci_low_pct: float | None
-    ci_high_pct: float | None
-    p_value: float | None
-    verdict: str
-    pairs_needed: int | None = None
-    noise_pct: float | None = None  # per-run noise, from the pairs' spread
-    resolvable_pct: float | None = None  # the smallest change the budget resolves at that noise
-    note: str | None = None  # why `noisy`
-    log_se: float | None = None  # standard error of the log-ratio estimate: the interval's half-width / z of its look
-
-
 def paired(base: list[float], cand: list[float], direction: str, design: Design) -> Comparison:
     """Compare paired samples (base[i] and cand[i] come from the same pair) at the last look reached."""
     pairs = [(float(b), float(c)) for b, c in zip(base, cand, strict=False)]
@@ -285,14 +269,6 @@ def _noisy_note(look: Look, design: Design, sign: float) -> str:
             + why)
 
 
-@overload
-def pct(log_ratio: float) -> float: ...
-@overload
-def pct(log_ratio: None) -> None: ...
-def pct(log_ratio: float | None) -> float | None:
-    return None if log_ratio is None else round(math.expm1(log_ratio) * 100.0, 4)
-
-
 def log_standard_error(comparison: dict[str, Any], design: Design) -> tuple[float, int] | None:
     """(standard error, degrees of freedom) of a comparison, recovered from its interval and its design."""
     n = int(comparison.get("n_pairs") or 0)
@@ -313,19 +289,6 @@ def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[floa
             by_pair.setdefault(int(s["pair"]), {})[s["role"]] = float(s["metrics"][metric])
     complete = [p for _, p in sorted(by_pair.items()) if "baseline" in p and "candidate" in p]
     return [p["baseline"] for p in complete], [p["candidate"] for p in complete]
-
-
-def summarize(samples: list[float]) -> dict[str, Any]:
-    arr = np.asarray(samples, dtype=float)
-    if arr.size == 0:
-        return {"n": 0, "mean": None, "median": None, "stddev": None, "cv": None, "samples": []}
-    mean = float(arr.mean())
-    sd = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return {"n": int(arr.size), "mean": mean, "median": float(np.median(arr)), "stddev": sd,
-            "cv": sd / abs(mean) if mean else None, "samples": [float(x) for x in arr]}
-
-
-
 
 
 def _guard_judgement(cmp: Comparison, direction: str, tolerance_pct: float) -> str:

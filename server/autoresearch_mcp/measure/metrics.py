@@ -19,7 +19,7 @@ import numpy as np
 from autoresearch_mcp.core import decide, runner
 from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.measure import legacy, stats
+from autoresearch_mcp.measure import legacy, stats, summary
 
 
 def spec_of(launch: LaunchRecord) -> decide.Spec:
@@ -88,7 +88,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
         n = min(decision.n, len(p))
         cmp = stats.comparison(p, n, judgement, rule, design, plan)
         comparisons[name] = {
-            "baseline": stats.summarize(p.base), "candidate": stats.summarize(p.cand),
+            "baseline": summary.summarize(p.base), "candidate": summary.summarize(p.cand),
             "delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
             "ci_level": cmp.ci_level, "p_value": cmp.p_value, "n_pairs": cmp.n_pairs,
             "verdict": "inconclusive" if cmp.verdict == "undecided" else cmp.verdict,

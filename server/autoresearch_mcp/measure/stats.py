@@ -12,15 +12,16 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, overload
+from typing import Any
 
-import numpy as np
 from scipy import stats as sps
 
 from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.config import DEFAULT_ALPHA, DEFAULT_MAX_PAIRS, DEFAULT_MIN_EFFECT, DEFAULT_NOISE_LIMIT
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure import calibrate, legacy
+from autoresearch_mcp.measure.summary import Comparison as Comparison  # the figures of one metric
+from autoresearch_mcp.measure.summary import pct as pct
 
 POWER = 0.8  # the power `pairs_needed` plans for
 
@@ -169,45 +170,6 @@ def make_design(
 # --- one metric's figures --------------------------------------------------------------------------
 
 
-@dataclass
-class Comparison:
-    """The paired comparison of one metric (percent changes of the metric's own value)."""
-
-    n_pairs: int
-    delta_pct: float | None
-    ci_low_pct: float | None
-    ci_high_pct: float | None
-    p_value: float | None
-    verdict: str
-    pairs_needed: int | None = None
-    noise_pct: float | None = None  # per-run noise, from the pairs' spread
-    resolvable_pct: float | None = None  # the smallest change the budget resolves at that noise
-    note: str | None = None  # why `noisy`, or why a metric whose typical run improved is not `improved`
-    log_se: float | None = None  # standard error of the log-ratio estimate
-    ci_level: float | None = None  # the confidence of [ci_low_pct, ci_high_pct]
-    mean_pct: float | None = None  # the average run's change, with its interval (guard level)
-    mean_low_pct: float | None = None
-    mean_high_pct: float | None = None
-    tail_pct: float | None = None  # the worst runs' change
-    equivalence_pct: float | None = None  # no_change: no change beyond +-this
-
-
-def summarize(samples: list[float]) -> dict[str, Any]:
-    arr = np.asarray(samples, dtype=float)
-    if arr.size == 0:
-        return {"n": 0, "mean": None, "median": None, "stddev": None, "cv": None, "samples": []}
-    mean = float(arr.mean())
-    sd = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return {
-        "n": int(arr.size),
-        "mean": mean,
-        "median": float(np.median(arr)),
-        "stddev": sd,
-        "cv": sd / abs(mean) if mean else None,
-        "samples": [float(x) for x in arr],
-    }
-
-
 def comparison(p: decide.Pairs, n: int, judgement: decide.Judgement | None, rule: decide.MetricRule,
                design: Design, plan: decide.Plan) -> Comparison:
     """One metric's figures in percent of its own value (a lower-is-better metric improves negatively)."""
@@ -245,7 +207,7 @@ def comparison(p: decide.Pairs, n: int, judgement: decide.Judgement | None, rule
 
 
 def paired(base: list[float], cand: list[float], direction: str, design: AnyDesign,
-           second: list[bool] | None = None) -> Comparison | legacy.Comparison:
+           second: list[bool] | None = None) -> Comparison:
     """One metric's paired samples judged against the design's minimum effect at the last look they reach
     (the holdout's A/B; `second`: whether the candidate ran second in each pair)."""
     if isinstance(design, legacy.Design):
@@ -301,15 +263,6 @@ def noisy_note(look: decide.MetricLook, design: Design, plan: decide.Plan) -> st
     return (f"the paired log-ratios spread by about {spread:.1f}% (about {per_run_noise(spread):.1f}% per run): "
             f"{design.budget} pairs resolve only changes beyond ±{reach * 100:.1f}%, and neither no change within "
             f"±{design.min_effect * 100:g}% nor a change that large is within reach{floor}")
-
-
-@overload
-def pct(log_ratio: float) -> float: ...
-@overload
-def pct(log_ratio: None) -> None: ...
-def pct(log_ratio: float | None) -> float | None:
-    """A log-ratio as a percent change (rounded to 4 decimals); None stays None."""
-    return None if log_ratio is None else round(math.expm1(log_ratio) * 100.0, 4)
 
 
 def log_pct(pct_change: float | None) -> float | None:
