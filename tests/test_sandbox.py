@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,54 @@ echo mine > own-output.txt && echo scratch > /tmp/scratch.txt && cat own-output.
     ledger = (repo / ".autoresearch" / "ledger.jsonl").read_text()
     assert "forged" not in ledger
 
+
+
+def cache_entries(cache: Path) -> set[str]:
+    """What a compiler cache holds: its entries (results and manifests), not its counters or scratch."""
+    return {str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file() and p.name != "stats"
+            and "tmp" not in p.relative_to(cache).parts and not p.name.endswith(".lock")}
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("cc") is None, reason="needs ccache and cc")
+async def test_a_candidate_build_reads_the_compiler_cache_and_cannot_plant_entries_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An entry a candidate stores (or forges) for a source the baseline compiles later would slow that
+    # baseline down; only the baseline's own build writes the cache, every candidate's reads it.
+    cache = tmp_path / "ccache"
+    monkeypatch.setenv("CCACHE_DIR", str(cache))
+    repo = hostile_repo(tmp_path)
+    compile_all = 'for f in a b; do $AUTORESEARCH_CCACHE cc -O1 -c $f.c -o $f.o || exit 1; done\n'
+    (repo / "a.c").write_text("int a(int x) { return x + 1; }\n")
+    (repo / "b.c").write_text("int b(int x) { return x + 2; }\n")
+    (repo / "build.sh").write_text(compile_all)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "compiled")
+    plant = (compile_all + f'echo planted > "$CCACHE_DIR/planted" 2>/dev/null\n'
+             f'echo planted > {cache}/planted2 2>/dev/null\n'
+             'CCACHE_READONLY= CCACHE_TEMPDIR=$PWD ccache cc -O1 -c b.c -o forced.o 2>/dev/null\ntrue\n')
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        after_start = cache_entries(cache)
+        result = await measure(c, repo, "plant", {**BETTER, "b.c": "int b(int x) { return x + 3; }\n",
+                                                  "build.sh": plant}, repeats="auto")
+    assert after_start  # the baseline's build stored its objects
+    assert result["status"] == "done"  # the control: a candidate still builds, from the cache where it can
+    assert result["build"]["candidate"]["cache"]["hits"] >= 1 and result["build"]["candidate"]["cache"]["misses"] >= 1
+    assert cache_entries(cache) == after_start  # ...and stored nothing, planted nothing
+
+
+def test_only_the_baselines_own_build_may_write_the_compiler_cache(tmp_path: Path) -> None:
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    base.mkdir()
+    cand.mkdir()
+    job = {"baseline_dir": str(base), "sandbox": {"mode": sandbox.CONFINED}}
+    assert sandbox.for_job(job, str(base)).cache and not sandbox.for_job(job, str(cand)).cache
+    assert not sandbox.for_job({"sandbox": {"mode": sandbox.CONFINED}}, str(base)).cache
+    _, env = sandbox.command(["true"], sandbox.for_job(job, str(cand)), {"PATH": os.environ["PATH"]})
+    assert env["CCACHE_READONLY"] == "1"
+    _, env = sandbox.command(["true"], sandbox.for_job(job, str(base)), {"PATH": os.environ["PATH"]})
+    assert "CCACHE_READONLY" not in env
 
 # --- 3. a result the candidate cannot forge or edit ---------------------------------------------------------
 

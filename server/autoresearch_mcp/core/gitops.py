@@ -547,14 +547,17 @@ def snapshot_worktree(repo: Repo, base: str) -> str:
     """The work tree's content (tracked changes and untracked, non-ignored files) as a tree.
 
     The throwaway index starts as a copy of the real one: `add -A` makes it match the work tree
-    whatever it held, and its stat cache spares git from hashing every file of a large tree.
+    whatever it held, and its stat cache spares git from hashing every file of a large tree. The copy
+    keeps the index's modification time: git trusts an entry's stat data only when the file is older
+    than the index, and a copy stamped now would pass off a same-size edit made in the second the
+    index was written (git compares whole seconds) as unchanged.
     """
     with tempfile.TemporaryDirectory(prefix="autoresearch-index-") as tmp:
         index = Path(tmp) / "index"
         real = Path(repo.git_dir) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
         if real.exists():
-            shutil.copyfile(real, index)
+            shutil.copy2(real, index)
         else:
             _git(repo, "read-tree", base, env=env)
         _git(repo, "add", "-A", "--", ".", env=env)
@@ -629,7 +632,7 @@ def reset_saving(repo: Repo, head: str, message: str) -> str:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         real = Path(repo.git_dir) / "index"
         if real.exists():
-            shutil.copyfile(real, Path(tmp) / "index")
+            shutil.copy2(real, Path(tmp) / "index")  # with its time: see snapshot_worktree
         _git(repo, "add", "-u", "--", ".", env=env)  # tracked files as in the work tree
         work_tree = _git(repo, "write-tree", env=env)
         untracked = untracked_files(repo)

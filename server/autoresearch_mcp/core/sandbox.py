@@ -5,7 +5,9 @@ SkyPilot executor ships it to workers beside runner.py, and the server's own job
 validation, the profiler, the holdout, other platforms' checks) go through the same `command`.
 
 With bubblewrap a command sees the whole file system read-only, and may write only its own tree (with
-its build outputs), the compiler cache and a private /tmp. The session's scripts are bound read-only
+its build outputs), a private /tmp and, when it builds the baseline's tree, the compiler cache. A
+candidate's build reads the cache and never stores into it: an entry it planted for a source the baseline
+compiles later would slow that baseline down. The session's scripts are bound read-only
 from the session's own bytes over the tree, a PID namespace hides every process but the job's own
 (the runner and the server among them), and the namespace's end takes every process of the job down.
 A private /tmp would hide what lives under the real one (the worktrees themselves, when the cache
@@ -34,6 +36,9 @@ HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewr
 # No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it.
 BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--die-with-parent", "--new-session",
                 "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", TMP)
+# A build that may not store into the compiler cache is told so (and cannot anyway, confined): ccache
+# then reads hits and compiles misses without storing, with its temporary files in the private /tmp.
+CACHE_READ_ONLY = {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": f"{TMP}/ccache-tmp", "SCCACHE_LOCAL_RW_MODE": "READ_ONLY"}
 _probed: dict[str, str | None] = {}  # bwrap path -> why it cannot confine here (None: it can)
 
 
@@ -41,7 +46,8 @@ _probed: dict[str, str | None] = {}  # bwrap path -> why it cannot confine here 
 class Confinement:
     """How one command of a job is confined.
 
-    `tree`: the job's own tree, its only writable place besides the compiler cache and a private /tmp.
+    `tree`: the job's own tree, its only writable place besides a private /tmp and, when `cache` is set
+    (the tree is the baseline's), the compiler cache; otherwise the cache is read, never written.
     `scripts`: the session's bytes (a file outside any worktree) of each script, bound read-only over
     the tree's copy. `readable`: paths the job reads that a private /tmp would hide (the baseline's
     tree, a holdout command). `off`: the user turned confinement off; the scripts are then written
@@ -52,6 +58,7 @@ class Confinement:
     scripts: dict[str, str] = field(default_factory=dict)
     readable: tuple[str, ...] = ()
     off: bool = False
+    cache: bool = False
 
 
 def _spec(job: dict[str, Any]) -> dict[str, Any]:
@@ -72,11 +79,14 @@ def resolve(job: dict[str, Any], base_dir: str) -> None:
 
 def for_job(job: dict[str, Any], tree: str) -> Confinement:
     """The confinement of a runner job's command in `tree`: the job's `sandbox` spec ({mode, scripts,
-    readable}) and its baseline's tree (readable)."""
+    readable}) and its baseline's tree (readable); the compiler cache is writable only when `tree` is
+    that baseline's."""
     spec = _spec(job)
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
-    readable = [*spec.get("readable", []), *([job["baseline_dir"]] if job.get("baseline_dir") else [])]
-    return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF)
+    baseline = job.get("baseline_dir")
+    readable = [*spec.get("readable", []), *([baseline] if baseline else [])]
+    cache = bool(baseline) and _real(str(baseline)) == _real(tree)
+    return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache)
 
 
 def unavailable(bwrap: str | None = None) -> str | None:
@@ -137,6 +147,8 @@ def prepare(c: Confinement) -> None:
 def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """`argv` as it runs in `c`, and its environment: bubblewrap's command line (argv itself when off)."""
     prepare(c)
+    if not c.cache:
+        env = {**env, **CACHE_READ_ONLY}
     if c.off:
         return list(argv), env
     path = shutil.which(BWRAP)
@@ -192,14 +204,16 @@ def _under_tmp(path: Path) -> bool:
 
 def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
     """bubblewrap's options for `c`: a read-only root, a fresh /dev and /proc, a private /tmp with the
-    job's paths bound into it again, its tree and the compiler cache writable, the scripts bound
-    read-only, no capabilities (as root too) and a PID namespace that dies with the runner."""
+    job's paths bound into it again, its tree (and the compiler cache for the baseline's build) writable,
+    the scripts bound read-only, no capabilities (as root too) and a PID namespace that dies with the
+    runner."""
     tree = _real(c.tree)
     named = [Path(v) for v in env.values() if v.startswith("/") and "\n" not in v and len(v) < 4096]
     named += [Path(p) for p in env.get("PATH", "").split(":") if p.startswith("/")]
-    writable = [tree, *_caches(env)]
+    caches = _caches(env)
+    writable = [tree, *(caches if c.cache else [])]
     binds: list[tuple[int, int, str, Path, Path]] = []  # (depth, order, option, source, target)
-    candidates: list[str | Path] = [*c.readable, *named]
+    candidates: list[str | Path] = [*c.readable, *named, *([] if c.cache else caches)]
     for path in (_real(p) for p in candidates if os.path.lexists(p)):
         inside = any(path == w or w in path.parents for w in writable)
         if _under_tmp(path) and path != Path(TMP) and not inside:
