@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,62 @@ def test_only_the_baselines_own_build_may_write_the_compiler_cache(tmp_path: Pat
     assert env["CCACHE_READONLY"] == "1"
     _, env = sandbox.command(["true"], sandbox.for_job(job, str(base)), {"PATH": os.environ["PATH"]})
     assert "CCACHE_READONLY" not in env
+
+
+class Listener:
+    """A unix socket a service of the machine listens on (the system bus, docker, an ssh agent): every
+    connection it accepts is recorded; one from a job would be a way out of its confinement."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.accepted = path, 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+async def test_a_candidate_cannot_reach_the_machines_services_through_their_sockets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A unix socket on a read-only mount still takes connections; through the system bus's, a job could
+    # have systemd start a unit outside any sandbox, through docker's mount /, through an agent's sign.
+    places = [tmp_path / "agent.sock"]  # named by the environment, as SSH_AUTH_SOCK names an agent's
+    if os.access("/run", os.W_OK):
+        places.append(Path("/run") / f"autoresearch-test-{uuid.uuid4().hex[:8]}.sock")
+    listeners = [Listener(p) for p in places]
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(places[0]))
+    reach = "".join(
+        f"python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{p}\")' 2>/dev/null "
+        "&& echo reached >> reached.txt\n" for p in places)
+    repo = hostile_repo(tmp_path)
+    try:
+        async with Client(build_server()) as c:
+            await start(c, repo)
+            hostile = await measure(c, repo, "call a service", {**BETTER, "build.sh": reach + "true\n"},
+                                    repeats="auto")
+    finally:
+        for listener in listeners:
+            listener.close()
+    assert [listener.accepted for listener in listeners] == [0] * len(listeners)
+    assert won(hostile)  # the control: the build went on and its real win was measured
 
 # --- 3. a result the candidate cannot forge or edit ---------------------------------------------------------
 

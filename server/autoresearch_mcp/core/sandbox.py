@@ -4,7 +4,8 @@ Standard library only, like the runner beside it: the runner imports it to start
 SkyPilot executor ships it to workers beside runner.py, and the server's own job runs (start_session's
 validation, the profiler, the holdout, other platforms' checks) go through the same `command`.
 
-With bubblewrap a command sees the whole file system read-only, and may write only its own tree (with
+With bubblewrap a command sees the whole file system read-only (but for a private /run, which hides the
+sockets of the machine's services), and may write only its own tree (with
 its build outputs), a private /tmp and, when it builds the baseline's tree, the compiler cache. A
 candidate's build reads the cache and never stores into it: an entry it planted for a source the baseline
 compiles later would slow that baseline down. The session's scripts are bound read-only
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ BWRAP = "bwrap"
 CONFINED, OFF = "confined", "off"
 BENCH_SCRIPT, CHECKS_SCRIPT = "autoresearch.sh", "autoresearch.checks.sh"
 SCRIPTS = (BENCH_SCRIPT, CHECKS_SCRIPT)
-TMP = "/tmp"
+TMP, RUN = "/tmp", "/run"
 PROBE_TIMEOUT_S = 20.0
 HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
               "bubblewrap`; `bash scripts/setup.sh` does it as root), or, to measure unconfined at your own risk, "
@@ -198,29 +200,53 @@ def _caches(env: dict[str, str]) -> list[Path]:
     return _cache_dirs[key]
 
 
-def _under_tmp(path: Path) -> bool:
-    return path == Path(TMP) or Path(TMP) in path.parents
+def _under(path: Path, root: str) -> bool:
+    return path == Path(root) or Path(root) in path.parents
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _run_options() -> list[str]:
+    """A private /run: the sockets of the machine's services live there (the system bus, whose systemd
+    starts units outside any sandbox; docker's, whose containers mount /; databases'), and a unix socket
+    on a read-only mount still accepts a connection. What programs expect of it stays: /run/shm, /run/lock."""
+    if not os.path.isdir(RUN) or os.path.islink(RUN):
+        return []
+    return ["--tmpfs", RUN, "--symlink", "/dev/shm", f"{RUN}/shm", "--dir", f"{RUN}/lock"]
 
 
 def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
-    """bubblewrap's options for `c`: a read-only root, a fresh /dev and /proc, a private /tmp with the
-    job's paths bound into it again, its tree (and the compiler cache for the baseline's build) writable,
+    """bubblewrap's options for `c`: a read-only root, a fresh /dev and /proc, a private /tmp and /run with
+    the job's paths bound into them again, its tree (and the compiler cache for the baseline's build) writable,
     the scripts bound read-only, no capabilities (as root too) and a PID namespace that dies with the
     runner."""
     tree = _real(c.tree)
     named = [Path(v) for v in env.values() if v.startswith("/") and "\n" not in v and len(v) < 4096]
-    named += [Path(p) for p in env.get("PATH", "").split(":") if p.startswith("/")]
+    programs = [Path(p) for p in env.get("PATH", "").split(":") if p.startswith("/")]
     caches = _caches(env)
     writable = [tree, *(caches if c.cache else [])]
     binds: list[tuple[int, int, str, Path, Path]] = []  # (depth, order, option, source, target)
-    candidates: list[str | Path] = [*c.readable, *named, *([] if c.cache else caches)]
-    for path in (_real(p) for p in candidates if os.path.lexists(p)):
+    # Bound again into the private /tmp: what the job reads there. Into the private /run only what it
+    # must read (its programs, the resolver's file), never a folder the environment names: that is where
+    # the user's session keeps its bus and agents' sockets. A socket itself is never bound again (an
+    # ssh or gpg agent's would sign as the user).
+    needed: list[str | Path] = [*c.readable, *programs, *([] if c.cache else caches)]
+    resolver = _real("/etc/resolv.conf")
+    wanted = [*((p, True) for p in needed), *((p, False) for p in named), (resolver, True)]
+    for path, needs in ((_real(p), needs) for p, needs in wanted if os.path.lexists(p)):
         inside = any(path == w or w in path.parents for w in writable)
-        if _under_tmp(path) and path != Path(TMP) and not inside:
+        if inside or _is_socket(path) or path in (Path(TMP), Path(RUN)):
+            continue
+        if _under(path, TMP) or (_under(path, RUN) and (needs or path.is_file())):
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
     for path in writable:
         binds.append((len(path.parts), 1, "--bind", path, path))
-    args = [bwrap, *BASE_OPTIONS]
+    args = [bwrap, *BASE_OPTIONS, *_run_options()]
     # parents before children, and a writable place after a read-only one that holds it
     for _depth, _order, option, source, target in sorted(set(binds)):
         args += [option, str(source), str(target)]
