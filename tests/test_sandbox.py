@@ -274,6 +274,42 @@ async def test_a_candidate_cannot_reach_the_machines_services_through_their_sock
     assert [listener.accepted for listener in listeners] == [0] * len(listeners)
     assert won(hostile)  # the control: the build went on and its real win was measured
 
+
+async def test_a_build_cannot_rewrite_a_protected_file_after_the_launch_checked_it(tmp_path: Path) -> None:
+    # The launch refuses a change to a protected file; a build that makes the change itself, once the
+    # launch has checked the snapshot, finds every protected file read-only.
+    repo = hostile_repo(tmp_path)
+    (repo / "harness").mkdir()
+    (repo / "harness" / "scale.txt").write_text("1\n")
+    (repo / "autoresearch.sh").write_text((repo / "autoresearch.sh").read_text().replace(
+        'sh prog.sh "$n"', 'sh prog.sh "$(awk -v n="$n" -v s=$(cat harness/scale.txt) \'BEGIN{print n*s}\')"'))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a protected harness")
+    (repo / ".autoresearch").mkdir()
+    (repo / ".autoresearch" / "config.json").write_text(json.dumps({"protected": ["prog.sh", "harness/"]}))
+    rewrite = ("sed -i 's/v\\*n/2*v*n/' prog.sh 2>/dev/null\n"
+               "echo 2 > harness/scale.txt 2>/dev/null\ntrue\n")
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        assert "protected" in await error(c, "launch_experiment", title="direct", source="patch",
+                                          patch=value_patch_for(repo, "harness/scale.txt", "1", "2"))
+        hostile = await measure(c, repo, "rewrite the harness", {"build.sh": rewrite})
+        control = await measure(c, repo, "a real win", BETTER)
+    assert hostile["status"] == "done" and hostile["verdict"] != "improved"
+    assert won(control)
+    assert (repo / "prog.sh").read_text() == PROG
+
+
+def value_patch_for(repo: Path, name: str, old: str, new: str) -> str:
+    """A unified diff that changes the line `old` of `name` to `new`."""
+    path = repo / name
+    before = path.read_text()
+    path.write_text(before.replace(old, new, 1))
+    try:
+        return git(repo, "diff", "--", name)
+    finally:
+        path.write_text(before)
+
 # --- 3. a result the candidate cannot forge or edit ---------------------------------------------------------
 
 

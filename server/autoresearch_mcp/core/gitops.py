@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import logging
 import os
 import posixpath
 import shutil
@@ -37,6 +38,8 @@ import git
 
 from autoresearch_mcp import limits
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
+
+logger = logging.getLogger(__name__)
 
 Repo = git.Repo
 GitError = git.GitCommandError  # git ran and failed (or outlasted TIMEOUT_S); `.stderr` holds what git said
@@ -862,6 +865,19 @@ def protected_changes(changed: list[str], protected: list[str]) -> list[str]:
     patterns = [normalize_protected(p).casefold() for p in protected]
     return [path for path in changed
             if _always_protected(path) or any(_is_protected(path.casefold(), pat) for pat in patterns)]
+
+
+FROZEN_LIMIT = 2000
+
+
+def protected_files(repo: Repo, commit: str, protected: list[str]) -> list[str]:
+    """The files of `commit` that match `protected` (the session's scripts aside, bound from the session's
+    own bytes): what a job's commands may read and never change, the first FROZEN_LIMIT of them."""
+    files = [e.path for e in tree_entries(repo, commit) if e.mode in ("100644", "100755")]
+    hit = [p for p in protected_changes(files, protected) if p not in ("autoresearch.sh", "autoresearch.checks.sh")]
+    if len(hit) > FROZEN_LIMIT:
+        logger.warning("%d protected files: the first %d are bound read-only in jobs", len(hit), FROZEN_LIMIT)
+    return hit[:FROZEN_LIMIT]
 
 
 def new_gitlinks(repo: Repo, base: str, tree: str) -> list[str]:

@@ -57,6 +57,7 @@ class JobSpec(TypedDict, total=False):
     measure: bool
     worktree_variant: str | None
     sandbox: str  # the session's `sandbox` setting (confined or off); executors add the scripts to bind
+    frozen: list[str]  # the protected files of the tree (relative paths), bound read-only over themselves
     prior_samples: list[dict[str, Any]]  # a continuation: the earlier rounds' samples (complete pairs)
     validate: int  # a validation run (start_session on a worker): how many benches
     profile: str  # a profile run (profile_hotspots on a worker): the profile's id

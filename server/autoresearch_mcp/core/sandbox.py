@@ -50,6 +50,7 @@ class Confinement:
 
     `tree`: the job's own tree, its only writable place besides a private /tmp and, when `cache` is set
     (the tree is the baseline's), the compiler cache; otherwise the cache is read, never written.
+    `frozen`: the protected files of the tree (relative paths), each bound read-only over itself.
     `scripts`: the session's bytes (a file outside any worktree) of each script, bound read-only over
     the tree's copy. `readable`: paths the job reads that a private /tmp would hide (the baseline's
     tree, a holdout command). `off`: the user turned confinement off; the scripts are then written
@@ -61,6 +62,7 @@ class Confinement:
     readable: tuple[str, ...] = ()
     off: bool = False
     cache: bool = False
+    frozen: tuple[str, ...] = ()
 
 
 def _spec(job: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +90,8 @@ def for_job(job: dict[str, Any], tree: str) -> Confinement:
     baseline = job.get("baseline_dir")
     readable = [*spec.get("readable", []), *([baseline] if baseline else [])]
     cache = bool(baseline) and _real(str(baseline)) == _real(tree)
-    return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache)
+    frozen = tuple(str(p) for p in spec.get("frozen") or [])
+    return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache, frozen)
 
 
 def unavailable(bwrap: str | None = None) -> str | None:
@@ -252,6 +255,10 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
         args += [option, str(source), str(target)]
     for name, script in sorted(c.scripts.items()):
         args += ["--ro-bind", str(_real(script)), str(tree / name)]
+    for rel in c.frozen:  # as checked out: the launch checked they are the baseline's
+        path = tree / rel
+        if path.is_file() and not path.is_symlink() and tree in _real(path).parents:
+            args += ["--ro-bind", str(path), str(path)]
     git_file = tree / ".git"  # a worktree's link to its git directory, which the server's git follows later
     if git_file.is_file() and not git_file.is_symlink():
         args += ["--ro-bind", str(git_file), str(git_file)]

@@ -157,4 +157,5 @@ def server_job(config: SessionConfig, worktrees: Worktrees, commit: str, baselin
     the baseline's tree, confined as experiments are (runner.run_env and sandbox.for_job read it)."""
     return {"env": env, "threads": config.threads, "baseline_dir": str(baseline),
             "timeouts": dict(config.timeouts.for_job()), "machine_lock": str(worktrees.machine_lock()),
-            "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit)}}
+            "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit),
+                        "frozen": gitops.protected_files(worktrees.repo, commit, config.protected)}}

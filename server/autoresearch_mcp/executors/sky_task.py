@@ -200,7 +200,8 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
         if data is not None:
             (inbox / "scripts" / name).write_bytes(data)
             scripts[name] = f"scripts/{name}"  # relative to the job file, where the runner finds them
-    confinement = {"mode": job.spec.get("sandbox", sandbox.CONFINED), "scripts": scripts}
+    confinement = {"mode": job.spec.get("sandbox", sandbox.CONFINED), "scripts": scripts,
+                   "frozen": job.spec.get("frozen", [])}
     if job.spec.get("profile"):
         shutil.copyfile(PROFILER, inbox / "profiler.py")
         spec = {**profile_job(job), "sandbox": confinement}

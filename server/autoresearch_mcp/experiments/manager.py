@@ -87,6 +87,7 @@ class ExperimentManager:
         # held from moving the session branch to recording it, so a check never sees the move half done
         self._branch_lock = threading.Lock()
         self._pairs_done: dict[str, int] = {}
+        self._frozen: dict[str, list[str]] = {}  # a base tree's protected files
         self.view: LedgerView = ledger.view()
         self.platforms = config.all_platforms  # the host first; the others check its winners
 
@@ -301,9 +302,16 @@ class ExperimentManager:
             seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
             baseline_tree=base_tree, candidate_tree=tree, required_metrics=spec.required(),
             env={**self.env, **job_env(platform), **focus}, platform=platform.name,
-            measure=platform.measure, sandbox=self.config.sandbox,
+            measure=platform.measure, sandbox=self.config.sandbox, frozen=self.frozen(base_tree),
             worktree_variant=None if platform is self.platforms[0] else platform.name,
         )
+
+    def frozen(self, tree: str) -> list[str]:
+        """The protected files of `tree`, which every command of a job sees read-only: a build that rewrites
+        the benchmark's source after the launch's check cannot get it compiled."""
+        if tree not in self._frozen:
+            self._frozen[tree] = gitops.protected_files(self.repo, tree, self.config.protected)
+        return self._frozen[tree]
 
     def _measures_head(self, exp: ExperimentState) -> bool:
         """Whether `exp` still measures against the session head: more pairs for it pool with its own. The
