@@ -310,6 +310,49 @@ def value_patch_for(repo: Path, name: str, old: str, new: str) -> str:
     finally:
         path.write_text(before)
 
+
+def quiet_repo(tmp_path: Path) -> Path:
+    """A session whose bench and checks write nothing into their tree (a deterministic metric, the checks'
+    output in the private /tmp), as most real benchmarks are."""
+    repo = tmp_path / "target"
+    repo.mkdir()
+    (repo / "autoresearch.sh").write_text(
+        "#!/usr/bin/env bash\nset -eu\ncase \"$1\" in\n  build) sh build.sh ;;\n  bench) sh prog.sh 1 ;;\nesac\n")
+    (repo / "autoresearch.checks.sh").write_text(
+        "#!/usr/bin/env bash\nsh prog.sh 1 > \"$TMPDIR/checked\" || exit 1\ngrep -qx ANSWER=42 \"$TMPDIR/checked\"\n")
+    (repo / "prog.sh").write_text(PROG)
+    (repo / "build.sh").write_text("true\n")
+    (repo / "value.txt").write_text("100\n")
+    return init_repo(repo)
+
+
+# Remembers across runs: its first run (or the checks) leaves a note in the tree, and every later run is
+# "twice as fast" and still right.
+MEMO = ("echo ANSWER=42\nif [ -f .memo ]; then m=2; else m=1; touch .memo 2>/dev/null || true; fi\n"
+        "awk -v v=$(cat value.txt) -v m=$m 'BEGIN{printf \"METRIC score=%.5f\\n\", v*m}'\n")
+
+
+async def test_a_candidate_cannot_keep_state_from_one_run_to_the_next(tmp_path: Path) -> None:
+    repo = quiet_repo(tmp_path)
+    async with Client(build_server()) as c:
+        started = await start(c, repo)
+        hostile = await measure(c, repo, "remember", {"prog.sh": MEMO})
+        control = await measure(c, repo, "a real win", BETTER)
+    assert started["settings"]["read_only_runs"] == "bench, checks"
+    assert hostile["verdict"] != "improved"
+    assert won(control)
+
+
+async def test_a_benchmark_that_writes_into_its_tree_is_told_and_still_measured(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path)  # its bench counts runs in a file in the tree; its checks write .checked
+    async with Client(build_server()) as c:
+        started = await start(c, repo)
+        control = await measure(c, repo, "a real win", BETTER)
+    assert started["settings"]["read_only_runs"] == "none"
+    assert any("wrote into its tree (.autoresearch-noise)" in w for w in started["warnings"])
+    assert any("autoresearch.checks.sh fails with its tree read-only" in w for w in started["warnings"])
+    assert won(control)
+
 # --- 3. a result the candidate cannot forge or edit ---------------------------------------------------------
 
 

@@ -278,6 +278,8 @@ class Validation:
     warnings: list[str]
     threads: int | None = None  # chosen by steadiest_threads; None: the config's
     tried: list[ThreadsTrial] = field(default_factory=list)
+    writes: list[str] | None = None  # what the bench runs wrote into their tree (None: not looked at)
+    read_only: list[str] | None = None  # chosen by choose_read_only; None: the config's
 
 
 def validate_benchmark(
@@ -297,11 +299,16 @@ def validate_benchmark(
     try:
         def measure(threads: int) -> Validation:
             at = config.model_copy(update={"threads": threads})
-            return Validation(*judge_validation(_validate_in(tree, content, at, worktrees, extra_env, head), config))
+            done = _validate_in(tree, content, at, worktrees, extra_env, head)
+            return Validation(*judge_validation(done, config), writes=done.writes)
 
-        if config.threads is not None:
-            return measure(config.threads)
-        return steadiest_threads(measure, os.cpu_count() or 1, config)
+        validated = (measure(config.threads) if config.threads is not None
+                     else steadiest_threads(measure, os.cpu_count() or 1, config))
+        if config.read_only_runs is None:
+            at = config.model_copy(update={"threads": validated.threads or config.threads})
+            validated.read_only, more = choose_read_only(tree, at, worktrees, extra_env, head, validated.writes)
+            validated.warnings.extend(more)
+        return validated
     finally:
         worktrees.release(tree)
 
@@ -343,7 +350,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
     if max(trial.noise_pct.values()) > limit:
         warnings.append(f"the steadiest setting is still over the noise limit of {limit:g}% ({noisiest(trial)}): "
                         "expect many pairs or `noisy` verdicts; make one run longer or use a quieter machine")
-    return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried])
+    return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes)
 
 
 def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
@@ -359,6 +366,7 @@ def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Wor
         if built.command is not None and not built.command.ok:
             return done
         logf.write(f"[autoresearch] {VALIDATION_RUNS} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
+        before = runner.tree_state(tree)
         for _ in range(VALIDATION_RUNS):
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
@@ -366,7 +374,54 @@ def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Wor
             done.runs.append(res)
             if not res.ok or config.metric not in runner.parse_metrics(res.output).values:
                 break
+        done.writes = runner.tree_changes(before, runner.tree_state(tree))
     return done
+
+
+WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "
+                "{config} and call start_session again")
+
+
+def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, extra_env: dict[str, str],
+                     commit: str, writes: list[str] | None) -> tuple[list[str], list[str]]:
+    """Which commands see their tree read-only once it is built, and warnings for the others.
+
+    The bench does when its validation runs wrote nothing into the tree. The checks run twice on the
+    head: as they are (a head whose checks fail is said at once, not after the first experiment; what
+    they keep in the baseline's tree for later checks, such as the recipe's reference logits, is kept),
+    then with the tree read-only; they do when that run passes too. A read-only tree keeps a candidate's
+    program from keeping state from one run to the next (its answers, remembered) or from the checks to
+    the pairs.
+    """
+    chosen: list[str] = []
+    warnings: list[str] = []
+    fix = WRITE_TO_TMP.format(config=config_path(Path(config.repo)))
+    if writes:
+        warnings.append(f"the benchmark wrote into its tree ({', '.join(writes)}), so its runs keep a writable tree "
+                        f"and a candidate's program could keep state from one run to the next: {fix}")
+    elif writes is not None:
+        chosen.append("bench")
+    job = server_job(config, worktrees, commit, tree, {**extra_env, **job_env(config.all_platforms[0])})
+    if CHECKS_SCRIPT not in job["sandbox"]["scripts"]:
+        return chosen, warnings
+    root = Path(config.repo)
+    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
+        before = runner.tree_state(tree)
+        checks = runner.run_checks(job, str(tree), logf)
+        wrote = runner.tree_changes(before, runner.tree_state(tree))
+        frozen = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+        again = runner.run_checks(frozen, str(tree), logf) if checks["passed"] else None
+    if not checks["passed"]:
+        warnings.append(f"{CHECKS_SCRIPT} fails on the session head itself ({checks.get('note') or 'exit '}"
+                        f"{checks.get('exit_code', '')}), so every candidate would fail it; fix the checks. Output "
+                        f"tail:\n{checks.get('tail', '')}")
+    elif again is not None and not again["passed"]:
+        where = f" (it wrote {', '.join(wrote)})" if wrote else ""
+        warnings.append(f"{CHECKS_SCRIPT} fails with its tree read-only{where}, so the checks keep a writable tree "
+                        f"and could leave state for the pairs that follow them: {fix}")
+    else:
+        chosen.append("checks")
+    return chosen, warnings
 
 
 def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[BenchRun], float, list[str]]:
@@ -467,7 +522,9 @@ def script_env(config: SessionConfig, settings: Settings) -> dict[str, str]:
 
 def shown_settings(config: SessionConfig) -> dict[str, str]:
     """What every run of the session is measured with, as start_session shows it and the ledger keeps it."""
-    return {"threads": str(config.threads) if config.threads else "all CPUs", **config.env}
+    read_only = config.read_only_runs
+    return {"threads": str(config.threads) if config.threads else "all CPUs",
+            "read_only_runs": "not chosen yet" if read_only is None else ", ".join(read_only) or "none", **config.env}
 
 
 def start_session(
@@ -547,10 +604,19 @@ def start_session(
         done = validator(head, gitops.tree_of(repo, head))
         worker = done.worker
         validated = Validation(*judge_validation(done, config))
+        if config.read_only_runs is None and done.writes is not None:  # the checks are not tried on a worker
+            config = plan.config = config.model_copy(update={"read_only_runs": [] if done.writes else ["bench"]})
+            if done.writes:
+                validated.warnings.append(
+                    f"the benchmark wrote into its tree ({', '.join(done.writes)}), so its runs keep a writable "
+                    f"tree and a candidate's program could keep state from one run to the next: "
+                    + WRITE_TO_TMP.format(config=config_path(root)))
     else:
         validated = validate_benchmark(repo, config, head, worktrees, env)
         if validated.threads is not None:  # chosen now: every later run of the session uses it
             config = plan.config = config.model_copy(update={"threads": validated.threads})
+        if validated.read_only is not None:
+            config = plan.config = config.model_copy(update={"read_only_runs": validated.read_only})
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
     platform_lines = validate_platforms(repo, config, head, worktrees, env) if config.platforms else []
     apply_plan(plan)

@@ -213,6 +213,11 @@ class SessionConfig(BaseModel):
     threads: int | None = Field(
         None, description="AUTORESEARCH_THREADS of every run; start_session chooses it when unset (the steadiest "
                           "of the default and fewer) and records it here")
+    read_only_runs: list[Literal["bench", "checks"]] | None = Field(
+        None, description="the commands that see their tree read-only once it is built, so no state passes from "
+                          "one run to the next nor from the checks to the pairs; start_session chooses them when "
+                          "unset (the bench, and the checks, where they write nothing into the tree on the head) "
+                          "and records them here")
     env: dict[str, str] = Field(
         default_factory=dict, description="settings the benchmark reads, given to every build, bench and checks "
                                           "run (a recipe's defaults, e.g. LLAMA_BENCH_GEN); a platform's env "
@@ -298,7 +303,8 @@ def judged_metrics(config: SessionConfig) -> list[str]:
 
 # Settings a person may edit in config.json; a new session on the same repository keeps them.
 KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs", "timeouts", "sky", "budget_usd",
-         "build_parallelism", "threads", "env", "drift_limit", "warmup", "default_repeats", "incremental",
+         "build_parallelism", "threads", "read_only_runs", "env", "drift_limit", "warmup", "default_repeats",
+         "incremental",
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
          "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct"}
 

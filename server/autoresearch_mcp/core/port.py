@@ -58,6 +58,7 @@ class JobSpec(TypedDict, total=False):
     worktree_variant: str | None
     sandbox: str  # the session's `sandbox` setting (confined or off); executors add the scripts to bind
     frozen: list[str]  # the protected files of the tree (relative paths), bound read-only over themselves
+    read_only: list[str]  # the commands (bench, checks) that see their tree read-only (config read_only_runs)
     prior_samples: list[dict[str, Any]]  # a continuation: the earlier rounds' samples (complete pairs)
     validate: int  # a validation run (start_session on a worker): how many benches
     profile: str  # a profile run (profile_hotspots on a worker): the profile's id
@@ -212,6 +213,7 @@ class ValidationRun:
     build_s: float
     runs: list[runner.CommandResult]
     worker: str | None = None  # the cloud worker it ran on, as start_session reports it
+    writes: list[str] | None = None  # what the bench runs wrote into the tree (None: not looked at)
 
 
 # Runs the validation somewhere other than this machine: (head commit, its git tree) -> raw results.

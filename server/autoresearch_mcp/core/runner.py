@@ -626,7 +626,7 @@ def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any],
     log.write(f"[autoresearch] bench {role} run {index}\n")
     log.flush()
     res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
-                      env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree))
+                      env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree, "bench"))
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
     spec = decide.Spec.from_dict(job["judging"])
@@ -808,6 +808,29 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     return out
 
 
+def tree_state(tree: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
+    """Each file and link of `tree` (its .git aside) with its size and modification time: what a command
+    wrote into the tree shows as a difference between two of these."""
+    top = str(tree)
+    out: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(top):
+        if root == top:
+            dirs[:] = [d for d in dirs if d != ".git"]
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(root, d)))]:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            out[os.path.relpath(path, top)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def tree_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], limit: int = 10) -> list[str]:
+    """The paths created, changed or removed between two tree_state()s, the first `limit` of them."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))[:limit]
+
+
 def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
     """The session's checks on `tree`, as the checks result of an outcome.
 
@@ -815,7 +838,7 @@ def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
     whatever the tree holds, and a script that cannot be put in place or run fails the checks: it never
     reads as "no checks". Without the session's scripts (a job of no session), the tree's script runs.
     """
-    c = sandbox.for_job(job, tree)
+    c = sandbox.for_job(job, tree, "checks")
     has = sandbox.CHECKS_SCRIPT in c.scripts if c.scripts else (Path(tree) / sandbox.CHECKS_SCRIPT).exists()
     if not has:
         return {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
@@ -903,6 +926,7 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
         out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
                         "output": cmd.output[-20000:]}
     if cmd is None or cmd.ok:
+        before = tree_state(tree)
         for _ in range(int(job["validate"])):
             with machine_turn(job.get("machine_lock")):
                 res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
@@ -911,6 +935,7 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
                                 "timed_out": res.timed_out, "output": res.output[-20000:]})
             if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
                 break
+        out["writes"] = tree_changes(before, tree_state(tree))
     return out
 
 

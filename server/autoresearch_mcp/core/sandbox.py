@@ -51,6 +51,8 @@ class Confinement:
     `tree`: the job's own tree, its only writable place besides a private /tmp and, when `cache` is set
     (the tree is the baseline's), the compiler cache; otherwise the cache is read, never written.
     `frozen`: the protected files of the tree (relative paths), each bound read-only over itself.
+    `read_only`: the tree itself is read-only (a bench or checks command of a session whose benchmark and
+    checks write nothing there): no state passes from one run to the next, nor from the checks to the pairs.
     `scripts`: the session's bytes (a file outside any worktree) of each script, bound read-only over
     the tree's copy. `readable`: paths the job reads that a private /tmp would hide (the baseline's
     tree, a holdout command). `off`: the user turned confinement off; the scripts are then written
@@ -63,6 +65,7 @@ class Confinement:
     off: bool = False
     cache: bool = False
     frozen: tuple[str, ...] = ()
+    read_only: bool = False
 
 
 def _spec(job: dict[str, Any]) -> dict[str, Any]:
@@ -81,17 +84,19 @@ def resolve(job: dict[str, Any], base_dir: str) -> None:
     spec["scripts"] = {name: str(Path(base_dir, path)) for name, path in (spec.get("scripts") or {}).items()}
 
 
-def for_job(job: dict[str, Any], tree: str) -> Confinement:
-    """The confinement of a runner job's command in `tree`: the job's `sandbox` spec ({mode, scripts,
-    readable}) and its baseline's tree (readable); the compiler cache is writable only when `tree` is
-    that baseline's."""
+def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement:
+    """The confinement of a runner job's `phase` command (build, bench, checks) in `tree`: the job's
+    `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only})
+    and its baseline's tree (readable); the compiler cache is writable only when `tree` is that baseline's."""
     spec = _spec(job)
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
     baseline = job.get("baseline_dir")
     readable = [*spec.get("readable", []), *([baseline] if baseline else [])]
     cache = bool(baseline) and _real(str(baseline)) == _real(tree)
     frozen = tuple(str(p) for p in spec.get("frozen") or [])
-    return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache, frozen)
+    read_only = phase != "build" and phase in (spec.get("read_only") or [])
+    return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache, frozen,
+                       read_only)
 
 
 def unavailable(bwrap: str | None = None) -> str | None:
@@ -248,7 +253,7 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
         if _under(path, TMP) or (_under(path, RUN) and (needs or path.is_file())):
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
     for path in writable:
-        binds.append((len(path.parts), 1, "--bind", path, path))
+        binds.append((len(path.parts), 1, "--ro-bind" if c.read_only and path == tree else "--bind", path, path))
     args = [bwrap, *BASE_OPTIONS, *_run_options()]
     # parents before children, and a writable place after a read-only one that holds it
     for _depth, _order, option, source, target in sorted(set(binds)):

@@ -158,4 +158,5 @@ def server_job(config: SessionConfig, worktrees: Worktrees, commit: str, baselin
     return {"env": env, "threads": config.threads, "baseline_dir": str(baseline),
             "timeouts": dict(config.timeouts.for_job()), "machine_lock": str(worktrees.machine_lock()),
             "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit),
-                        "frozen": gitops.protected_files(worktrees.repo, commit, config.protected)}}
+                        "frozen": gitops.protected_files(worktrees.repo, commit, config.protected),
+                        "read_only": list(config.read_only_runs or [])}}

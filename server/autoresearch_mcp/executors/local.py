@@ -179,7 +179,7 @@ class LocalExecutor(Executor):
                 # the session's scripts: the base commit's, which a candidate cannot change (protected)
                 "sandbox": {"mode": job.spec.get("sandbox", sandbox.CONFINED),
                             "scripts": self.worktrees.scripts(job.base_commit),
-                            "frozen": job.spec.get("frozen", [])}}
+                            "frozen": job.spec.get("frozen", []), "read_only": job.spec.get("read_only", [])}}
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
         job_file.write_text(json.dumps(spec))
         root = Path(self.repo.working_dir)

@@ -384,7 +384,8 @@ class SkyPool(Executor):
         pinned = (" — every worker of this session gets that instance type (set sky.instance_type to choose)"
                   if info and info.instance_type and not cfg.sky.instance_type else "")
         return ValidationRun(where, command(raw["build"], ["bash", "./autoresearch.sh", "build"]),
-                             float(raw["build_s"]), [r for r in runs if r is not None], worker=where + pinned)
+                             float(raw["build_s"]), [r for r in runs if r is not None], worker=where + pinned,
+                             writes=raw.get("writes"))
 
     def run_first(self, job: Job) -> Event:
         """Run `job` ahead of the queued experiments and wait for its final event. It runs as they do:

@@ -201,7 +201,7 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
             (inbox / "scripts" / name).write_bytes(data)
             scripts[name] = f"scripts/{name}"  # relative to the job file, where the runner finds them
     confinement = {"mode": job.spec.get("sandbox", sandbox.CONFINED), "scripts": scripts,
-                   "frozen": job.spec.get("frozen", [])}
+                   "frozen": job.spec.get("frozen", []), "read_only": job.spec.get("read_only", [])}
     if job.spec.get("profile"):
         shutil.copyfile(PROFILER, inbox / "profiler.py")
         spec = {**profile_job(job), "sandbox": confinement}

@@ -303,6 +303,7 @@ class ExperimentManager:
             baseline_tree=base_tree, candidate_tree=tree, required_metrics=spec.required(),
             env={**self.env, **job_env(platform), **focus}, platform=platform.name,
             measure=platform.measure, sandbox=self.config.sandbox, frozen=self.frozen(base_tree),
+            read_only=list(self.config.read_only_runs or []),
             worktree_variant=None if platform is self.platforms[0] else platform.name,
         )
 
