@@ -919,6 +919,7 @@ async def test_a_sky_session_validates_its_benchmark_on_a_worker_it_then_reuses(
         assert start["baseline"]["t"]["samples"] == [7.0, 7.0]  # measured on the VM, not here
         assert start["raw_metric_lines"] == ["METRIC t=7", "METRIC t=7"]
         assert "fake.8xlarge" in start["worker"] and "every worker" in start["worker"]  # the default 8+ cpus
+        assert start["settings"]["read_only_runs"] == "bench"  # it wrote nothing; the checks are not tried there
         r = await c.call_tool("launch_experiment", {
             "title": "x", "source": "patch", "repeats": "auto",
             "patch": "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-1\n+2\n"})

@@ -382,6 +382,13 @@ WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), the
                 "{config} and call start_session again")
 
 
+def bench_writes(writes: list[str], config: SessionConfig) -> str:
+    """The warning for a benchmark whose validation runs wrote `writes` into their tree."""
+    return (f"the benchmark wrote into its tree ({', '.join(writes)}), so its runs keep a writable tree and a "
+            "candidate's program could keep state from one run to the next: "
+            + WRITE_TO_TMP.format(config=config_path(Path(config.repo))))
+
+
 def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, extra_env: dict[str, str],
                      commit: str, writes: list[str] | None) -> tuple[list[str], list[str]]:
     """Which commands see their tree read-only once it is built, and warnings for the others.
@@ -397,8 +404,7 @@ def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, ex
     warnings: list[str] = []
     fix = WRITE_TO_TMP.format(config=config_path(Path(config.repo)))
     if writes:
-        warnings.append(f"the benchmark wrote into its tree ({', '.join(writes)}), so its runs keep a writable tree "
-                        f"and a candidate's program could keep state from one run to the next: {fix}")
+        warnings.append(bench_writes(writes, config))
     elif writes is not None:
         chosen.append("bench")
     job = server_job(config, worktrees, commit, tree, {**extra_env, **job_env(config.all_platforms[0])})
@@ -607,10 +613,7 @@ def start_session(
         if config.read_only_runs is None and done.writes is not None:  # the checks are not tried on a worker
             config = plan.config = config.model_copy(update={"read_only_runs": [] if done.writes else ["bench"]})
             if done.writes:
-                validated.warnings.append(
-                    f"the benchmark wrote into its tree ({', '.join(done.writes)}), so its runs keep a writable "
-                    f"tree and a candidate's program could keep state from one run to the next: "
-                    + WRITE_TO_TMP.format(config=config_path(root)))
+                validated.warnings.append(bench_writes(done.writes, config))
     else:
         validated = validate_benchmark(repo, config, head, worktrees, env)
         if validated.threads is not None:  # chosen now: every later run of the session uses it
