@@ -415,8 +415,8 @@ def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, ex
         before = runner.tree_state(tree)
         checks = runner.run_checks(job, str(tree), logf)
         wrote = runner.tree_changes(before, runner.tree_state(tree))
-        frozen = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
-        again = runner.run_checks(frozen, str(tree), logf) if checks["passed"] else None
+        read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+        again = runner.run_checks(read_only, str(tree), logf) if checks["passed"] else None
     if not checks["passed"]:
         warnings.append(f"{CHECKS_SCRIPT} fails on the session head itself ({checks.get('note') or 'exit '}"
                         f"{checks.get('exit_code', '')}), so every candidate would fail it; fix the checks. Output "

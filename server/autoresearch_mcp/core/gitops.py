@@ -874,7 +874,7 @@ def protected_files(repo: Repo, commit: str, protected: list[str]) -> list[str]:
     """The files of `commit` that match `protected` (the session's scripts aside, bound from the session's
     own bytes): what a job's commands may read and never change, the first FROZEN_LIMIT of them."""
     files = [e.path for e in tree_entries(repo, commit) if e.mode in ("100644", "100755")]
-    hit = [p for p in protected_changes(files, protected) if p not in ("autoresearch.sh", "autoresearch.checks.sh")]
+    hit = [p for p in protected_changes(files, protected) if p not in SCRIPTS]
     if len(hit) > FROZEN_LIMIT:
         logger.warning("%d protected files: the first %d are bound read-only in jobs", len(hit), FROZEN_LIMIT)
     return hit[:FROZEN_LIMIT]
