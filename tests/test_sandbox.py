@@ -254,11 +254,15 @@ async def test_a_candidate_cannot_reach_the_machines_services_through_their_sock
 ) -> None:
     # A unix socket on a read-only mount still takes connections; through the system bus's, a job could
     # have systemd start a unit outside any sandbox, through docker's mount /, through an agent's sign.
-    places = [tmp_path / "agent.sock"]  # named by the environment, as SSH_AUTH_SOCK names an agent's
+    (tmp_path / "runtime").mkdir()
+    # named by the environment, as SSH_AUTH_SOCK names an agent's; in a folder it names, as XDG_RUNTIME_DIR
+    # names the session bus's
+    places = [tmp_path / "agent.sock", tmp_path / "runtime" / "bus"]
     if os.access("/run", os.W_OK):
         places.append(Path("/run") / f"autoresearch-test-{uuid.uuid4().hex[:8]}.sock")
     listeners = [Listener(p) for p in places]
     monkeypatch.setenv("SSH_AUTH_SOCK", str(places[0]))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(places[1].parent))
     reach = "".join(
         f"python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{p}\")' 2>/dev/null "
         "&& echo reached >> reached.txt\n" for p in places)

@@ -219,6 +219,15 @@ def _is_socket(path: Path) -> bool:
         return False
 
 
+def _holds_socket(folder: Path) -> bool:
+    """Whether `folder` holds a socket at its top (XDG_RUNTIME_DIR holds the session bus's)."""
+    try:
+        with os.scandir(folder) as entries:
+            return any(stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode) for e in entries)
+    except OSError:
+        return False
+
+
 def _run_options() -> list[str]:
     """A private /run: the sockets of the machine's services live there (the system bus, whose systemd
     starts units outside any sandbox; docker's, whose containers mount /; databases'), and a unix socket
@@ -242,13 +251,13 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
     # Bound again into the private /tmp: what the job reads there. Into the private /run only what it
     # must read (its programs, the resolver's file), never a folder the environment names: that is where
     # the user's session keeps its bus and agents' sockets. A socket itself is never bound again (an
-    # ssh or gpg agent's would sign as the user).
+    # ssh or gpg agent's would sign as the user), nor a folder the environment names that holds one.
     needed: list[str | Path] = [*c.readable, *programs, *([] if c.cache else caches)]
     resolver = _real("/etc/resolv.conf")
     wanted = [*((p, True) for p in needed), *((p, False) for p in named), (resolver, True)]
     for path, needs in ((_real(p), needs) for p, needs in wanted if os.path.lexists(p)):
         inside = any(path == w or w in path.parents for w in writable)
-        if inside or _is_socket(path) or path in (Path(TMP), Path(RUN)):
+        if inside or _is_socket(path) or path in (Path(TMP), Path(RUN)) or (not needs and _holds_socket(path)):
             continue
         if _under(path, TMP) or (_under(path, RUN) and (needs or path.is_file())):
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
