@@ -868,16 +868,20 @@ def protected_changes(changed: list[str], protected: list[str]) -> list[str]:
 
 
 FROZEN_LIMIT = 2000
+_protected_files: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
 
 
 def protected_files(repo: Repo, commit: str, protected: list[str]) -> list[str]:
-    """The files of `commit` that match `protected` (the session's scripts aside, bound from the session's
-    own bytes): what a job's commands may read and never change, the first FROZEN_LIMIT of them."""
-    files = [e.path for e in tree_entries(repo, commit) if e.mode in ("100644", "100755")]
-    hit = [p for p in protected_changes(files, protected) if p not in SCRIPTS]
-    if len(hit) > FROZEN_LIMIT:
-        logger.warning("%d protected files: the first %d are bound read-only in jobs", len(hit), FROZEN_LIMIT)
-    return hit[:FROZEN_LIMIT]
+    """The files of `commit` (a sha: kept by it) that match `protected`, the session's scripts aside (bound
+    from the session's own bytes): what a job's commands may read and never change, the first FROZEN_LIMIT."""
+    key = (str(repo.git_dir), commit, tuple(protected))
+    if key not in _protected_files:
+        files = [e.path for e in tree_entries(repo, commit) if e.mode in ("100644", "100755")]
+        hit = [p for p in protected_changes(files, protected) if p not in SCRIPTS]
+        if len(hit) > FROZEN_LIMIT:
+            logger.warning("%d protected files: the first %d are bound read-only in jobs", len(hit), FROZEN_LIMIT)
+        _protected_files[key] = hit[:FROZEN_LIMIT]
+    return _protected_files[key]
 
 
 def new_gitlinks(repo: Repo, base: str, tree: str) -> list[str]:

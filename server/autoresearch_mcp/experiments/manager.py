@@ -87,7 +87,6 @@ class ExperimentManager:
         # held from moving the session branch to recording it, so a check never sees the move half done
         self._branch_lock = threading.Lock()
         self._pairs_done: dict[str, int] = {}
-        self._frozen: dict[str, list[str]] = {}  # a base tree's protected files
         self.view: LedgerView = ledger.view()
         self.platforms = config.all_platforms  # the host first; the others check its winners
 
@@ -302,17 +301,13 @@ class ExperimentManager:
             seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
             baseline_tree=base_tree, candidate_tree=tree, required_metrics=spec.required(),
             env={**self.env, **job_env(platform), **focus}, platform=platform.name,
-            measure=platform.measure, sandbox=self.config.sandbox, frozen=self.frozen(base_tree),
+            measure=platform.measure, sandbox=self.config.sandbox,
+            # every command of the job sees these read-only: a build that rewrites the benchmark's source
+            # after the launch's check cannot get it compiled
+            frozen=gitops.protected_files(self.repo, base_tree, self.config.protected),
             read_only=list(self.config.read_only_runs or []),
             worktree_variant=None if platform is self.platforms[0] else platform.name,
         )
-
-    def frozen(self, tree: str) -> list[str]:
-        """The protected files of `tree`, which every command of a job sees read-only: a build that rewrites
-        the benchmark's source after the launch's check cannot get it compiled."""
-        if tree not in self._frozen:
-            self._frozen[tree] = gitops.protected_files(self.repo, tree, self.config.protected)
-        return self._frozen[tree]
 
     def _measures_head(self, exp: ExperimentState) -> bool:
         """Whether `exp` still measures against the session head: more pairs for it pool with its own. The
@@ -822,7 +817,7 @@ class ExperimentManager:
                     + (f" ({why['note']})" if why.get("note") else "")
                     + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
                        if verdict in _REMEASURE and not _not_continuable(exp) else ""))
-            if exp.status == "checks_failed" or not (exp.checks and exp.checks.passed):
+            if not (exp.checks and exp.checks.passed):
                 raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
                                    "correct is never committed. Fix it and launch again")
             if exp.launch.incremental:
@@ -1002,7 +997,7 @@ class ExperimentManager:
                                     for name, o in sorted(exp.metrics.items()) if o.role == "guard"}
         if platform_results:
             result["platforms"] = platform_results
-        lines += ["", f"Autoresearch-Experiment: {exp.experiment_id}",
+        lines += ["", f"{branch.TRAILER}: {exp.experiment_id}",
                   "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
         return "\n".join(lines) + "\n"
 

@@ -26,7 +26,7 @@ class Comparison:
     note: str | None = None  # why `noisy`, or why a metric whose typical run improved is not `improved`
     log_se: float | None = None  # standard error of the log-ratio estimate
     ci_level: float | None = None  # the confidence of [ci_low_pct, ci_high_pct]
-    mean_pct: float | None = None  # the average run's change, with its interval (guard level)
+    mean_pct: float | None = None  # the average run's change, with its interval (mean level)
     mean_low_pct: float | None = None
     mean_high_pct: float | None = None
     tail_pct: float | None = None  # the worst runs' change

@@ -40,10 +40,7 @@ def summarize(data: SessionData) -> str:
         lines.append(f"Best single experiment: {best.exp.title!r} "
                      f"{pct(best.primary(c.metric).get('delta_pct'))} ({best.verdict}).")
     lines.append(f"Cost ${data.cost:.2f}; machines: {', '.join(data.machines) or 'none yet'}.")
-    off = figures.unconfined(r.exp for r in data.rows)
-    if off:
-        lines.append(f"Sandbox off: {len(off)} experiments ran unconfined, by the session's choice; their results "
-                     "were not protected from the candidate.")
+    lines += [w[:1].upper() + w[1:] + "." for w in figures.unconfined_warning(r.exp for r in data.rows)]
     if data.notes:
         lines.append(f"Notes: {session_notes.count(data.notes)} in .autoresearch/notes.md (shown in the report).")
     return "\n".join(lines)
