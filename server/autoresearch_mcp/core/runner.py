@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -466,26 +468,35 @@ def emit(kind: str, **data: Any) -> None:
 # --- the result channel ---------------------------------------------------------------------------
 #
 # The runner's stdout is read by the executor; a job's output never goes there (it is drained from a
-# pipe into the log), and every line the runner means carries the job's secret, which the executor
-# gives the runner on stdin before any command runs: a line a job printed, on a worker whose log mixes
-# the two, or wrote anywhere else, is not the runner's.
+# pipe into the log), and every line the runner means carries a code of its payload keyed by the job's
+# secret, which the executor gives the runner on stdin before any command runs: a line a job printed,
+# on a worker whose log mixes the two, or wrote anywhere else, is not the runner's. The secret itself is
+# never printed: a job can read the worker's log (the whole file system is readable to it), and what it
+# finds there lets it forge no line.
 
 _secret = ""
 
 
+def _code(secret: str, prefix: str, text: str) -> str:
+    return hmac.new(secret.encode(), f"{prefix}{text}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
 def machine_line(prefix: str, payload: dict[str, Any], secret: str | None = None, compact: bool = False) -> str:
-    """One of the runner's lines: `prefix`, the job's secret (this process's unless given), the payload."""
+    """One of the runner's lines: `prefix`, the code of the payload keyed by the job's secret (this
+    process's unless given), the payload."""
     text = json.dumps(payload, separators=(",", ":") if compact else None)
-    return f"{prefix}{_secret if secret is None else secret} {text}"
+    return f"{prefix}{_code(_secret if secret is None else secret, prefix, text)} {text}"
 
 
 def read_machine_line(line: str, prefix: str, secret: str) -> dict[str, Any] | None:
-    """The payload of one of the runner's lines carrying `secret`; None for any other line."""
-    head = f"{prefix}{secret} "
-    if not secret or not line.startswith(head):
+    """The payload of one of the runner's lines whose code `secret` gives; None for any other line."""
+    if not secret or not line.startswith(prefix):
+        return None
+    code, _, text = line[len(prefix):].partition(" ")
+    if not hmac.compare_digest(code, _code(secret, prefix, text)):
         return None
     try:
-        payload = json.loads(line[len(head):])
+        payload = json.loads(text)
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None

@@ -187,6 +187,12 @@ def machine_lines(text: str) -> list[str]:
     return out
 
 
+def _has_result(a: _Attempt) -> bool:
+    """Whether the job's log as last fetched holds the runner's result line."""
+    return runner.RESULT_PREFIX in a.fetched and runner.parse_result_line(
+        "\n".join(machine_lines(a.fetched)), a.secret) is not None
+
+
 def merge_tail(old: str, tail: str) -> str | None:
     """`old` continued by the lines of `tail` (the log's last lines) that come after it.
 
@@ -730,8 +736,7 @@ class SkyPool(Executor):
                     self.port.cancel(cluster, job_id)
                 return info, None
             ticks += 1
-            log_only = (a.phase == "running" and ticks % STATUS_EVERY != 0
-                        and f"{runner.RESULT_PREFIX}{a.secret} " not in a.fetched)
+            log_only = a.phase == "running" and ticks % STATUS_EVERY != 0 and not _has_result(a)
             try:
                 if log_only:
                     self._forward(a, self._fetch_log(a))
@@ -756,7 +761,7 @@ class SkyPool(Executor):
                 return info, f"the job's driver on {cluster} died (the VM restarted or ran out of memory)"
             if info is not None and info.done:
                 return info, None
-            if log_only and f"{runner.RESULT_PREFIX}{a.secret} " in a.fetched:
+            if log_only and _has_result(a):
                 continue  # the runner is done: confirm with the job's status at once
             if not log_only and self.clock() - last_log >= self.log_refresh_s:
                 last_log = self.clock()
