@@ -203,6 +203,7 @@ class MetricLook:
     mean: float | None = None  # the average run's relative change (oriented)
     mean_low: float | None = None  # at the plan's mean level (one-sided each)
     mean_high: float | None = None
+    fit: MeanFit | None = None  # the average run's fit, for its bounds at other levels
     tail: float | None = None  # worst runs: candidate minus baseline (log, oriented)
     spread: float | None = None  # per-pair spread of the contrasts as the statistic sees them (log)
     floor: float = 0.0  # the printed resolution, where ties show it is what limits the data
@@ -226,12 +227,25 @@ def _between(sorted_values: list[float], bound: int) -> tuple[float, float] | No
     return sorted_values[total - bound], sorted_values[bound - 1]
 
 
-def _mean_change(base: list[float], cand: list[float], signs: list[int], sign: float,
-                 level: float) -> tuple[float, float, float] | None:
-    """The order-adjusted mean of the linear differences relative to the baseline mean (oriented), with its
-    one-sided-`level` bounds: least squares of d_i = (c_i - b_i) / mean(b) on [1, s_i]."""
+@dataclass(frozen=True)
+class MeanFit:
+    """The order-adjusted mean of the linear differences relative to the baseline mean (oriented): least
+    squares of d_i = (c_i - b_i) / mean(b) on [1, s_i], fitted once; its bounds at any level from its t."""
+
+    change: float
+    se: float
+    df: int
+
+    def bounds(self, level: float) -> tuple[float, float]:
+        """The one-sided-`level` bounds (each side)."""
+        half = t_quantile(level, self.df) * self.se
+        return self.change - half, self.change + half
+
+
+def mean_fit(base: list[float], cand: list[float], signs: list[int], sign: float) -> MeanFit | None:
+    """The average run's fit (None below 3 pairs, or when every pair ran in the same order)."""
     n = len(base)
-    scale = math.fsum(base) / n
+    scale = math.fsum(base) / n if n else 0.0
     if n < 3 or scale <= 0:
         return None
     d = [sign * (c - b) / scale for b, c in zip(base, cand, strict=True)]
@@ -243,9 +257,7 @@ def _mean_change(base: list[float], cand: list[float], signs: list[int], sign: f
     slope = (math.fsum(s * x for s, x in zip(signs, d, strict=True)) / n - sbar * dbar) / var_s
     intercept = dbar - slope * sbar
     rss = math.fsum((x - intercept - slope * s) ** 2 for s, x in zip(signs, d, strict=True))
-    se = math.sqrt(rss / (n - 2) / (n * var_s))
-    half = t_quantile(level, n - 2) * se
-    return intercept, intercept - half, intercept + half
+    return MeanFit(intercept, math.sqrt(rss / (n - 2) / (n * var_s)), n - 2)
 
 
 def _worst(values: list[float], share: float) -> float:
@@ -304,19 +316,21 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
         guard = _between(walsh, plan.guard_bounds[n] if n < len(plan.guard_bounds) else 0)
         if guard is not None:
             out.guard_low = widened(guard)[0]
-    mean = _mean_change(base, cand, s, sign, plan.mean_level)
-    if mean is not None:
-        out.mean, out.mean_low, out.mean_high = mean
+    out.fit = mean_fit(base, cand, s, sign)
+    if out.fit is not None:
+        out.mean = out.fit.change
+        out.mean_low, out.mean_high = out.fit.bounds(plan.mean_level)
     oriented_b = [sign * math.log(v) for v in base]
     oriented_c = [sign * math.log(v) for v in cand]
     out.tail = _worst(oriented_c, plan.tail_share) - _worst(oriented_b, plan.tail_share)
     return out
 
 
-def _mean_bounds_at(p: Pairs, n: int, direction: str, level: float) -> tuple[float, float, float] | None:
-    sign = 1.0 if direction == "higher" else -1.0
-    s = [1 if second else -1 for second in p.second[:n]]
-    return _mean_change(p.base[:n], p.cand[:n], s, sign, level)
+def mean_bounds(look: MetricLook, level: float) -> tuple[float, float, float] | None:
+    """The average run's change with its one-sided-`level` bounds, or None without a fit."""
+    if look.fit is None:
+        return None
+    return (look.fit.change, *look.fit.bounds(level))
 
 
 # --- roles and verdicts ----------------------------------------------------------------------------
@@ -407,8 +421,9 @@ class Decision:
     problems: list[str] = field(default_factory=list)
 
 
-def _reach(spread: float, plan: Plan, n_final: int) -> float:
-    """The half-width of the decision interval at the last look of n_final pairs, at this spread."""
+def reach(spread: float, plan: Plan, n_final: int) -> float:
+    """The half-width of the decision interval at the last look of n_final pairs, at this spread: the smallest
+    change those pairs resolve (the one home of this figure)."""
     k = plan.last_look(n_final)
     level = plan.levels[k] if k is not None else plan.levels[0]
     return z_quantile(level) * spread / math.sqrt(max(n_final, 1))
@@ -431,7 +446,7 @@ def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, fin
         assert k is not None
         if look.high < 0 and est <= -me:
             return "regressed", None
-        mean = _mean_bounds_at(p, n, rule.direction, plan.levels[k])
+        mean = mean_bounds(look, plan.levels[k])
         if mean is not None and mean[2] < 0 and mean[0] <= -lin:
             return "regressed", "the average run is worse"
         if look.low > 0 and est >= me:
@@ -450,16 +465,16 @@ def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, fin
                 return "improved", None
     if (n >= plan.eq_from and look.eq_low is not None and look.eq_high is not None
             and -me < look.eq_low and look.eq_high < me):
-        mean_eq = _mean_bounds_at(p, n, rule.direction, plan.eq_level)
+        mean_eq = mean_bounds(look, plan.eq_level)
         if mean_eq is not None and -lin < mean_eq[1] and mean_eq[2] < lin:
             return "no_change", None
     if look.spread is not None and n >= min(plan.noisy_from, final_n):
-        reach = _reach(look.spread, plan, final_n) + look.floor
+        reachable = reach(look.spread, plan, final_n) + look.floor
         if n >= final_n:
-            return ("noisy" if reach >= me else "undecided"), why
+            return ("noisy" if reachable >= me else "undecided"), why
         se = look.spread / math.sqrt(n)
         eq_reach = z_quantile(plan.eq_level) * look.spread / math.sqrt(final_n) + look.floor
-        if eq_reach >= me and abs(est) + 2 * se < reach:
+        if eq_reach >= me and abs(est) + 2 * se < reachable:
             return "noisy", why  # neither no_change nor a change this round could show is within reach
     return "undecided", why
 
@@ -474,7 +489,7 @@ def guard_judgement(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs) ->
         return "undecided"
     if look.look == look.n and look.high is not None and look.high < 0 and est <= -tol:
         return "regressed"
-    mean = _mean_bounds_at(p, look.n, rule.direction, plan.guard_level)
+    mean = mean_bounds(look, plan.guard_level)
     if look.guard_low is not None and look.guard_low > -tol and mean is not None and mean[1] > -math.expm1(tol):
         return "held"
     return "undecided"

@@ -82,12 +82,19 @@ def best(experiments: Iterable[ExperimentState], metric: str, direction: str) ->
     return max(winners, key=lambda e: sign * (e.metric(metric).delta_pct or 0.0), default=None)
 
 
+def chained_log(changes_pct: Iterable[float | None]) -> float:
+    """Kept commits' changes (% of the metric's own value, each measured against its own base) chained: their
+    log-ratios added. The one rule of the session's estimated total (list_experiments and the report)."""
+    return math.fsum(math.log1p(pct / 100) for pct in changes_pct if pct is not None and pct > -100)
+
+
 def chained_pct(experiments: Iterable[ExperimentState], metric: str) -> float | None:
-    """The kept commits' estimates of `metric` chained (their log-ratios added), % of its own value: what the
-    session's measured total (a source='session' experiment) is compared with. None before any commit."""
+    """The kept commits' estimates of `metric` chained (`chained_log`), % of its own value: what the session's
+    measured total (a source='session' experiment) is compared with. None before any commit."""
     changes = [e.metric(metric).delta_pct for e in experiments if e.commit]
-    logs = [math.log1p(pct / 100) for pct in changes if pct is not None]
-    return round(math.expm1(math.fsum(logs)) * 100, 4) if logs else None
+    if not any(pct is not None for pct in changes):
+        return None
+    return round(math.expm1(chained_log(changes)) * 100, 4)
 
 
 # --- pairs -----------------------------------------------------------------------------------------

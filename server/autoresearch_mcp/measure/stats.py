@@ -189,8 +189,7 @@ def comparison(p: decide.Pairs, n: int, judgement: decide.Judgement | None, rule
     mean = [None if x is None else round(sign * x * 100, 4) for x in (look.mean, look.mean_low, look.mean_high)]
     if sign < 0:
         mean[1], mean[2] = mean[2], mean[1]
-    reach = decide.z_quantile(plan.levels[plan.last_look(design.budget) or 0]) * (look.spread or 0) / math.sqrt(
-        design.budget)
+    reach = decide.reach(look.spread or 0.0, plan, design.budget)
     equivalence = (round(math.expm1(max(abs(look.eq_low), abs(look.eq_high))) * 100, 4)
                    if verdict == "no_change" and look.eq_low is not None and look.eq_high is not None else None)
     return Comparison(
@@ -257,8 +256,7 @@ def per_run_noise(spread: float) -> float:
 def noisy_note(look: decide.MetricLook, design: Design, plan: decide.Plan) -> str:
     """How noisy, and why the budget cannot decide (figures as the metric's own % change)."""
     spread = (look.spread or 0.0) * 100
-    reach = decide.z_quantile(plan.levels[plan.last_look(design.budget) or 0]) * (look.spread or 0.0) / math.sqrt(
-        design.budget)
+    reach = decide.reach(look.spread or 0.0, plan, design.budget)
     floor = f" (the printed resolution alone is {look.floor * 100:.2f}%)" if look.floor else ""
     return (f"the paired log-ratios spread by about {spread:.1f}% (about {per_run_noise(spread):.1f}% per run): "
             f"{design.budget} pairs resolve only changes beyond ±{reach * 100:.1f}%, and neither no change within "

@@ -220,7 +220,7 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
     for position, link in enumerate(chain):
         for exp in link.experiments:
             shown = measured[exp.experiment_id]
-            level += _log(shown.comparison(metric).get("delta_pct"))
+            level += figures.chained_log([shown.comparison(metric).get("delta_pct")])
             if shown.error is not None:
                 errors.append(shown.error)
         for exp in link.experiments:
