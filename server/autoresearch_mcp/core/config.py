@@ -249,6 +249,10 @@ class SessionConfig(BaseModel):
     focus_tolerance_pct: dict[str, float] = Field(
         default_factory=dict, description="per objective: how much worse it may get in a focus experiment (percent)")
     focus_default_tolerance_pct: float = Field(2.0, description="the same, for an objective not listed")
+    focus_guard_ceiling_pct: float = Field(
+        5.0, gt=0, description="a focus experiment proves each objective no worse than what its pairs can resolve, "
+        "never looser than this: an end-to-end slowdown of this much is always refused (the tolerances themselves "
+        "are proven by the session's total, source='session')")
     sandbox: Literal["confined", "off"] = Field(
         "confined", description="confined: every build, bench and checks command runs under bubblewrap; off: "
                                 "unconfined, by the user's choice only, and every result says so")
@@ -277,7 +281,7 @@ class SessionConfig(BaseModel):
 # change. start_session records them in the ledger; a resume refuses a config that differs from the record.
 GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
                "default_repeats", "warmup", "holdout", "protected", "sandbox", "focus_direction", "focus_min_effect",
-               "focus_tolerance_pct", "focus_default_tolerance_pct")
+               "focus_tolerance_pct", "focus_default_tolerance_pct", "focus_guard_ceiling_pct")
 
 
 def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
@@ -306,7 +310,7 @@ KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs"
          "build_parallelism", "threads", "read_only_runs", "env", "drift_limit", "warmup", "default_repeats",
          "incremental",
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
-         "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct"}
+         "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct", "focus_guard_ceiling_pct"}
 
 
 def state_dir(repo_root: Path) -> Path:

@@ -172,6 +172,11 @@ class Plan:
     tail_share: float = 0.05
     tail_tolerance: float = math.log1p(0.05)
     noisy_from: int = 20
+    # A focus experiment's end-to-end guards also show, over every look where they may hold, that no slowdown of
+    # the ceiling or more is left: per look, a level and the signed-rank bound at it (their levels add up to
+    # guard_level: a union bound); 0 where a guard cannot hold (before min_pairs_improved). Empty: no ceiling.
+    ceiling_levels: list[float] = field(default_factory=list)
+    ceiling_bounds: list[int] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -208,6 +213,8 @@ class MetricLook:
     spread: float | None = None  # per-pair spread of the contrasts as the statistic sees them (log)
     floor: float = 0.0  # the printed resolution, where ties show it is what limits the data
     guard_low: float | None = None  # non-inferiority bound of the typical run (guard level)
+    ceiling_low: float | None = None  # at a look: the typical run's bound at the plan's ceiling level there
+    ceiling_level: float = 0.0  # that level (0: none at this look)
     verdict: str = "undecided"
     invalid: bool = False
 
@@ -307,6 +314,9 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
                     low, high = min(x[0] for x in found), max(x[1] for x in found)
                 out.low, out.high = widened((low, high))
                 out.look = m
+            ceiling = _between(walsh, plan.ceiling_bounds[k]) if k < len(plan.ceiling_bounds) else None
+            if ceiling is not None:
+                out.ceiling_low, out.ceiling_level = widened(ceiling)[0], plan.ceiling_levels[k]
     if eq and n >= 2:
         bounds = _between(walsh, plan.eq_bounds[n] if n < len(plan.eq_bounds) else 0)
         if bounds is not None:
@@ -345,7 +355,9 @@ class MetricRule:
     role: str  # objective, guard, focus or control
     direction: str
     min_effect: float
-    tolerance: float | None = None
+    tolerance: float | None = None  # guards; a session total's objectives (the tolerance it proves)
+    ceiling: float | None = None  # a focus experiment's end-to-end guard: its margin grows with the noise up to this
+    adaptive: bool = False  # no_change against what the round can resolve (up to EQ_CAP x the minimum effect)
 
 
 @dataclass(frozen=True)
@@ -363,6 +375,10 @@ class Spec:
     focus_min_effect: float = 0.02
     objective_tolerance_pct: dict[str, float] = field(default_factory=dict)  # a focus experiment's objectives
     default_tolerance_pct: float = 2.0
+    # Launches recorded before these rules carry none of them, so their verdicts are recomputed as judged then.
+    guard_ceiling_pct: float | None = None  # focus: an end-to-end slowdown of this or more is always refused
+    adaptive_equivalence: bool = False  # no_change within what the round can resolve, stated as a number
+    prove_tolerance: bool = False  # the session's total: each objective is shown within its tolerance
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
@@ -379,20 +395,25 @@ class Spec:
     def rules(self, names: list[str]) -> dict[str, MetricRule]:
         """How each of `names` (the metrics the runs printed) is judged; names not judged are left out."""
         out: dict[str, MetricRule] = {}
+        adaptive = self.adaptive_equivalence
         for name in names:
             guard = self.guards.get(name)
+            pct = self.objective_tolerance_pct.get(name, self.default_tolerance_pct)
             if self.focus and name.startswith(FOCUS_PREFIX):
-                out[name] = MetricRule("focus", self.focus_direction, math.log1p(self.focus_min_effect))
+                out[name] = MetricRule("focus", self.focus_direction, math.log1p(self.focus_min_effect),
+                                       adaptive=adaptive)
             elif self.focus and name.startswith(CONTROL_PREFIX):
                 out[name] = MetricRule("control", self.focus_direction, math.log1p(self.focus_min_effect))
             elif guard is not None:
                 tolerance = math.log1p(float(guard["tolerance_pct"]) / 100)
                 out[name] = MetricRule("guard", str(guard["direction"]), tolerance, tolerance)
             elif name in self.objective_names and self.focus:
-                pct = self.objective_tolerance_pct.get(name, self.default_tolerance_pct)
-                out[name] = MetricRule("guard", self.direction, math.log1p(pct / 100), math.log1p(pct / 100))
+                ceiling = None if self.guard_ceiling_pct is None else math.log1p(self.guard_ceiling_pct / 100)
+                out[name] = MetricRule("guard", self.direction, math.log1p(pct / 100), math.log1p(pct / 100),
+                                       ceiling=ceiling)
             elif name in self.objective_names:
-                out[name] = MetricRule("objective", self.direction, math.log1p(self.min_effect))
+                out[name] = MetricRule("objective", self.direction, math.log1p(self.min_effect),
+                                       math.log1p(pct / 100) if self.prove_tolerance else None, adaptive=adaptive)
         return out
 
 
@@ -405,6 +426,7 @@ class Judgement:
     verdict: str  # improved / regressed / no_change / noisy / undecided / invalid
     judgement: str | None  # objective and focus: improved / regressed / held; guard: held / regressed / undecided
     reason: str | None = None  # why a metric whose typical run improved is not `improved`
+    claim: Claim | None = None  # a guard's, or a session total objective's: what was shown of it, at which level
 
 
 @dataclass
@@ -421,6 +443,11 @@ class Decision:
     problems: list[str] = field(default_factory=list)
 
 
+POWER_Z = z_quantile(0.2)  # the 80% power pairs_needed plans for
+GUARD_POWER_Z = z_quantile(0.1)  # the 90% power a guard's margin plans for (two guards: 81% both)
+EQ_CAP = 3.0  # no_change is never judged against more than this many minimum effects
+
+
 def reach(spread: float, plan: Plan, n_final: int) -> float:
     """The half-width of the decision interval at the last look of n_final pairs, at this spread: the smallest
     change those pairs resolve (the one home of this figure)."""
@@ -429,10 +456,23 @@ def reach(spread: float, plan: Plan, n_final: int) -> float:
     return z_quantile(level) * spread / math.sqrt(max(n_final, 1))
 
 
+def equivalence_margin(look: MetricLook, rule: MetricRule, plan: Plan, final_n: int) -> float:
+    """What `no_change` is judged against (log): the minimum effect, or, for a rule that adapts to the noise, the
+    margin the round's pairs reach with 80% probability when nothing changed (both 80% bounds inside it), if
+    that is wider; never more than EQ_CAP minimum effects."""
+    if not rule.adaptive or look.spread is None:
+        return rule.min_effect
+    z = z_quantile(plan.eq_level)
+    resolvable = (z + z) * look.spread / math.sqrt(max(final_n, 1)) + look.floor
+    return min(EQ_CAP * rule.min_effect, max(rule.min_effect, resolvable))
+
+
 def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, final_n: int,
-                   layout: float = 0.0) -> tuple[str, str | None]:
+                   layout: float = 0.0, start_n: int = 0) -> tuple[str, str | None]:
     """The verdict of one metric against its minimum effect, and, when its typical run improved but the
-    metric is not `improved`, why. `final_n`: the last pair count of this round (`noisy` is judged there)."""
+    metric is not `improved`, why. `final_n`: the last pair count of this round (`noisy` is judged there);
+    `start_n`: the pairs earlier rounds measured (a round that continues an experiment is not cut short as
+    `noisy` before its end: it was continued to measure a round more)."""
     me = rule.min_effect
     lin = math.expm1(me)
     n, est = look.n, look.estimate
@@ -463,10 +503,11 @@ def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, fin
                        f"{math.expm1(layout) * 100:.1f}%): layout alone could do it")
             else:
                 return "improved", None
+    eq = equivalence_margin(look, rule, plan, final_n)
     if (n >= plan.eq_from and look.eq_low is not None and look.eq_high is not None
-            and -me < look.eq_low and look.eq_high < me):
+            and -eq < look.eq_low and look.eq_high < eq):
         mean_eq = mean_bounds(look, plan.eq_level)
-        if mean_eq is not None and -lin < mean_eq[1] and mean_eq[2] < lin:
+        if mean_eq is not None and -math.expm1(eq) < mean_eq[1] and mean_eq[2] < math.expm1(eq):
             return "no_change", None
     if look.spread is not None and n >= min(plan.noisy_from, final_n):
         reachable = reach(look.spread, plan, final_n) + look.floor
@@ -474,34 +515,76 @@ def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, fin
             return ("noisy" if reachable >= me else "undecided"), why
         se = look.spread / math.sqrt(n)
         eq_reach = z_quantile(plan.eq_level) * look.spread / math.sqrt(final_n) + look.floor
-        if eq_reach >= me and abs(est) + 2 * se < reachable:
+        if start_n == 0 and eq_reach >= eq and abs(est) + 2 * se < reachable:
             return "noisy", why  # neither no_change nor a change this round could show is within reach
     return "undecided", why
 
 
-def guard_judgement(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs) -> str:
-    """held / regressed / undecided of a metric that must not get worse beyond its tolerance."""
+@dataclass
+class Claim:
+    """What a guard (or a session total's objective) was shown to be, as numbers (log units, + is better):
+    `bound`, the worst change its one-sided bounds (typical and average run) leave, at `level` (log of the
+    typical run's, or of the average run's relative bound when lower); `margin`, the slowdown it was judged
+    against."""
+
+    judgement: str  # held / regressed / undecided
+    bound: float | None
+    margin: float
+    level: float
+    n: int
+
+
+def guard_margin(look: MetricLook, rule: MetricRule, plan: Plan, final_n: int) -> float:
+    """What a guard must exclude (log): its tolerance; for a focus experiment's end-to-end guard (`ceiling`), the
+    slowdown this round's pairs can exclude with 90% power when nothing changed, if wider, up to the ceiling."""
     tol = rule.tolerance if rule.tolerance is not None else rule.min_effect
+    if rule.ceiling is None or look.spread is None:
+        return tol
+    resolvable = (z_quantile(plan.guard_level) + GUARD_POWER_Z) * look.spread / math.sqrt(max(final_n, 1)) + look.floor
+    return min(rule.ceiling, max(tol, resolvable))
+
+
+def guard_judgement(look: MetricLook, rule: MetricRule, plan: Plan, final_n: int | None = None) -> Claim:
+    """held / regressed / undecided of a metric that must not get worse beyond its margin (`guard_margin`), with
+    the worst change its bounds leave. `held` needs both the typical and the average run's one-sided bound
+    (guard level) above -margin and, with a ceiling, both bounds at the plan's ceiling level of the look above
+    -ceiling (a union bound over every look where a guard may hold: a slowdown of the ceiling or more holds
+    with probability at most guard_level, whatever the noise)."""
+    margin = guard_margin(look, rule, plan, final_n or plan.budget)
+    claim = Claim("undecided", None, margin, plan.guard_level, look.n)
     est = look.estimate
     if look.invalid:
-        return "regressed"
+        claim.judgement = "regressed"
+        return claim
     if est is None:
-        return "undecided"
-    if look.look == look.n and look.high is not None and look.high < 0 and est <= -tol:
-        return "regressed"
+        return claim
     mean = mean_bounds(look, plan.guard_level)
-    if look.guard_low is not None and look.guard_low > -tol and mean is not None and mean[1] > -math.expm1(tol):
-        return "held"
-    return "undecided"
+    if look.guard_low is not None and mean is not None:
+        claim.bound = min(look.guard_low, math.log1p(max(mean[1], -0.999999)))
+    tol = rule.tolerance if rule.tolerance is not None else rule.min_effect
+    if look.look == look.n and look.high is not None and look.high < 0 and est <= -tol:
+        claim.judgement = "regressed"
+        return claim
+    if look.guard_low is None or look.guard_low <= -margin or mean is None or mean[1] <= -math.expm1(margin):
+        return claim
+    if rule.ceiling is not None and plan.ceiling_levels:
+        at_ceiling = mean_bounds(look, look.ceiling_level) if look.ceiling_level > 0 else None
+        if (look.ceiling_low is None or look.ceiling_low <= -rule.ceiling or at_ceiling is None
+                or at_ceiling[1] <= -math.expm1(rule.ceiling)):
+            return claim
+    claim.judgement = "held"
+    return claim
 
 
 def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None = None,
-          final_n: int | None = None) -> Decision:
+          final_n: int | None = None, start_n: int = 0) -> Decision:
     """Every judged metric at n pairs (all complete pairs by default) and the experiment's verdict.
 
     Without a focus: a winner improves an objective, regresses none and holds every guard. With a focus: a
     winner improves a focus metric beyond what the untouched controls moved, and holds every objective and
-    guard within its tolerance. A judged metric missing from a run makes the experiment invalid.
+    guard within its margin (`guard_margin`). A session's total (`prove_tolerance`) also shows each objective
+    within its tolerance: it is not final until each is shown held or regressed. A judged metric missing from a
+    run makes the experiment invalid. `start_n`: the pairs of the rounds before this one.
     """
     names = sorted({name for s in samples for name in (s.get("metrics") or {})})
     rules = spec.rules(names)
@@ -530,14 +613,18 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     for name, rule in rules.items():
         look = looks[name]
         layout = (decision.layout or 0.0) if rule.role == "focus" else 0.0
-        verdict, why = metric_verdict(look, rule, plan, pairs[name], final, layout)
+        verdict, why = metric_verdict(look, rule, plan, pairs[name], final, layout, start_n)
+        claim = None
         if name in improving:
             judgement = verdict if verdict in ("improved", "regressed") else "held"
+            if rule.tolerance is not None:  # a session total's objective: is it within its tolerance?
+                claim = guard_judgement(look, rule, plan, final)
         elif name in held:
-            judgement = guard_judgement(look, rule, plan, pairs[name])
+            claim = guard_judgement(look, rule, plan, final)
+            judgement = claim.judgement
         else:
             judgement = None
-        decision.metrics[name] = Judgement(look, rule, verdict, judgement, why)
+        decision.metrics[name] = Judgement(look, rule, verdict, judgement, why, claim)
     judged = decision.metrics
     decision.won = [name for name in improving if judged[name].verdict == "improved"]
     decision.blocking = [name for name in held if judged[name].judgement in ("regressed", "undecided")]
@@ -557,6 +644,13 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     elif lead is not None and lead.verdict == "noisy":
         decision.verdict = "noisy"
     decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
+    claims = [j.claim for j in judged.values() if j.rule.role != "guard" and j.claim is not None]
+    if claims and decision.verdict != "regressed":
+        # a session's total ends once every objective's tolerance is shown held (or one regressed)
+        regressed_claim = [c for c in claims if c.judgement == "regressed"]
+        decision.final = bool(regressed_claim) or all(c.judgement == "held" for c in claims)
+        if regressed_claim:
+            decision.verdict = "regressed"
     return decision
 
 
@@ -569,6 +663,15 @@ def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
     effect = abs(look.estimate)
     target = effect if effect >= margin else max(margin - effect, margin / 4)
     k = plan.last_look(plan.budget)
-    z = z_quantile(plan.levels[k if k is not None else -1]) + z_quantile(0.2)
+    z = z_quantile(plan.levels[k if k is not None else -1]) + POWER_Z
     needed = max(look.n + 1, plan.min_pairs_improved, math.ceil((z * look.spread / target) ** 2))
     return next((m for m in plan.looks if m >= needed), needed)
+
+
+def pairs_to_hold(look: MetricLook, margin: float, plan: Plan) -> int | None:
+    """Pairs in all that would show a guard within `margin` with 80% power at this spread and estimate (None
+    when its estimate is already that much worse)."""
+    if look.spread is None or look.estimate is None or look.estimate <= -margin:
+        return None
+    z = z_quantile(plan.guard_level) + POWER_Z
+    return max(look.n + 1, math.ceil((z * look.spread / (margin + min(look.estimate, 0.0))) ** 2))

@@ -801,7 +801,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                 i += 1
                 if out.stop_reason is None and i in stops:
                     decision = decide.judge(prior + [asdict(x) for x in out.samples], spec, plan, n=i,
-                                            final_n=stops[-1])
+                                            final_n=stops[-1], start_n=first)
                     lead = next((j for j in decision.metrics.values() if j.rule.role == "focus"),
                                 decision.metrics.get(spec.metric))
                     out.look = {"pairs": i, "verdict": decision.verdict, "final": decision.final,

@@ -35,6 +35,8 @@ def summarize(data: SessionData) -> str:
         lines.append(f"Measured together (the head against the start, {cmp.get('n_pairs', 0)} pairs): "
                      f"{pct(cmp.get('delta_pct'))} ({pct(cmp.get('ci_low_pct'))} to {pct(cmp.get('ci_high_pct'))}), "
                      f"{total.verdict}; compare with the chained total above.")
+    if data.count(KEPT):
+        lines.append(f"End to end: {data.session_claim}.")
     best = data.best
     if best is not None:
         lines.append(f"Best single experiment: {best.exp.title!r} "
