@@ -669,9 +669,10 @@ def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
 
 
 def pairs_to_hold(look: MetricLook, margin: float, plan: Plan) -> int | None:
-    """Pairs in all that would show a guard within `margin` with 80% power at this spread and estimate (None
-    when its estimate is already that much worse)."""
-    if look.spread is None or look.estimate is None or look.estimate <= -margin:
+    """Pairs in all that would show a guard within `margin` with 80% power at this spread: at its estimate, or,
+    where that is worse than a quarter of the margin short of it, at that (as `pairs_needed` plans)."""
+    if look.spread is None or look.estimate is None:
         return None
     z = z_quantile(plan.guard_level) + POWER_Z
-    return max(look.n + 1, math.ceil((z * look.spread / (margin + min(look.estimate, 0.0))) ** 2))
+    room = max(margin + min(look.estimate, 0.0), margin / 4)
+    return max(look.n + 1, math.ceil((z * look.spread / room) ** 2))
