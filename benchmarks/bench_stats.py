@@ -288,23 +288,23 @@ def shared_cell(args: tuple[str, str, int, int, bool]) -> dict[str, Any]:
 
 def shared_main(args: argparse.Namespace) -> None:
     models = args.models.split(",") if args.models != ",".join(MODELS) else list(SHARED)
-    candidates = list(CANDIDATES)
+    candidates = args.candidates.split(";") if args.candidates else list(CANDIDATES)
     cells = [(m, c, args.trials, args.seed + 1000 * i + 100_000 * j, after)
              for i, m in enumerate(models) for j, c in enumerate(candidates) for after in args.rules]
     t0 = time.time()
-    with multiprocessing.Pool(args.jobs) as pool:
-        results = pool.map(shared_cell, cells, chunksize=1)
-    print(f"shared machine: {args.trials} focus experiments per cell, {time.time() - t0:.0f} s\n")
+    print(f"shared machine: {args.trials} focus experiments per cell (rows as they finish)\n")
     print("| noise | candidate | rule | improved (committable) | improved within 100 pairs | no_change | regressed | "
           "inconclusive / noisy at the limit | median pairs | median rounds |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        share = r["share"]
-        print(f"| {SHARED[r['model']][0]} | {r['candidate']} | {'after' if r['after'] else 'before'} | "
-              f"{share.get('improved', 0):.1%} | {r['improved_by_100']:.1%} | {share.get('no_change', 0):.1%} | "
-              f"{share.get('regressed', 0):.1%} | "
-              f"{share.get('inconclusive', 0):.1%} / {share.get('noisy', 0):.1%} | {r['median_pairs']:g} | "
-              f"{r['median_rounds']:g} |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    with multiprocessing.Pool(args.jobs) as pool:
+        for r in pool.imap_unordered(shared_cell, cells):
+            share = r["share"]
+            print(f"| {SHARED[r['model']][0]} | {r['candidate']} | {'after' if r['after'] else 'before'} | "
+                  f"{share.get('improved', 0):.1%} | {r['improved_by_100']:.1%} | {share.get('no_change', 0):.1%} | "
+                  f"{share.get('regressed', 0):.1%} | "
+                  f"{share.get('inconclusive', 0):.1%} / {share.get('noisy', 0):.1%} | {r['median_pairs']:g} | "
+                  f"{r['median_rounds']:g} |", flush=True)
+    print(f"\n{time.time() - t0:.0f} s")
 
 
 def main() -> None:
@@ -316,6 +316,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--shared", action="store_true",
                         help="focus experiments on a shared machine (per-pair spread 10-25%%, a bursty neighbour)")
+    parser.add_argument("--candidates", default="", help="--shared: the candidates to run, separated by ';'")
     parser.add_argument("--rule", choices=("after", "before", "both"), default="after",
                         help="--shared: judge by the rule of issue 30, the one before it, or both")
     args = parser.parse_args()

@@ -78,8 +78,15 @@ async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric
     message = done["message"]
     assert "Result: focus.RMS_NORM" in message and "Focus: RMS_NORM" in message
     assert "end to end tok_s" in message and "held within 2%" in message  # both levels of evidence
+    claims = next(line for line in message.splitlines() if line.startswith("Claims: "))
+    assert claims.startswith("Claims: focus.RMS_NORM -1") and "98% CI" in claims  # which claim, at which level
+    assert f"tok_s no worse than {tok['bound_pct']:+.1f}% (97.5%, this experiment)" in claims
+    assert claims.endswith("session total not yet measured: launch_experiment(source='session') proves the "
+                           "objectives' tolerances end to end")
+    assert res["claims"] == claims.removeprefix("Claims: ").split("; ")[:2]
     summary = next(e for e in listing["experiments"] if e["experiment_id"] == exp["experiment_id"])
     assert summary["focus"] == ["RMS_NORM"] and summary["focus_delta_pct"] == focus["delta_pct"]
+    assert summary["claims"] == res["claims"] and listing["session_claim"].startswith("session total not yet")
 
 
 async def test_a_change_that_only_moves_code_is_not_judged_on_a_focus(repo: Path) -> None:
@@ -136,6 +143,9 @@ async def test_the_session_total_measures_the_head_against_the_start_and_is_not_
     assert "measured total" in refused
     assert listing["session_total"]["experiment_id"] == total["experiment_id"]
     assert listing["session_total"]["source"] == "session" and listing["estimated_total_pct"] is not None
+    n = res["metrics"]["tok_s"]["n_pairs"]
+    assert listing["session_claim"] == f"session: tok_s within 2% (97.5%) at {n} pairs"  # the tolerance, proven
+    assert f"End to end: session: tok_s within 2% (97.5%) at {n} pairs." in report["summary"]
 
 
 def _patch(repo: Path, text: str) -> str:

@@ -646,11 +646,11 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
     claims = [j.claim for j in judged.values() if j.rule.role != "guard" and j.claim is not None]
     if claims and decision.verdict != "regressed":
-        # a session's total ends once every objective's tolerance is shown held (or one regressed)
-        regressed_claim = [c for c in claims if c.judgement == "regressed"]
-        decision.final = bool(regressed_claim) or all(c.judgement == "held" for c in claims)
-        if regressed_claim:
-            decision.verdict = "regressed"
+        # a session's total goes on until every objective's tolerance is shown held too (or one regressed)
+        if any(c.judgement == "regressed" for c in claims):
+            decision.verdict, decision.final = "regressed", True
+        elif not all(c.judgement == "held" for c in claims):
+            decision.verdict, decision.final = "inconclusive", False  # measure it further: pairs_to_hold
     return decision
 
 

@@ -900,8 +900,10 @@ class ExperimentManager:
         parts = []
         for name in blocking:
             m = exp.metric(name)
+            claim = (m.model_extra or {}).get("claim")
             what = (f"{m.role} {name} {m.judgement}: {_figure(m)}"
-                    + (f", tolerance {m.tolerance_pct:g}%" if m.tolerance_pct is not None else ""))
+                    + (f", tolerance {m.tolerance_pct:g}%" if m.tolerance_pct is not None else "")
+                    + (f" ({claim})" if claim else ""))
             if m.judgement == "undecided":
                 what += (" (its interval reaches beyond the tolerance: launch again with more pairs"
                          + (f", about {m.pairs_needed}" if m.pairs_needed else "") + ")")

@@ -113,9 +113,14 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     notes = [n for n in (lead.get("note") if lead and verdict in ("noisy", "inconclusive") else None,
                          shape_note(samples, lead_name, spec)) if n]
     pairs_needed = lead.get("pairs_needed") if lead else None
+    # what would show each claim not shown yet: a blocking guard's margin, a session total's tolerance
+    to_hold = {name: decide.pairs_to_hold(j.look, j.claim.margin, plan) or 0 for name, j in decision.metrics.items()
+               if j.claim is not None and j.claim.judgement == "undecided"}
     if verdict == "inconclusive" and decision.won and decision.blocking:
-        pairs_needed = max((comparisons[n]["pairs_needed"] or 0 for n in decision.blocking if n in comparisons),
-                           default=0) or pairs_needed
+        pairs_needed = max((to_hold.get(n) or comparisons[n]["pairs_needed"] or 0 for n in decision.blocking
+                            if n in comparisons), default=0) or pairs_needed
+    elif verdict == "inconclusive" and spec.prove_tolerance and to_hold:
+        pairs_needed = max(max(to_hold.values()), pairs_needed or 0) or pairs_needed
     problems = [why for _, why in refused[:20]] + decision.problems
     claims = [c["claim"] for c in comparisons.values() if c.get("claim")]
     if lead is not None and lead_name.startswith(decide.FOCUS_PREFIX) and lead.get("delta_pct") is not None:
