@@ -371,17 +371,19 @@ async def test_a_program_cannot_tell_the_checks_from_the_bench_by_the_machine_lo
     assert won(control)
 
 
-def test_a_job_sees_neither_the_machine_lock_nor_the_job_files(tmp_path: Path, home_cache: Path) -> None:
+def test_a_job_sees_neither_the_machine_lock_nor_the_job_files_nor_its_id(tmp_path: Path, home_cache: Path) -> None:
     root = home_cache / "worktrees"
     tree = root / "repo-1" / "tree-1"
     tree.mkdir(parents=True)
     (root / "machine.lock").touch()
     (root / "repo-1" / "exp-1.job.json").write_text('{"seed": 7}')
     job = {"baseline_dir": str(tree), "machine_lock": str(root / "machine.lock"), "sandbox": {"mode": "confined"}}
-    res = runner.run_command(["sh", "-c", f"ls -a {root} {root}/repo-1; echo mine > own.txt"], tree, 60,
-                             env=runner.run_env(job, tree), confine=sandbox.for_job(job, str(tree), "bench"))
+    script = f"ls -a {root} {root}/repo-1; echo mine > own.txt; echo mark=${{{runner.JOB_ENV}:-none}}"
+    res = runner.run_command(["sh", "-c", script], tree, 60, env={**runner.run_env(job, tree), runner.JOB_ENV: "exp-1"},
+                             confine=sandbox.for_job(job, str(tree), "bench"))
     assert res.ok, res.output
     assert "machine.lock" not in res.output and "job.json" not in res.output
+    assert "mark=none" in res.output  # nor the experiment's id the runner marks its processes with
     assert "tree-1" in res.output and (tree / "own.txt").read_text() == "mine\n"  # its own tree is there
 
 

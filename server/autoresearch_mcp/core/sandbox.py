@@ -44,6 +44,7 @@ PROBE_TIMEOUT_S = 20.0
 HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
               "bubblewrap`; `bash scripts/setup.sh` does it as root), or, to measure unconfined at your own risk, "
               "set \"sandbox\": \"off\" in .autoresearch/config.json (every result then says so)")
+JOB_MARK = "AUTORESEARCH_JOB"  # runner.JOB_ENV
 NETWORK = "network"
 SHARES = (NETWORK,)  # what a session may open up: `"sandbox": {"share": ["network"]}`
 # No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it,
@@ -322,7 +323,10 @@ def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[
     env = {**env, "TMPDIR": TMP}  # a TMPDIR under the real /tmp is read-only in the job
     missing = lacking()
     fds = [] if "seccomp" in missing else [filter_fd()]
-    args = _bwrap_args(path, c, env, missing)
+    # The runner marks every process it starts (runner.JOB_ENV: the experiment's id in it) to find what
+    # escapes a command; confined, nothing escapes the PID namespace, so bubblewrap carries the mark and the
+    # job does not see it: no id that could tell one experiment, or one side, from another.
+    args = [*_bwrap_args(path, c, env, missing), "--unsetenv", JOB_MARK]
     if fds:
         args += ["--seccomp", str(fds[0])]
     return [*args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
