@@ -1,8 +1,10 @@
-"""What a build leaves behind never changes a verdict (issue 32, points 15 and 16).
+"""What a build leaves behind never changes a verdict, and no job takes the machine's disk or memory
+(issue 32, points 15 and 16).
 
 A tree nested deeper than a path may be long, or than Python recurses, is still removed; a result once
 recorded stays the experiment's result, across restarts; an unbuilt tree is dropped; a launch on a full
-disk is refused with the folder and the space it needs.
+disk is refused with the folder and the space it needs; a job's private /tmp is sized, and its memory
+limited where a memory cgroup can be made.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import gitops, ledger, records, worktrees
+from autoresearch_mcp.core import gitops, ledger, records, runner, sandbox, worktrees
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.core.runner import BUILT_MARKER
 from autoresearch_mcp.core.worktrees import Worktrees
@@ -134,3 +136,28 @@ def test_a_launch_on_a_full_disk_is_refused_with_the_folder_and_the_space_it_nee
         executor.close()
     assert events[-1]["outcome"]["status"] == "failed" and events[-1]["outcome"]["phase"] == "disk"
     assert not list((tmp_path / "cache").glob("worktrees/*/tree-*"))  # no tree was checked out for it
+
+
+def confined(tree: Path, script: str) -> runner.CommandResult:
+    job = {"baseline_dir": str(tree), "sandbox": {"mode": sandbox.CONFINED}}
+    return runner.run_command(["sh", "-c", script], tree, 120, env=runner.run_env(job, tree),
+                              confine=sandbox.for_job(job, str(tree), "bench"))
+
+
+def test_a_job_cannot_fill_the_machines_memory_through_its_private_tmp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "TMP_BYTES", 32 << 20)
+    res = confined(tmp_path, "head -c 100M /dev/zero > /tmp/fill; echo wrote=$(wc -c < /tmp/fill)")
+    assert "No space left" in res.output and f"wrote={32 << 20}" in res.output
+    control = confined(tmp_path, "head -c 1M /dev/zero > /tmp/fill && wc -c < /tmp/fill")
+    assert control.ok and "1048576" in control.output
+
+
+@pytest.mark.skipif(sandbox.memory_group() is None, reason="no memory cgroup can be made on this machine")
+def test_a_job_that_takes_more_memory_than_its_limit_is_stopped(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "memory_limit", lambda: 64 << 20)
+    res = confined(tmp_path, "python3 -c 'x = bytearray(300 << 20); print(\"took\")'")  # zero-filled: every page
+    assert not res.ok and "took" not in res.output
+    control = confined(tmp_path, "python3 -c 'x = bytearray(8 << 20); print(\"took\", len(x))'")
+    assert control.ok and "took" in control.output

@@ -26,11 +26,13 @@ machine lock and the job files is hidden under an empty tmpfs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import struct
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,14 @@ BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-wi
 NET_OPTIONS = ("--unshare-net",)  # a network namespace of its own: only its own loopback
 # The private /tmp is memory: sized, so a job cannot fill the machine's memory through it.
 TMP_BYTES = 1 << 30
+# A job's memory (its processes' and its /tmp's pages) is limited to this share of the machine's by a memory
+# cgroup of its own, where one can be made (cgroup v2 with the memory controller, or v1's memory hierarchy).
+# Not an rlimit: an address-space or data limit stops sanitizer builds, whose shadow memory is reserved.
+MEMORY_SHARE = 0.75
+CGROUP_V2, CGROUP_V1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+GROUP_PREFIX = "autoresearch-job-"
+# Joins the memory cgroup ($0) before bubblewrap starts, so every process of the job is in it.
+JOIN_GROUP = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
 # A build that may not store into the compiler cache is told so (and cannot anyway, confined): ccache
 # then reads hits and compiles misses without storing, with its temporary files in the private /tmp.
 CACHE_READ_ONLY = {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": f"{TMP}/ccache-tmp", "SCCACHE_LOCAL_RW_MODE": "READ_ONLY"}
@@ -219,6 +229,63 @@ def unavailable(bwrap: str | None = None) -> str | None:
     return why
 
 
+def _memory_root() -> tuple[Path, str] | None:
+    """Where a job's memory cgroup is made, and the file its limit is written to; None where neither cgroup
+    v2 (with the memory controller) nor v1's memory hierarchy lets this process make one."""
+    v2 = CGROUP_V2 / "cgroup.controllers"
+    with contextlib.suppress(OSError):
+        if "memory" in v2.read_text().split() and os.access(CGROUP_V2, os.W_OK):
+            return CGROUP_V2, "memory.max"
+    if (CGROUP_V1 / "memory.limit_in_bytes").exists() and os.access(CGROUP_V1, os.W_OK):
+        return CGROUP_V1, "memory.limit_in_bytes"
+    return None
+
+
+def memory_limit() -> int:
+    """A job's memory limit in bytes: MEMORY_SHARE of the machine's."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE)
+    except (ValueError, OSError):
+        return 0
+
+
+_groups = {"made": 0}
+
+
+def memory_group() -> str | None:
+    """A fresh memory cgroup of one command, limited to memory_limit() (None where none can be made). The
+    groups of earlier commands whose processes are gone are removed first."""
+    found = _memory_root()
+    limit = memory_limit()
+    if found is None or not limit:
+        return None
+    root, limit_file = found
+    _sweep_groups(root)
+    _groups["made"] += 1
+    group = root / f"{GROUP_PREFIX}{os.getpid()}-{_groups['made']}-{time.monotonic_ns()}"
+    try:
+        group.mkdir()
+        (group / limit_file).write_text(str(limit))
+        if limit_file == "memory.limit_in_bytes":  # v1: swap too, where the kernel accounts it
+            with contextlib.suppress(OSError):
+                (group / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return str(group)
+
+
+def _sweep_groups(root: Path) -> None:
+    """Remove the memory cgroups of commands that ended (a group with a process in it refuses rmdir)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if entry.name.startswith(GROUP_PREFIX) and entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    if not Path(entry.path, "cgroup.procs").read_text().strip():
+                        os.rmdir(entry.path)
+
+
 # The protections a machine may refuse although bubblewrap runs (an old kernel without seccomp, a container
 # that refuses a network namespace), probed one by one, and what a session then does not promise.
 OPTIONAL = {
@@ -252,6 +319,13 @@ def lacking(bwrap: str | None = None) -> dict[str, str]:
                     os.close(fd)
             if not ok:
                 out[key] = what
+        group = memory_group()
+        if group is None:
+            out["memory"] = ("no memory cgroup can be made here (cgroup v2 with the memory controller, or v1's memory "
+                             "hierarchy, writable by this user): a job may use all of the machine's memory")
+        else:
+            with contextlib.suppress(OSError):
+                os.rmdir(group)
     _lacking[name] = out
     return out
 
@@ -329,7 +403,9 @@ def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[
     args = [*_bwrap_args(path, c, env, missing), "--unsetenv", JOB_MARK]
     if fds:
         args += ["--seccomp", str(fds[0])]
-    return [*args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
+    group = None if "memory" in missing else memory_group()
+    join = ["/bin/sh", "-c", JOIN_GROUP, group] if group else []
+    return [*join, *args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
 
 
 def _real(path: str | Path) -> Path:
