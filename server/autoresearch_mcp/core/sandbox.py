@@ -52,7 +52,8 @@ SHARES = (NETWORK,)  # what a session may open up: `"sandbox": {"share": ["netwo
 # No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it,
 # no IPC object of anyone else's, a /proc no process can write another's memory through (/proc/PID/mem).
 BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
-                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc")
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
+PROC_OPTIONS = ("--remount-ro", "/proc")
 NET_OPTIONS = ("--unshare-net",)  # a network namespace of its own: only its own loopback
 # The private /tmp is memory: sized, so a job cannot fill the machine's memory through it.
 TMP_BYTES = 1 << 30
@@ -292,6 +293,8 @@ OPTIONAL = {
     "seccomp": (("--seccomp", "FD"), "no seccomp filter here: a job's processes may ptrace one another (the "
                 "session's scripts among them) and use the user's keyring"),
     NETWORK: (NET_OPTIONS, "no network namespace here: a job shares the machine's network and its local services"),
+    "proc": (PROC_OPTIONS, "no read-only /proc here: a job's processes may write one another's memory through "
+             "/proc/PID/mem (the session's scripts' among them)"),
     "tmp_size": (("--size", str(TMP_BYTES), "--tmpfs", TMP), "no sized tmpfs here: a job's private /tmp may "
                  "fill the machine's memory"),
 }
@@ -503,8 +506,8 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[s
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
     for path in writable:
         binds.append((len(path.parts), 1, "--ro-bind" if c.read_only and path == tree else "--bind", path, path))
-    args = [bwrap, *BASE_OPTIONS]
     missing = missing or {}
+    args = [bwrap, *BASE_OPTIONS, *([] if "proc" in missing else PROC_OPTIONS)]
     if NETWORK not in c.share and NETWORK not in missing:
         args += NET_OPTIONS
     args += [*([] if "tmp_size" in missing else ["--size", str(TMP_BYTES)]), "--tmpfs", TMP, *_run_options()]
