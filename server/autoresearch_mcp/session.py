@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import limits, recipes, resources, safefs
+from autoresearch_mcp import limits, progress, recipes, resources, safefs
 from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
@@ -331,6 +331,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
         noise = {n: round(100.0 * (summary.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
                  for n in names}
         tried.append((ThreadsTrial(threads=threads, noise_pct=noise), done))
+        progress.report(f"threads {threads}: noise " + ", ".join(f"{n} {v:g}%" for n, v in noise.items()))
         if max(noise.values()) <= limit or threads == 1:
             break
         threads //= 2
@@ -360,14 +361,18 @@ def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Wor
                      {**(extra_env or {}), **job_env(config.all_platforms[0])})
     env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
+        progress.report(f"building {(commit or config.start_commit)[:12]} (autoresearch.sh build)")
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
         done = ValidationRun(str(tree), built.command, built.duration_s, [])
         if built.command is not None and not built.command.ok:
+            progress.report(f"the build failed after {built.duration_s:.1f} s")
             return done
+        progress.report(f"built in {built.duration_s:.1f} s" if built.command is not None else "build reused")
         logf.write(f"[autoresearch] {VALIDATION_RUNS} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
         before = runner.tree_state(tree)
-        for _ in range(VALIDATION_RUNS):
+        for i in range(VALIDATION_RUNS):
+            progress.report(f"bench run {i + 1} of {VALIDATION_RUNS} at {env['AUTORESEARCH_THREADS']} thread(s)")
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
                                          env=env, log=logf, confine=confine)
@@ -412,10 +417,13 @@ def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, ex
         return chosen, warnings
     root = Path(config.repo)
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
+        progress.report(f"running {CHECKS_SCRIPT} on the session head")
         before = runner.tree_state(tree)
         checks = runner.run_checks(job, str(tree), logf)
         wrote = runner.tree_changes(before, runner.tree_state(tree))
         read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+        if checks["passed"]:
+            progress.report(f"running {CHECKS_SCRIPT} again with its tree read-only")
         again = runner.run_checks(read_only, str(tree), logf) if checks["passed"] else None
     if not checks["passed"]:
         warnings.append(f"{CHECKS_SCRIPT} fails on the session head itself ({checks.get('note') or 'exit '}"
@@ -507,6 +515,7 @@ def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, work
         if p.executor != "local":
             lines.append(f"{p.label}: checked on its workers once the host has a winner")
             continue
+        progress.report(f"platform {p.label}: build and checks")
         tree = worktrees.acquire(head, p.name)
         try:
             root = Path(config.repo)
@@ -606,6 +615,8 @@ def start_session(
         if unconfinable:
             raise StateError(unconfinable)
     worker = None
+    where = " on a cloud worker" if validator is not None else ""
+    progress.report(f"validating the benchmark of {head[:12]}{where}: build once, bench {VALIDATION_RUNS} times")
     if validator is not None:
         done = validator(head, gitops.tree_of(repo, head))
         worker = done.worker
