@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import EmptyResult, LoggingLevel, SetLevelRequestParams, Tool, ToolAnnotations
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
 from autoresearch_mcp import __version__, finalize, limits, progress, resources
 from autoresearch_mcp.analysis import bounds, hotspots, passes
@@ -101,12 +102,69 @@ class _Server(MCPServer[AppState]):
                     for name, prop in tool.input_schema.get("properties", {}).items()}}
         return tools
 
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[AppState, Any] | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            tool = self._tool_manager.get_tool(name)
+            schema = compact_schema(tool.parameters) if tool is not None else {}
+            raise ToolError(f"Error executing tool {name}: {argument_errors(exc.__cause__, schema)}") from exc
+
     def wants_log(self, ctx: Context[Any], level: LoggingLevel) -> bool:
         """Whether the client asked for log messages at `level`: on 2026-07-28 each request says so itself
         (the session drops what it did not ask for), before it the client's logging/setLevel does."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return True
         return self.log_level is not None and _LEVELS.index(level) >= _LEVELS.index(self.log_level)
+
+
+def argument_errors(exc: ValidationError, schema: dict[str, Any]) -> str:
+    """The arguments a call got wrong, one clause each: which, what was wrong and an example of a good value
+    (pydantic's own text names its model and a documentation page the model does not need)."""
+    props: dict[str, Any] = schema.get("properties", {})
+    whole: list[str] = []
+    by_argument: dict[str, list[Any]] = {}  # a union's variants each give an error for the same argument
+    for err in exc.errors(include_url=False):
+        if not err["loc"]:  # the whole call: unknown arguments (see _refuse_unknown_arguments)
+            whole.append(str(err["msg"]).removeprefix("Value error, "))
+        else:
+            by_argument.setdefault(str(err["loc"][0]), []).append(err)
+    clauses = list(whole)
+    for name, errs in list(by_argument.items())[:5]:
+        if any(e["type"] == "missing" for e in errs):
+            what = "is missing"
+        else:
+            said = dict.fromkeys(str(e["msg"]).removeprefix("Value error, ") for e in errs)
+            shown = " or ".join(m[:1].lower() + m[1:] for m in said)
+            what = f"is not valid: {shown} (got {limits.clip(json.dumps(errs[0].get('input'), default=str), 60)})"
+        example = _example(props.get(name, {}))
+        clauses.append(f"argument {name!r} {what}" + (f"; e.g. {name}={example}" if example else ""))
+    more = len(by_argument) - 5
+    return "; ".join(clauses) + (f"; and {more} more" if more > 0 else "")
+
+
+def _example(prop: dict[str, Any]) -> str | None:
+    """A value that fits a property of an input schema, written as the model writes arguments."""
+    for variant in [prop, *prop.get("anyOf", [])]:
+        if "enum" in variant:
+            return json.dumps(variant["enum"][0])
+        if "const" in variant:
+            return json.dumps(variant["const"])
+    kind = prop.get("type") or next((v.get("type") for v in prop.get("anyOf", []) if v.get("type")), None)
+    if kind == "integer":
+        return str(prop.get("minimum", 1))
+    if kind == "number":
+        return f"{float(prop.get('minimum', 1)):g}"
+    if kind == "boolean":
+        return "true"
+    if kind == "array":
+        return '["..."]'
+    if kind == "string":
+        return json.dumps(f"<{prop['description']}>" if prop.get("description") else "...")
+    return None
 
 
 def _annotations(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
@@ -177,8 +235,8 @@ def _listener(ctx: Context[Any], server: _Server) -> progress.Listener:
     def sink(message: str, done: float | None, total: float | None) -> None:
         if listener.stop.is_set():
             return
-        with lock:  # progress only grows, whichever thread reports
-            value = float(done) if done is not None and done > last[0] else last[0] + 1
+        with lock:  # progress only grows, whichever thread reports; counted steps (pairs) are the count
+            value = (last[0] + 1 if done is None else float(done) if done > last[0] else last[0] + 0.001)
             last[0] = value
         anyio.from_thread.run(send, message, value, total if total is not None and value <= total else None,
                               token=token)

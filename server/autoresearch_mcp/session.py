@@ -142,6 +142,7 @@ def plan_session(
             f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
             "then start the session again")
+    _refuse_uncommitted_scripts(repo, head, tag)
     gitops.refuse_if_dirty(repo, "starting a session")
     recipe = recipe or recipes.installed(root)
     if recipe is not None:
@@ -195,6 +196,24 @@ def plan_session(
     missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not gitops.tracked(repo, head, n)]
     suggested = recipes.detect(root) if len(missing) == 2 and recipe is None else None
     return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested)
+
+
+def _refuse_uncommitted_scripts(repo: gitops.Repo, head: str, tag: str) -> None:
+    """After start_session wrote the templates, the next step rather than "commit or stash": fill the scripts
+    in (while they are still the templates) and commit them on the session branch, then start again."""
+    dirty = gitops.dirty_files(repo)
+    scripts = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if n in dirty and not gitops.tracked(repo, head, n)]
+    if not scripts or set(dirty) - set(scripts):
+        return  # other changes too: git's own words say which
+    root = Path(repo.working_dir)
+    templates = [n for n in scripts if (root / n).read_bytes() == resources.template(n + ".template").read_bytes()]
+    fill = (f"fill in {' and '.join(templates)} (still the template{'s' if len(templates) > 1 else ''}: "
+            f"{BENCH_SCRIPT} build builds, {BENCH_SCRIPT} bench prints METRIC <name>=<number>, {CHECKS_SCRIPT} "
+            "exits 0 when the program is correct), then " if templates else "")
+    raise StateError(
+        f"{' and '.join(scripts)} {'are' if len(scripts) > 1 else 'is'} not committed yet: {fill}commit "
+        f"{'them' if len(scripts) > 1 else 'it'} on the session branch (git add {' '.join(scripts)} && git commit "
+        f"-m 'autoresearch: benchmark and checks'), then call start_session again with tag={tag!r}")
 
 
 def _check_recipe(recipe: recipes.Recipe, root: Path, metric: str) -> None:
