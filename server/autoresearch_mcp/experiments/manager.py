@@ -798,7 +798,8 @@ class ExperimentManager:
             experiment_id=exp.experiment_id, title=exp.title, status=exp.status,
             verdict=exp.verdict, delta_pct=primary.delta_pct,
             ci_low_pct=primary.ci_low_pct, ci_high_pct=primary.ci_high_pct,
-            n_pairs=primary.n_pairs, sources=list(exp.launch.sources),
+            ci_level=(primary.model_extra or {}).get("ci_level"), n_pairs=primary.n_pairs,
+            sources=list(exp.launch.sources),
             kept=exp.commit is not None, commit=exp.commit.commit if exp.commit else None,
             cost_usd=figures.experiment_cost(exp), focus=list(exp.launch.focus),
             focus_delta_pct=exp.metric(_lead_metric(exp)).delta_pct if exp.launch.focus else None,
@@ -967,7 +968,6 @@ class ExperimentManager:
         c = self.config
         launch = exp.launch
         design = stats.load_design(launch.design)
-        level = round((1 - design.alpha) * 100)
         outcome = exp.outcome
         lines = [title.strip(), ""]
         if launch.hypothesis:
@@ -977,8 +977,10 @@ class ExperimentManager:
         lead = _lead_metric(exp)
         m = exp.metric(lead)
         better = (launch.judging or {}).get("focus_direction", c.direction) if launch.focus else c.direction
+        level = round(100 * float((m.model_extra or {}).get("ci_level") or (1 - design.alpha)))
         lines.append(
-            f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} "
+            f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} (means of this experiment's own runs; "
+            f"the session's baseline is start_session's) "
             f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
             + (f"p={m.p_value:.2g}, " if m.p_value is not None else "")
             + f"{m.n_pairs} interleaved pairs; {better} is better)")
@@ -1149,7 +1151,9 @@ def _figure(m: Comparison | dict[str, Any]) -> str:
     c = m if isinstance(m, Comparison) else Comparison.model_validate(m)
     if c.delta_pct is None or c.ci_low_pct is None or c.ci_high_pct is None:
         return "no interval"
-    return f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
+    level = (c.model_extra or {}).get("ci_level")
+    return (f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
+            + (f" ({float(level):.0%} CI)" if level else ""))
 
 
 TAIL_BYTES = 32 * 1024
