@@ -3,6 +3,7 @@ the get_experiment name, progress and log messages of long calls, and a server t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -15,7 +16,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide
@@ -96,7 +97,7 @@ async def test_get_experiment_leaves_samples_out_unless_asked_and_fetch_sky_logs
     told = [p for told in calls for p in told if p[2] and "pairs" in p[2]]
     assert told and all(p[1] == 30 for p in told)
     for told in calls:  # within one call, progress only grows
-        assert all(b[0] > a[0] for a, b in zip(told, told[1:], strict=False))
+        assert all(b[0] > a[0] for a, b in itertools.pairwise(told))
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -142,7 +143,7 @@ async def test_a_client_that_asks_for_nothing_gets_no_log_messages(example_repo:
 CLIENT = """
 import json, os, sys
 import anyio, psutil
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
 async def main(repo):
     params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=repo,
