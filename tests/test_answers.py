@@ -143,7 +143,7 @@ async def test_a_client_that_asks_for_nothing_gets_no_log_messages(example_repo:
 CLIENT = """
 import json, os, sys
 import anyio, psutil
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 async def main(repo):
     params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"], cwd=repo,

@@ -250,14 +250,6 @@ def test_total_gain_chains_the_kept_experiments_with_a_combined_interval(synthet
     assert "keep rate 67%" in out.summary and "Total +21.00% (98% CI" in out.summary
 
 
-def test_with_one_kept_experiment_the_total_is_that_experiments_own_figure(synthetic: Synthetic) -> None:
-    synthetic.experiment("only", 10.0, (8.0, 12.0), "improved", keep={"a.txt": "1\n"})
-    out = write_report(str(synthetic.root))
-    assert out.total_gain_pct == pytest.approx(10.0, abs=1e-6)
-    assert (out.total_gain_ci_low_pct, out.total_gain_ci_high_pct) == (8.0, 12.0)  # before: a t interval of its own
-    assert "the one kept experiment's own" in out.summary
-
-
 def test_lower_is_better_sessions_keep_the_metrics_own_sign(tmp_path: Path) -> None:
     s = Synthetic(tmp_path / "repo", direction="lower")
     s.experiment("faster", -20.0, (-25.0, -15.0), "improved", keep={"a.txt": "fast\n"})

@@ -158,23 +158,10 @@ class SessionData:
 
     @property
     def total_interval(self) -> tuple[float | None, float | None]:
-        """The total gain's confidence interval in percent (None, None while nothing is kept); with one kept
-        experiment, that experiment's own interval (the total is its figure)."""
-        kept = self.kept
-        if len(kept) == 1:
-            own = kept[0].primary(self.config.metric)
-            if own.get("ci_low_pct") is not None:
-                return own["ci_low_pct"], own["ci_high_pct"]
+        """The total gain's confidence interval in percent (None, None while nothing is kept)."""
         if self.total_half_width is None:
             return None, None
         return stats.pct(self.total_log - self.total_half_width), stats.pct(self.total_log + self.total_half_width)
-
-    @property
-    def total_level(self) -> float:
-        """The level of the total's interval: the kept experiment's own with one, else the session's."""
-        kept = self.kept
-        level = kept[0].primary(self.config.metric).get("ci_level") if len(kept) == 1 else None
-        return float(level) if level else self.confidence
 
     @property
     def baseline_label(self) -> str:

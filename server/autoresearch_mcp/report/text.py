@@ -26,11 +26,8 @@ def summarize(data: SessionData) -> str:
         f"Baseline {data.baseline_label}.",
         f"At the head: {data.head_label}.",
         f"Total {pct(data.total_pct)}"
-        + ((f" ({data.total_level:.0%} CI {pct(low)} to {pct(high)}, the one kept experiment's own)"
-            if len(data.kept) == 1 else
-            f" ({data.total_level:.0%} CI {pct(low)} to {pct(high)}, combined from {len(data.kept)} kept "
-            "experiments; chained winners tend to overstate it)")
-           if low is not None else " (nothing kept yet)") + ".",
+        + (f" ({data.confidence:.0%} CI {pct(low)} to {pct(high)}, combined from {len(data.kept)} kept "
+           "experiment(s); chained winners tend to overstate it)" if low is not None else " (nothing kept yet)") + ".",
     ]
     total = data.session_total
     if total is not None:
