@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autoresearch_mcp import guardshell
 from conftest import git, init_repo
 from test_hooks import bash_event, run_hook
 
@@ -177,3 +178,40 @@ def test_text_is_not_a_command_and_shell_aliases_are_followed(
         git(moving, "checkout", "-q", "autoresearch/x")
     result = run_hook("guard", bash_event(moving, command), tmp_path)
     assert result.returncode == (2 if denied else 0), result.stderr
+
+
+# --- 31: the evaluator's effects, as the policy receives them ---------------------------------------------------
+
+
+def effects(command: str, cwd: str = "/repo") -> list[tuple[str, object]]:
+    """What guardshell.Shell hands its judge for `command`, none refused."""
+    seen: list[tuple[str, object]] = []
+
+    def judge(effect: guardshell.Effect) -> str | None:
+        if isinstance(effect, guardshell.GitCall):
+            seen.append(("git", (effect.args, effect.cwd, effect.joined)))
+        elif isinstance(effect, guardshell.Write):
+            seen.append(("write", (effect.path, effect.cwd)))
+        else:
+            seen.append(("blind", effect.scope))
+        return None
+
+    guardshell.Shell(judge, guardshell.Oracle()).command(command, cwd)
+    return seen
+
+
+def test_the_evaluator_emits_git_calls_and_writes_in_order() -> None:
+    assert effects("cd sub && git -c core.hooksPath=/dev/null commit -m x > log.txt") == [
+        ("write", ("log.txt", "/repo/sub")), ("git", (["-c", "core.hooksPath=/dev/null", "commit", "-m", "x"],
+                                                      "/repo/sub", False))]
+    assert effects("git checkout a && git commit -m x; git push") == [
+        ("git", (["checkout", "a"], "/repo", False)), ("git", (["commit", "-m", "x"], "/repo", True)),
+        ("git", (["push"], "/repo", False))]
+    assert effects("alias g='git -C /else'\ng tag autoresearch/x") == [
+        ("git", (["-C", "/else", "tag", "autoresearch/x"], "/repo", False))]
+    assert effects("echo x | tee -a .git/packed-refs") == [("write", ("-a", "/repo")),
+                                                           ("write", (".git/packed-refs", "/repo"))]
+    assert [kind for kind, _ in effects("python3 -c \"print('git commit')\"")] == ["write", "write"]  # its words
+    assert [e for e in effects("python3 -c \"import os; git = 'g' + 'it'; os.system(git)\"") if e[0] != "write"] \
+        == [("blind", "repo")]
+    assert effects("sh ./no-such-script.sh")[0] == ("blind", "branch")

@@ -29,9 +29,7 @@ asked, no typing).
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
 import time
 
@@ -95,6 +93,7 @@ _VALUED = {
 # Settings that let a git call move refs the reference-transaction hook never sees (another hooks folder),
 # or move branches besides the one checked out (rebase's --update-refs).
 _UNHOOKED = ("core.hookspath", "rebase.updaterefs")
+_LOCAL_URL = ("/", "./", "../", "~", "file://")  # a remote in this machine's file system
 _SHADOW_REMOTE = "refs/remotes/autoresearch/"  # refs/remotes/<name> is what git tries for <name> after refs/heads
 
 # --- the entry -----------------------------------------------------------------------------------------
@@ -454,8 +453,8 @@ class _Guard(guardshell.Oracle):
         """Whether a push to `remote` (a name, URL or path) lands in this same repository (unknown: yes)."""
         if remote in (".", UNKNOWN) or repo.cwd is None:
             return True
-        url = remote if re.match(r"(/|\./|\.\./|~|file://)", remote) else repo.remote_url(remote)
-        if url is None or not re.match(r"(/|\./|\.\./|~|file://)", url):
+        url = remote if remote.startswith(_LOCAL_URL) else repo.remote_url(remote)
+        if url is None or not url.startswith(_LOCAL_URL):
             return False  # a remote elsewhere: its branches are not the session's
         path = os.path.join(repo.cwd, os.path.expanduser(url[len("file://"):] if url.startswith("file://") else url))
         if not os.path.isdir(path):
@@ -509,6 +508,9 @@ _JUDGES: dict[str, _Judge] = {
 }
 
 
+_ASKED: dict[tuple[str, tuple[str, ...]], str | None] = {}  # git's answers in this run (the repository does not change)
+
+
 class _Repo:
     """Read-only questions to git about the repository a git invocation works in."""
 
@@ -516,50 +518,55 @@ class _Repo:
         self.cwd, self.lookup, self.env = cwd, lookup, {**os.environ, **env}
         self.key = f"{cwd}\0{lookup}\0{sorted(env.items())}"
 
+    def _asked(self, *args: str) -> str | None:
+        """git's output, None when it answers no (or there is no directory to ask in), asked once per run: one
+        command asks the same questions again (the branch, the session refs)."""
+        if self.cwd is None:
+            return None
+        key = (self.key, args)
+        if key not in _ASKED:
+            _ASKED[key] = self._git(*args)
+        return _ASKED[key]
+
     def _git(self, *args: str) -> str | None:
         """git's output, None when it answers no; the agent's `-c` options are never passed on.
 
         A git that cannot run or outlasts the hook's time raises, and hooks/run refuses the command.
         """
-        if self.cwd is None:
-            return None
         left = DEADLINE_S - (time.monotonic() - STARTED)
         if left <= 0:
             raise TimeoutError(f"the guard took over {DEADLINE_S:g} s (Claude Code stops it at 30 s)")
-        import subprocess  # only once git must be asked: its import costs the hook's usual path
-
-        out = subprocess.run(["git", "-C", self.cwd, *self.lookup, *args], capture_output=True, text=True,
-                             timeout=left, env=self.env)
-        return out.stdout.strip() if out.returncode == 0 else None
+        status, out = _spawn(["git", "-C", self.cwd or ".", *self.lookup, *args], self.env, left)
+        return out.strip() if status == 0 else None
 
     def branch(self) -> str | None:
         if self.cwd is not None and not os.path.isdir(self.cwd):
             return UNKNOWN  # a directory the command itself creates first (git worktree add, mkdir)
-        return self._git("symbolic-ref", "--short", "-q", "HEAD") or None
+        return self._asked("symbolic-ref", "--short", "-q", "HEAD") or None
 
     def previous_branch(self) -> str | None:
-        full = self._git("rev-parse", "--symbolic-full-name", "@{-1}") or ""
+        full = self._asked("rev-parse", "--symbolic-full-name", "@{-1}") or ""
         return full[len("refs/heads/"):] if full.startswith("refs/heads/") else None
 
     def is_branch(self, name: str) -> bool:
-        return self._git("show-ref", "--verify", "-q", f"refs/heads/{name}") is not None
+        return self._asked("show-ref", "--verify", "-q", f"refs/heads/{name}") is not None
 
     def is_commit(self, name: str) -> bool:
-        return self._git("rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}") is not None
+        return self._asked("rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}") is not None
 
     def same_as_head(self, name: str) -> bool:
-        head = self._git("rev-parse", "--verify", "-q", "HEAD^{commit}")
-        return head is not None and head == self._git("rev-parse", "--verify", "-q", "--end-of-options",
+        head = self._asked("rev-parse", "--verify", "-q", "HEAD^{commit}")
+        return head is not None and head == self._asked("rev-parse", "--verify", "-q", "--end-of-options",
                                                       f"{name}^{{commit}}")
 
     def has_scripts(self, branch: str) -> bool:
         """Whether the branch holds the benchmark and the checks (session.BENCH_SCRIPT, CHECKS_SCRIPT)."""
-        listed = self._git("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
+        listed = self._asked("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
         return listed is None or len(listed.split()) == len(SCRIPTS)
 
     def staged(self) -> list[str] | None:
         """The paths the index holds changed from HEAD, from the top of the work tree."""
-        out = self._git("diff", "--cached", "--name-only", "-z")
+        out = self._asked("diff", "--cached", "--name-only", "-z")
         return None if out is None else [p for p in out.split("\0") if p]
 
     def listed(self, kinds: list[str], specs: list[str]) -> list[str] | None:
@@ -567,34 +574,34 @@ class _Repo:
         without any), from the top of the work tree; None when the guard cannot tell."""
         if any(s == UNKNOWN or _unresolved(s) for s in [*kinds, *specs]):
             return None
-        out = self._git("ls-files", "-z", "--full-name", "--exclude-standard", *kinds, "--", *(specs or [":/"]))
+        out = self._asked("ls-files", "-z", "--full-name", "--exclude-standard", *kinds, "--", *(specs or [":/"]))
         return None if out is None else [p for p in out.split("\0") if p]
 
     def has_session_refs(self) -> bool:
         """Whether the repository has session branches (or the guard cannot tell: fail closed)."""
         if self.cwd is not None and not os.path.isdir(self.cwd):
             return False  # no repository there (yet)
-        found = self._git("for-each-ref", "--count=1", "refs/heads/autoresearch/", "refs/autoresearch/")
-        return self.cwd is None or (found is None and self._git("rev-parse", "--git-dir") is not None) or bool(found)
+        found = self._asked("for-each-ref", "--count=1", "refs/heads/autoresearch/", "refs/autoresearch/")
+        return self.cwd is None or (found is None and self._asked("rev-parse", "--git-dir") is not None) or bool(found)
 
     def alias(self, name: str) -> str | None:
-        return self._git("config", "--get", f"alias.{name}")
+        return self._asked("config", "--get", f"alias.{name}")
 
     def config_true(self, key: str) -> bool:
-        return self._git("config", "--type=bool", "--get", key) == "true"
+        return self._asked("config", "--type=bool", "--get", key) == "true"
 
     def remote_url(self, name: str) -> str | None:
-        return self._git("config", "--get", f"remote.{name}.url")
+        return self._asked("config", "--get", f"remote.{name}.url")
 
     def common_dir(self) -> str | None:
-        return self._git("rev-parse", "--path-format=absolute", "--git-common-dir")
+        return self._asked("rev-parse", "--path-format=absolute", "--git-common-dir")
 
     def rev_parse_path(self, option: str) -> str | None:
         """A path `git rev-parse` gives (--show-toplevel, --git-dir...), absolute."""
-        return self._git("rev-parse", "--path-format=absolute", option) or None
+        return self._asked("rev-parse", "--path-format=absolute", option) or None
 
     def exec_path(self) -> str | None:
-        return self._git("--exec-path")
+        return self._asked("--exec-path")
 
     def is_command(self, name: str) -> bool:
         """Whether git would run something for `git name` (a builtin or a git-name program)."""
@@ -605,6 +612,45 @@ class _Repo:
 
 
 # --- words -------------------------------------------------------------------------------------------------
+
+
+def _spawn(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run `argv` (found on PATH) with stdin and stderr on /dev/null: its exit status and its output.
+
+    posix_spawn with a pipe rather than subprocess, whose import (signal, threading, selectors...) costs the
+    hook more than the git it runs. A program still running after `timeout` seconds is killed and raises."""
+    if not hasattr(os, "posix_spawnp"):
+        import subprocess
+
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        return done.returncode, done.stdout
+    import select
+
+    read, write = os.pipe()  # neither is inherited; the child's stdout is a copy of `write`
+    try:
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, write, 1),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+    finally:
+        os.close(write)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read], [], [], left)[0]:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise TimeoutError(f"{argv[0]} outlasted {timeout:.1f} s")
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return code, b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def _git_dir_top(path: str) -> str | None:
@@ -717,9 +763,35 @@ def _refuse(what: str, branch: str | None, why: str = "") -> str:
             "terminal.")
 
 
+class _Decoding:
+    """What the C scanner of json.decoder reads its settings from (json.loads' defaults)."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int, parse_constant = float, int, float
+
+
+def read_event(text: str) -> dict[str, object]:
+    """The event's JSON object, read with the C scanner json.decoder itself uses: importing json would import
+    re as well, which costs more than the rest of the guard on most commands. json reads it when that fails."""
+    try:
+        from _json import make_scanner
+
+        start = len(text) - len(text.lstrip())
+        value, end = make_scanner(_Decoding())(text, start)  # type: ignore[arg-type]
+        if isinstance(value, dict) and not text[end:].strip():
+            return value
+    except (ImportError, StopIteration, ValueError, TypeError):
+        pass
+    import json
+
+    event = json.loads(text)
+    return event if isinstance(event, dict) else {}
+
+
 def main() -> int:
     """`guard.py` with the PreToolUse event on stdin: exit 2 (the reason on stderr) denies the tool call."""
-    reason = guard(json.load(sys.stdin))
+    reason = guard(read_event(sys.stdin.read()))
     if reason:
         print(reason, file=sys.stderr)
         return DENY_EXIT

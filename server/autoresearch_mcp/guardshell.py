@@ -25,13 +25,13 @@ python3 before every Bash call.
 from __future__ import annotations
 
 import os
-import re
 
 from autoresearch_mcp import shellwords
 from autoresearch_mcp.shellwords import LIT, SUB, VAR, Command, Word
 
 TYPE_CHECKING = False  # typing is not imported: its import costs the hook more than the rest of it
 if TYPE_CHECKING:
+    import re
     from collections.abc import Callable
 
     _Program = Callable[["Shell", "_Simple"], "str | None"]
@@ -64,15 +64,21 @@ READERS = frozenset({
 })
 DESTINATION_LAST = frozenset({"cp", "ln", "install", "rsync", "scp"})  # only their last path is written
 WRITES = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
-_NAME_EQ = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-GIT_WORD = re.compile(r"(?<![\w.-])git(?![\w-])")
-_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'')
-_PLACEHOLDER = re.compile(r"#?\{[^{}]*\}|%\(?\w*\)?[sdr]|\$\{[^}]*\}")  # f-strings, format, %s, ruby, js templates
+# Patterns, compiled on first use (pattern()): a command without a one-line program never imports re,
+# whose import (enum, functools, collections) costs as much as the rest of the guard.
+_PATTERNS = {
+    "git word": r"(?<![\w.-])git(?![\w-])",
+    "literal": r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'',
+    "placeholder": r"#?\{[^{}]*\}|%\(?\w*\)?[sdr]|\$\{[^}]*\}",  # f-strings, format, %s, ruby, js templates
+    "callee": r"([A-Za-z_][\w.]*!?)\s*$",
+}
+_COMPILED: dict[str, re.Pattern[str]] = {}
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_NAME_CHARS = _NAME_START | frozenset("0123456789")
 # Calls whose string arguments a one-line program only shows (print('git commit') is text, not a command);
 # `write` is not among them (a shell's stdin can be written to).
 _PRINTERS = frozenset({"print", "println", "printf", "puts", "echo", "say", "log", "info", "debug", "warn",
                        "warning", "error", "format", "str", "repr", "len", "upper", "lower", "strip", "dumps"})
-_CALLEE = re.compile(r"([A-Za-z_][\w.]*!?)\s*$")
 
 
 # --- effects -------------------------------------------------------------------------------------------------
@@ -373,7 +379,7 @@ class Shell:
 
     def code(self, code: str, cwd: str | None, what: str) -> str | None:
         """A program's text: the paths its strings name, and the git commands its strings spell."""
-        literals = list(_LITERAL.finditer(code))
+        literals = list(pattern("literal").finditer(code))
         shown = [m for m in literals if _shown(code, m.start())]  # print('git commit'): text
         for match in literals:
             value = match.group(1) if match.group(1) is not None else match.group(2)
@@ -381,23 +387,24 @@ class Shell:
                 reason = self.judge(Write(value, cwd, what))
                 if reason:
                     return reason
-        if not GIT_WORD.search(_without(code, shown)):
+        if not pattern("git word").search(_without(code, shown)):
             return None
         followed = False
         for k, match in enumerate(literals):
             if match in shown:
                 continue
-            text = _PLACEHOLDER.sub(UNKNOWN_VALUE, match.group(1) if match.group(1) is not None else match.group(2))
+            given = match.group(1) if match.group(1) is not None else match.group(2)
+            text = pattern("placeholder").sub(UNKNOWN_VALUE, given)
             if program_name(text) == "git":  # ['git', 'update-ref', ...]: the literals that follow, while only commas
                 followed, args, end = True, [], match.end()
                 for nxt in literals[k + 1:]:
-                    if code[end:nxt.start()].strip(" \t,") or _PLACEHOLDER.search(nxt.group(0)):
+                    if code[end:nxt.start()].strip(" \t,") or pattern("placeholder").search(nxt.group(0)):
                         break
                     args.append(nxt.group(1) if nxt.group(1) is not None else nxt.group(2))
                     end = nxt.end()
                 closed = code[end:].lstrip(" \t,")[:1] in ("]", ")")
                 reason = self.git(args + ([] if closed else [UNKNOWN]), cwd, {})
-            elif GIT_WORD.search(text) and any(c.isspace() for c in text):  # "git commit -m x", run by a shell
+            elif pattern("git word").search(text) and any(c.isspace() for c in text):  # "git commit", run by a shell
                 followed, reason = True, self.command(text, cwd)
             else:
                 reason = None
@@ -461,7 +468,7 @@ class Shell:
             if i < len(values) and values[i] == "--":
                 i += 1
             if name == "env":
-                while i < len(values) and _NAME_EQ.match(values[i] or ""):
+                while i < len(values) and name_length(values[i] or "") is not None:
                     key, _, value_ = (values[i] or "").partition("=")
                     s.env[key] = value_
                     i += 1
@@ -513,10 +520,14 @@ class Shell:
 
     def variable(self, text: str, cwd: str | None) -> str | None:
         """$NAME or ${NAME}, ${NAME:-default}, ${NAME-default}: from the command, $PWD, or the environment."""
-        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?)-(.*))?", text, re.S)
-        if match is None:
+        end = _name_end(text)
+        if not end:
             return None
-        name, colon, default = match.group(1), match.group(2), match.group(3)
+        name, rest = text[:end], text[end:]
+        colon = ":" if rest.startswith(":-") else ""
+        if rest and not rest.startswith(("-", ":-")):
+            return None  # ${NAME%x}, ${NAME/a/b}...: an expansion it does not follow
+        default = rest[len(colon) + 1:] if rest else None
         if name in self.variables:
             value = self.variables[name]
         elif name == "PWD":
@@ -572,6 +583,32 @@ _FINAL = frozenset({Shell.cd, Shell.declare, Shell.alias, Shell.unalias, Shell.g
 # --- words ---------------------------------------------------------------------------------------------------
 
 
+def pattern(name: str) -> re.Pattern[str]:
+    """One of _PATTERNS, compiled."""
+    found = _COMPILED.get(name)
+    if found is None:
+        import re
+
+        found = _COMPILED[name] = re.compile(_PATTERNS[name])
+    return found
+
+
+def _name_end(text: str) -> int:
+    """The length of the shell variable name `text` starts with (0: none)."""
+    if not text or text[0] not in _NAME_START:
+        return 0
+    end = 1
+    while end < len(text) and text[end] in _NAME_CHARS:
+        end += 1
+    return end
+
+
+def name_length(text: str) -> int | None:
+    """The length of the shell variable name `text` starts with when `=` follows it (NAME=...), else None."""
+    end = _name_end(text)
+    return end if end and text[end:end + 1] == "=" else None
+
+
 def cmd_text(cmd: Command) -> str:
     """A command as the agent wrote it, for a refusal's message."""
     return " ".join([*(w.raw for w in cmd.words), *(op + w.raw for op, w in cmd.redirects)])[:300] or "the command"
@@ -581,16 +618,16 @@ def _assignment(word: Word) -> tuple[str, Word] | None:
     """`NAME=value` (the name unquoted, as the shell requires): the name and the value as a word."""
     if not word.parts or word.parts[0][0] != LIT or word.parts[0][2]:
         return None
-    match = _NAME_EQ.match(word.parts[0][1])
-    if match is None:
+    end = name_length(word.parts[0][1])
+    if end is None:
         return None
     value = Word()
-    rest = word.parts[0][1][match.end():]
+    rest = word.parts[0][1][end + 1:]
     if rest:
         value.add(LIT, rest, False)
     for part in word.parts[1:]:
         value.add(*part)
-    return match.group(0)[:-1], value
+    return word.parts[0][1][:end], value
 
 
 def written(name: str, args: list[str | None]) -> list[str | None]:
@@ -609,7 +646,7 @@ def program_name(value: str | None) -> str | None:
 
 def interpreter_options(name: str | None) -> tuple[str, ...]:
     """The options that take a one-line program, for an interpreter's name (python3.11 is python)."""
-    base = re.sub(r"[\d.]+$", "", name or "")
+    base = (name or "").rstrip("0123456789.")
     return INTERPRETERS.get(base, ())
 
 
@@ -634,7 +671,7 @@ def _shown(code: str, start: int) -> bool:
             depth += 1
         elif c in "([{":
             if depth == 0:
-                callee = _CALLEE.search(code[:i]) if c == "(" else None
+                callee = pattern("callee").search(code[:i]) if c == "(" else None
                 return callee is not None and callee.group(1).rstrip("!").rsplit(".", 1)[-1] in _PRINTERS
             depth -= 1
         elif c in ";\n" and depth == 0:
