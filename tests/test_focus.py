@@ -129,7 +129,8 @@ async def test_the_session_total_measures_the_head_against_the_start_and_is_not_
         await start(c, repo)
         none_yet = await error(c, "launch_experiment", title="total", source="session")
         exp = await launch_ops(c, repo, FUSED, ["RMS_NORM"])
-        assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"  # type: ignore[arg-type]
+        got = await wait_final(c, exp["experiment_id"])  # type: ignore[arg-type]
+        assert got["verdict"] == "improved", (got["status"], got["error"], got["log_tail"][-600:])
         await call(c, "commit_winner", experiment_id=exp["experiment_id"])
         total = await call(c, "launch_experiment", title="session total", source="session")
         res = await wait_final(c, total["experiment_id"])
