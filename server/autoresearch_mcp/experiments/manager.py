@@ -445,7 +445,9 @@ class ExperimentManager:
         c = self.config
         return decide.Spec(c.metric, c.direction, c.min_effect, c.objective_metrics(),
                            {name: g.model_dump() for name, g in c.guards.items()}, focus, c.focus_direction,
-                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct)
+                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct,
+                           harness_share=dict(c.harness_share), default_harness_share=c.default_harness_share,
+                           processes_per_sample=c.processes_per_sample)
 
     def _design(self, repeats: int | str) -> stats.Design:
         c = self.config
