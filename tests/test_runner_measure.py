@@ -226,3 +226,80 @@ async def test_each_sample_is_the_median_of_processes_per_sample_runs(tmp_path: 
     log = (repo / ".autoresearch" / "logs" / f"{exp['experiment_id']}.log").read_text()
     assert "(process 3 of 3)" in log
     assert res["metrics"][decide.HARNESS_WALL]["n_pairs"] == n
+    # each result says how each metric was measured
+    assert score["measure"] == "as the bench printed it, median of 3 processes a sample"
+    assert "taken by the harness from outside" in res["metrics"][decide.HARNESS_CPU]["measure"]
+
+
+# --- a focus and the program that disagree -----------------------------------------------------------------
+
+
+def focus_pairs(n: int, op_ratio: float, tg_ratio: float, seed: int = 9) -> list[dict[str, Any]]:
+    """A focus experiment's samples: the op's time `op_ratio` times the baseline's, tg_tps `tg_ratio` times."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        second = rng.random() < 0.5
+        for role, (op, tg) in (("baseline", (1.0, 1.0)), ("candidate", (op_ratio, tg_ratio))):
+            position = int(second) if role == "candidate" else int(not second)
+            out.append({"pair": i, "role": role, "position": position, "metrics": {
+                "focus.FLASH_ATTN_EXT": 500.0 * op * math.exp(rng.gauss(0, 0.01)),
+                "tg_tps": 40.0 * tg * math.exp(rng.gauss(0, 0.002))}})
+    return out
+
+
+FOCUS_SPEC = decide.Spec("tg_tps", "higher", 0.01, ["tg_tps"], focus=["FLASH_ATTN_EXT"],
+                         objective_tolerance_pct={"tg_tps": 2.0})
+
+
+def test_an_op_that_regressed_while_the_program_did_not_move_is_said_so() -> None:
+    d = decide.judge(focus_pairs(30, 1.166, 1.0), FOCUS_SPEC, PLAN, n=30, final_n=30)
+    assert d.verdict == "regressed"
+    said = d.disagreement or ""
+    assert "focus.FLASH_ATTN_EXT regressed +16.6%" in said and "tg_tps" in said and "did not move" in said
+
+
+def test_a_program_that_moved_while_its_focus_did_not_is_said_so() -> None:
+    d = decide.judge(focus_pairs(30, 1.0, 1.05), FOCUS_SPEC, PLAN, n=30, final_n=30)
+    assert "tg_tps +5.0%" in (d.disagreement or "") and "beyond its focus" in (d.disagreement or "")
+
+
+def test_an_op_win_the_program_also_shows_is_no_disagreement() -> None:
+    d = decide.judge(focus_pairs(30, 0.8, 1.03), FOCUS_SPEC, PLAN, n=30, final_n=30)
+    assert d.metrics["focus.FLASH_ATTN_EXT"].verdict == "improved" and d.disagreement is None
+
+
+# --- the llama.cpp recipe's op benchmark: several processes a run, each metric their median ----------------
+
+FAKE_OPBENCH = """#!/usr/bin/env bash
+# prints the next of 100, 300, 200 (a counter beside it) as the focus' time, and a steady control
+f="$(dirname "$0")/count"; i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+1)) > "$f"
+echo "METRIC focus.RMS_NORM=$(( i % 3 == 0 ? 100 : (i % 3 == 1 ? 300 : 200) ))"
+echo "METRIC control.ADD=50"
+"""
+FAKE_LLAMA_BENCH = """#!/usr/bin/env bash
+echo '[{"n_prompt": 128, "n_gen": 0, "avg_ts": 900.5}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 40.25}]'
+"""
+
+
+@pytest.mark.parametrize(("processes", "focus"), [("1", "100.0000"), ("3", "200.0000")])
+def test_the_recipes_op_benchmark_runs_in_several_processes_and_prints_their_median(
+    tmp_path: Path, processes: str, focus: str
+) -> None:
+    from autoresearch_mcp import recipes
+
+    tree = tmp_path / "llama"
+    (tree / "build-autoresearch" / "bin").mkdir(parents=True)
+    recipes.write(recipes.get("llama.cpp"), tree)
+    for name, text in (("autoresearch-opbench", FAKE_OPBENCH), ("llama-bench", FAKE_LLAMA_BENCH)):
+        (tree / "build-autoresearch" / "bin" / name).write_text(text)
+        (tree / "build-autoresearch" / "bin" / name).chmod(0o755)
+    (tmp_path / "m.gguf").write_text("not read by the fakes")
+    env = {"PATH": "/usr/bin:/bin", "AUTORESEARCH_MODEL": str(tmp_path / "m.gguf"), "AUTORESEARCH_THREADS": "1",
+           "AUTORESEARCH_FOCUS": "RMS_NORM", "LLAMA_OPBENCH_PROCESSES": processes}
+    done = subprocess.run(["bash", "./autoresearch.sh", "bench"], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("METRIC ")]
+    assert lines == [f"METRIC focus.RMS_NORM={focus}", "METRIC control.ADD=50.0000", "METRIC tg_tps=40.25",
+                     "METRIC pp_tps=900.5"]

@@ -412,6 +412,7 @@ class Decision:
     blocking: list[str] = field(default_factory=list)
     layout: float | None = None  # what the untouched controls moved (log), which a focus win must exceed
     problems: list[str] = field(default_factory=list)
+    disagreement: str | None = None  # a focus and the end-to-end objectives that tell different stories
 
 
 def _reach(spread: float, plan: Plan, n_final: int) -> float:
@@ -550,7 +551,46 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     elif lead is not None and lead.verdict == "noisy":
         decision.verdict = "noisy"
     decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
+    if focus:
+        decision.disagreement = focus_disagreement(decision, focus[0], spec.objective_names)
     return decision
+
+
+def focus_disagreement(decision: Decision, focus: str, objectives: list[str]) -> str | None:
+    """When the focus moved (improved or regressed at the op) while every end-to-end objective is shown not to
+    have moved beyond its tolerance, or an objective moved beyond its tolerance while the focus did not: what
+    each showed. Neither refuses anything (a small op's win need not show end to end); it tells the agent
+    that the op benchmark's case and the program may not be running the same code, or not at the same weight."""
+    f = decision.metrics.get(focus)
+    ends = [(name, decision.metrics[name]) for name in objectives if name in decision.metrics]
+    if f is None or not ends or f.look.estimate is None:
+        return None
+
+    def pct(j: Judgement) -> str:
+        sign = 1.0 if j.rule.direction == "higher" else -1.0
+        est = j.look.estimate or 0.0
+        return f"{math.expm1(sign * est) * 100:+.1f}%"
+
+    def flat(j: Judgement) -> bool:
+        tol = j.rule.tolerance if j.rule.tolerance is not None else j.rule.min_effect
+        return j.look.eq_low is not None and j.look.eq_high is not None and -tol < j.look.eq_low \
+            and j.look.eq_high < tol
+
+    def moved(j: Judgement) -> bool:
+        tol = j.rule.tolerance if j.rule.tolerance is not None else j.rule.min_effect
+        return j.look.look == j.look.n and j.look.low is not None and j.look.high is not None \
+            and j.look.estimate is not None and (j.look.low > 0 or j.look.high < 0) and abs(j.look.estimate) >= tol
+
+    ended = ", ".join(f"{name} {pct(j)}" for name, j in ends)
+    if f.verdict in ("improved", "regressed") and all(flat(j) for _, j in ends):
+        return (f"the focus and the program disagree: {focus} {f.verdict} {pct(f)} at the op while end to end "
+                f"{ended} did not move beyond tolerance (the op's share of the run is small, or the op "
+                "benchmark's case runs other code than the program at its shapes)")
+    shown = [(name, j) for name, j in ends if moved(j)]
+    if shown and (f.verdict == "no_change" or flat(f)):
+        return (f"the focus and the program disagree: end to end {', '.join(f'{n} {pct(j)}' for n, j in shown)} "
+                f"moved beyond tolerance while {focus} did not ({pct(f)}): the change acts beyond its focus")
+    return None
 
 
 # --- the harness's own measure: time taken from outside the bench, which no candidate reaches ----------
@@ -561,6 +601,17 @@ HARNESS_WALL, HARNESS_CPU = "harness.wall_s", "harness.cpu_s"  # seconds per sam
 # latency_us): the one kind outside_refutes checks unless the session's harness_share names it.
 TIMED_NAME = re.compile(r"(?:^|[._/-])(?:s|ms|us|ns|sec|secs|seconds|time|latency|tps|fps|qps|rps|throughput)$"
                         r"|_per_(?:s|sec|second)$|(?:^|[._/-])per_s$", re.IGNORECASE)
+
+
+def measure_of(name: str, spec: Spec) -> str:
+    """How a metric of the samples was measured, as a result says it."""
+    k = max(1, int(spec.processes_per_sample))
+    per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
+    if name == HARNESS_CPU:
+        return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
+    if name == HARNESS_WALL:
+        return "wall time of the whole bench run, taken by the harness from outside" + per
+    return "as the bench printed it" + per
 
 
 def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook | None,

@@ -673,7 +673,8 @@ class ExperimentManager:
             noise_note=exp.analysis.noise_note, focus=list(exp.launch.focus),
             layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
-            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]), next_step=self._next_step(exp),
+            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]) + _disagreement(exp),
+            next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
                        for p in self.platforms[1:]],
         )
@@ -1109,3 +1110,9 @@ def _tail(path: Path, lines: int) -> str:
         text = fh.read().decode("utf-8", errors="replace")
     cut = "[... earlier output cut]\n" if size > TAIL_BYTES else ""
     return cut + "\n".join(text.splitlines()[-lines:])
+
+
+def _disagreement(exp: ExperimentState) -> list[str]:
+    """A focus and the end-to-end objectives that tell different stories (decide.focus_disagreement)."""
+    said = (exp.analysis.model_extra or {}).get("disagreement")
+    return [said] if isinstance(said, str) and said else []
