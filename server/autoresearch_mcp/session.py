@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import limits, recipes, resources, safefs
+from autoresearch_mcp import limits, progress, recipes, resources, safefs
 from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
@@ -142,6 +142,7 @@ def plan_session(
             f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
             "then start the session again")
+    _refuse_uncommitted_scripts(repo, head, tag)
     gitops.refuse_if_dirty(repo, "starting a session")
     recipe = recipe or recipes.installed(root)
     if recipe is not None:
@@ -195,6 +196,24 @@ def plan_session(
     missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not gitops.tracked(repo, head, n)]
     suggested = recipes.detect(root) if len(missing) == 2 and recipe is None else None
     return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested)
+
+
+def _refuse_uncommitted_scripts(repo: gitops.Repo, head: str, tag: str) -> None:
+    """After start_session wrote the templates, the next step rather than "commit or stash": fill the scripts
+    in (while they are still the templates) and commit them on the session branch, then start again."""
+    dirty = gitops.dirty_files(repo)
+    scripts = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if n in dirty and not gitops.tracked(repo, head, n)]
+    if not scripts or set(dirty) - set(scripts):
+        return  # other changes too: git's own words say which
+    root = Path(repo.working_dir)
+    templates = [n for n in scripts if (root / n).read_bytes() == resources.template(n + ".template").read_bytes()]
+    fill = (f"fill in {' and '.join(templates)} (still the template{'s' if len(templates) > 1 else ''}: "
+            f"{BENCH_SCRIPT} build builds, {BENCH_SCRIPT} bench prints METRIC <name>=<number>, {CHECKS_SCRIPT} "
+            "exits 0 when the program is correct), then " if templates else "")
+    raise StateError(
+        f"{' and '.join(scripts)} {'are' if len(scripts) > 1 else 'is'} not committed yet: {fill}commit "
+        f"{'them' if len(scripts) > 1 else 'it'} on the session branch (git add {' '.join(scripts)} && git commit "
+        f"-m 'autoresearch: benchmark and checks'), then call start_session again with tag={tag!r}")
 
 
 def _check_recipe(recipe: recipes.Recipe, root: Path, metric: str) -> None:
@@ -332,6 +351,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
         noise = {n: round(100.0 * (summary.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
                  for n in names}
         tried.append((ThreadsTrial(threads=threads, noise_pct=noise), done))
+        progress.report(f"threads {threads}: noise " + ", ".join(f"{n} {v:g}%" for n, v in noise.items()))
         if max(noise.values()) <= limit or threads == 1:
             break
         threads //= 2
@@ -361,14 +381,18 @@ def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Wor
                      {**(extra_env or {}), **job_env(config.all_platforms[0])})
     env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
+        progress.report(f"building {(commit or config.start_commit)[:12]} (autoresearch.sh build)")
         built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
                                   machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
         done = ValidationRun(str(tree), built.command, built.duration_s, [])
         if built.command is not None and not built.command.ok:
+            progress.report(f"the build failed after {built.duration_s:.1f} s")
             return done
+        progress.report(f"built in {built.duration_s:.1f} s" if built.command is not None else "build reused")
         logf.write(f"[autoresearch] {VALIDATION_RUNS} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
         before = runner.tree_state(tree)
-        for _ in range(VALIDATION_RUNS):
+        for i in range(VALIDATION_RUNS):
+            progress.report(f"bench run {i + 1} of {VALIDATION_RUNS} at {env['AUTORESEARCH_THREADS']} thread(s)")
             with runner.file_lock(str(worktrees.machine_lock())):
                 res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
                                          env=env, log=logf, confine=confine)
@@ -381,6 +405,19 @@ def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Wor
 
 WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "
                 "{config} and call start_session again")
+
+
+def confinement_warnings(setting: str) -> list[str]:
+    """What the session's confinement does not promise on this machine, and what it opened up by choice."""
+    mode, shares = sandbox.parse_mode(setting)
+    if mode == sandbox.OFF:
+        return []
+    out = [f"{why}: the session does not promise that" for why in sandbox.lacking().values()]
+    if sandbox.NETWORK in shares:
+        out.append("the network is shared by the session's choice (\"sandbox\": {\"share\": [\"network\"]}): a "
+                   "job reaches the machine's network and its local services, and a candidate could leave a "
+                   "service slow for the baseline's runs; start the service inside the benchmark where you can")
+    return out
 
 
 def bench_writes(writes: list[str], config: SessionConfig) -> str:
@@ -413,10 +450,13 @@ def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, ex
         return chosen, warnings
     root = Path(config.repo)
     with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
+        progress.report(f"running {CHECKS_SCRIPT} on the session head")
         before = runner.tree_state(tree)
         checks = runner.run_checks(job, str(tree), logf)
         wrote = runner.tree_changes(before, runner.tree_state(tree))
         read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+        if checks["passed"]:
+            progress.report(f"running {CHECKS_SCRIPT} again with its tree read-only")
         again = runner.run_checks(read_only, str(tree), logf) if checks["passed"] else None
     if not checks["passed"]:
         warnings.append(f"{CHECKS_SCRIPT} fails on the session head itself ({checks.get('note') or 'exit '}"
@@ -508,6 +548,7 @@ def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, work
         if p.executor != "local":
             lines.append(f"{p.label}: checked on its workers once the host has a winner")
             continue
+        progress.report(f"platform {p.label}: build and checks")
         tree = worktrees.acquire(head, p.name)
         try:
             root = Path(config.repo)
@@ -607,6 +648,8 @@ def start_session(
         if unconfinable:
             raise StateError(unconfinable)
     worker = None
+    where = " on a cloud worker" if validator is not None else ""
+    progress.report(f"validating the benchmark of {head[:12]}{where}: build once, bench {VALIDATION_RUNS} times")
     if validator is not None:
         done = validator(head, gitops.tree_of(repo, head))
         worker = done.worker
@@ -632,6 +675,7 @@ def start_session(
             f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
             f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
             "machine) or expect many pairs per experiment")
+    warnings += confinement_warnings(config.sandbox)
     if compiler_cache() is None:
         warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
                         "in fresh worktrees reuse objects")

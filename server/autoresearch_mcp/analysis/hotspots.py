@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import safefs
+from autoresearch_mcp import progress, safefs
 from autoresearch_mcp.core import gitops, profiler, runner, sandbox
 from autoresearch_mcp.core.config import BENCH_SCRIPT, job_env, state_dir
 from autoresearch_mcp.core.port import Job, JobSpec
@@ -96,6 +96,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     profile_id = uuid.uuid4().hex[:10]
     safefs.ensure_dir(root, profiles_dir(root))  # the server's files are never written through a link
     if isinstance(executor, SkyPool):
+        progress.report(f"profiling {target.build} on a cloud worker: build, then the benchmark under perf record")
         run = _on_worker(session, executor, target, profile_id)
     elif isinstance(executor, LocalExecutor):
         run = _here(session, executor, target, profile_id)
@@ -135,11 +136,13 @@ def _here(session: Session, executor: LocalExecutor, target: _Target, profile_id
         job = server_job(config, worktrees, target.base, tree, _job_env(session))
         env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
         with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
+            progress.report(f"building {target.build} ({target.commit[:12]})")
             built = runner.build_tree(str(tree), config.timeouts.build, log, gitops.tree_of(repo, target.commit),
                                       machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
             if built.command is not None and not built.command.ok:
                 raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed in {tree}:\n"
                                  f"{built.command.tail(2000)}")
+            progress.report("running the benchmark once under perf record")
             raw = profiler.profile(perf, tree, data, config.timeouts.bench, env, log, str(worktrees.machine_lock()),
                                    confine)
         run = _Run({**raw, "perf_data": str(data)}, "this machine")

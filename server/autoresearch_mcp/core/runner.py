@@ -362,8 +362,9 @@ def run_command(
     env = dict(os.environ if env is None else env)
     _command_count += 1
     marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
+    fds: list[int] = []
     if confine is not None:
-        argv, env = sandbox.command(argv, confine, env)
+        argv, env, fds = sandbox.command(argv, confine, env)
     argv = [*(outside or []), *argv]
     capture = Capture()
     read_fd, write_fd = os.pipe()
@@ -372,10 +373,12 @@ def run_command(
     try:
         proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
-            **_NEW_GROUP,
+            pass_fds=fds, **_NEW_GROUP,
         )
     finally:
         os.close(write_fd)
+        for fd in fds:
+            os.close(fd)
     stop = threading.Event()
     reader = threading.Thread(target=_drain, args=(read_fd, capture, stop), daemon=True)
     reader.start()
@@ -1052,7 +1055,7 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
     built = build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"), job.get("machine_lock"),
                        env, confine)
     out: dict[str, Any] = {"build_s": built.duration_s, "build": None, "runs": [], "sandbox": sandbox.describe(
-        confine.off)}
+        confine.off, confine.share)}
     cmd = built.command
     if cmd is not None:
         out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
@@ -1096,7 +1099,7 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # the result line must be printed whatever happened
             outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
                               error=f"{type(exc).__name__}: {exc}")
-    outcome.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF)
+    outcome.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF, sandbox.shares_of(job))
     print(result_line(outcome), flush=True)
     return 0
 

@@ -168,6 +168,11 @@ class LocalExecutor(Executor):
 
     def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
+        full = self.worktrees.lacks_space()
+        if full is not None:
+            sink(job.experiment_id, {"event": "result", "outcome": {
+                "experiment_id": job.experiment_id, "status": "failed", "phase": "disk", "error": full}})
+            return
         variant = job.spec.get("worktree_variant")
         base = self.worktrees.acquire(job.base_commit, variant)
         incremental = bool(job.spec.get("incremental"))
@@ -179,7 +184,9 @@ class LocalExecutor(Executor):
                 # the session's scripts: the base commit's, which a candidate cannot change (protected)
                 "sandbox": {"mode": job.spec.get("sandbox", sandbox.CONFINED),
                             "scripts": self.worktrees.scripts(job.base_commit),
-                            "frozen": job.spec.get("frozen", []), "read_only": job.spec.get("read_only", [])}}
+                            "frozen": job.spec.get("frozen", []), "read_only": job.spec.get("read_only", []),
+                            # the protected paths' bytes from the base commit's objects, bound over the trees
+                            "frozen_from": self.worktrees.frozen_store(job.base_commit, job.spec.get("frozen", []))}}
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
         job_file.write_text(json.dumps(spec))
         root = Path(self.repo.working_dir)
@@ -230,9 +237,12 @@ class LocalExecutor(Executor):
             # nothing the experiment started outlives it, even if the runner itself was killed
             runner.kill_marked(marker)
             job_file.unlink(missing_ok=True)
-            self.worktrees.release(base)
-            if not incremental:
-                self.worktrees.release(cand)
+            # what cleaning up fails at is logged: the experiment's result is given, and stays its result
+            for tree in (base, *(() if incremental else (cand,))):
+                try:
+                    self.worktrees.release(tree)
+                except Exception:
+                    log.exception("could not release the worktree %s of experiment %s", tree, job.experiment_id)
 
     def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink, secret: str) -> dict[str, Any] | None:
         assert proc.stdout is not None
