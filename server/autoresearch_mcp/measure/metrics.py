@@ -105,6 +105,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
             "judgement": judgement.judgement if judgement is not None else None, "log_se": cmp.log_se,
             "mean_pct": cmp.mean_pct, "mean_low_pct": cmp.mean_low_pct, "mean_high_pct": cmp.mean_high_pct,
             "tail_pct": cmp.tail_pct, "equivalence_pct": cmp.equivalence_pct, "note": cmp.note,
+            "measure": decide.measure_of(name, spec),
             **claim_fields(name, judgement, plan),
         }
     lead_name = next((n for n, j in decision.metrics.items() if j.rule.role == "focus"), spec.metric)
@@ -135,7 +136,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     return {"metrics": comparisons, "verdict": verdict, "noise_cv": None if noise is None else noise / 100,
             "claims": claims,
             "noise_note": "; ".join(notes) or None, "problems": problems, "pairs_needed": pairs_needed,
-            "won": decision.won, "blocking": decision.blocking,
+            "won": decision.won, "blocking": decision.blocking, "disagreement": decision.disagreement,
             "layout_pct": None if decision.layout is None or not math.isfinite(decision.layout)
             else round(math.expm1(decision.layout) * 100, 4)}
 
