@@ -135,6 +135,8 @@ class ComparisonResult(BaseModel):
     tail_pct: float | None = Field(None, description="the change of each side's worst 5% of runs")
     equivalence_pct: float | None = Field(None, description="no_change: no change beyond +- this")
     note: str | None = Field(None, description="why not improved, or why noisy")
+    measure: str | None = Field(None, description="how it was measured: as the bench printed it, or the harness's "
+                                "own outside time of each run (harness.*); how many processes a sample")
 
 
 class ChecksResult(BaseModel):

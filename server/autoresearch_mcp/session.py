@@ -233,6 +233,7 @@ def _apply_recipe(config: SessionConfig, recipe: recipes.Recipe) -> SessionConfi
         "recipe": recipe.name, "protected": protected,
         "objectives": config.objectives or list(recipe.objectives),
         "focus_tolerance_pct": {**recipe.focus_tolerance_pct, **config.focus_tolerance_pct},
+        "harness_share": {**recipe.harness_share, **config.harness_share},
         "env": {**recipe.settings, **config.env}})  # the person's values win
 
 

@@ -31,6 +31,7 @@ noise; `undecided` otherwise.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
@@ -349,6 +350,12 @@ class Spec:
     focus_min_effect: float = 0.02
     objective_tolerance_pct: dict[str, float] = field(default_factory=dict)  # a focus experiment's objectives
     default_tolerance_pct: float = 2.0
+    # The least share of a bench run's time that each improving metric's timed work takes (outside_refutes):
+    # a metric not listed whose name says it is a time or a rate (TIMED_NAME) counts at `default_harness_share`;
+    # any other (a score, a size, a focus metric that an op benchmark times for a fixed budget) is not checked.
+    harness_share: dict[str, float] = field(default_factory=dict)
+    default_harness_share: float = 0.25
+    processes_per_sample: int = 1  # how the runner measures: each sample the median of this many bench runs
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
@@ -405,6 +412,7 @@ class Decision:
     blocking: list[str] = field(default_factory=list)
     layout: float | None = None  # what the untouched controls moved (log), which a focus win must exceed
     problems: list[str] = field(default_factory=list)
+    disagreement: str | None = None  # a focus and the end-to-end objectives that tell different stories
 
 
 def _reach(spread: float, plan: Plan, n_final: int) -> float:
@@ -524,6 +532,7 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
             judgement = None
         decision.metrics[name] = Judgement(look, rule, verdict, judgement, why)
     judged = decision.metrics
+    refute_by_outside(decision, samples, spec, plan, improving)
     decision.won = [name for name in improving if judged[name].verdict == "improved"]
     decision.blocking = [name for name in held if judged[name].judgement in ("regressed", "undecided")]
     regressed = ([name for name in improving if judged[name].verdict == "regressed"]
@@ -542,7 +551,144 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     elif lead is not None and lead.verdict == "noisy":
         decision.verdict = "noisy"
     decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
+    if focus:
+        decision.disagreement = focus_disagreement(decision, focus[0], spec.objective_names)
     return decision
+
+
+def focus_disagreement(decision: Decision, focus: str, objectives: list[str]) -> str | None:
+    """When the focus moved (improved or regressed at the op) while every end-to-end objective is shown not to
+    have moved beyond its tolerance, or an objective moved beyond its tolerance while the focus did not: what
+    each showed. Neither refuses anything (a small op's win need not show end to end); it tells the agent
+    that the op benchmark's case and the program may not be running the same code, or not at the same weight."""
+    f = decision.metrics.get(focus)
+    ends = [(name, decision.metrics[name]) for name in objectives if name in decision.metrics]
+    if f is None or not ends or f.look.estimate is None:
+        return None
+
+    def pct(j: Judgement) -> str:
+        sign = 1.0 if j.rule.direction == "higher" else -1.0
+        est = j.look.estimate or 0.0
+        return f"{math.expm1(sign * est) * 100:+.1f}%"
+
+    def flat(j: Judgement) -> bool:
+        tol = j.rule.tolerance if j.rule.tolerance is not None else j.rule.min_effect
+        return j.look.eq_low is not None and j.look.eq_high is not None and -tol < j.look.eq_low \
+            and j.look.eq_high < tol
+
+    def moved(j: Judgement) -> bool:
+        tol = j.rule.tolerance if j.rule.tolerance is not None else j.rule.min_effect
+        return j.look.look == j.look.n and j.look.low is not None and j.look.high is not None \
+            and j.look.estimate is not None and (j.look.low > 0 or j.look.high < 0) and abs(j.look.estimate) >= tol
+
+    ended = ", ".join(f"{name} {pct(j)}" for name, j in ends)
+    if f.verdict in ("improved", "regressed") and all(flat(j) for _, j in ends):
+        return (f"the focus and the program disagree: {focus} {f.verdict} {pct(f)} at the op while end to end "
+                f"{ended} did not move beyond tolerance (the op's share of the run is small, or the op "
+                "benchmark's case runs other code than the program at its shapes)")
+    shown = [(name, j) for name, j in ends if moved(j)]
+    if shown and (f.verdict == "no_change" or flat(f)):
+        return (f"the focus and the program disagree: end to end {', '.join(f'{n} {pct(j)}' for n, j in shown)} "
+                f"moved beyond tolerance while {focus} did not ({pct(f)}): the change acts beyond its focus")
+    return None
+
+
+# --- the harness's own measure: time taken from outside the bench, which no candidate reaches ----------
+
+HARNESS_PREFIX = "harness."
+HARNESS_WALL, HARNESS_CPU = "harness.wall_s", "harness.cpu_s"  # seconds per sample, lower is better
+# A metric whose name says it is a time or a rate of the bench's work (ms_per_row, rows_per_s, tg_tps,
+# latency_us): the one kind outside_refutes checks unless the session's harness_share names it.
+TIMED_NAME = re.compile(r"(?:^|[._/-])(?:s|ms|us|ns|sec|secs|seconds|time|latency|tps|fps|qps|rps|throughput)$"
+                        r"|_per_(?:s|sec|second)$|(?:^|[._/-])per_s$", re.IGNORECASE)
+
+
+def measure_of(name: str, spec: Spec) -> str:
+    """How a metric of the samples was measured, as a result says it."""
+    k = max(1, int(spec.processes_per_sample))
+    per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
+    if name == HARNESS_CPU:
+        return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
+    if name == HARNESS_WALL:
+        return "wall time of the whole bench run, taken by the harness from outside" + per
+    return "as the bench printed it" + per
+
+
+def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook | None,
+                    cpu: MetricLook | None) -> str | None:
+    """Why the outside time of the same runs contradicts `name`'s improvement (look: oriented, at a look), or None.
+
+    A metric that times (or counts the rate of) work inside the bench runs cannot get better while those runs,
+    timed from outside, get clearly slower; and where the timed work is at least `share` of each run's time, a
+    change of c (log) must shorten the run by at least -log(1 - share + share * exp(-c)), c being the least
+    change the metric's interval allows. Clearly slower: its interval below 0 and its estimate at least 1%
+    worse; clearly faster: its interval above 0. The wall time decides the direction of the program as the
+    user sees it (a change that adds threads may spend more CPU time and still be faster); the CPU time, which a
+    neighbour's turn does not inflate, shows the share, unless the wall time already shows it.
+    """
+    def shown(o: MetricLook | None) -> bool:
+        return o is not None and o.look == look.n and o.low is not None and o.high is not None \
+            and o.estimate is not None
+
+    def pct(x: float) -> str:
+        return f"{math.expm1(-x) * 100:+.1f}%"  # as a change of the time (lower is better)
+
+    def bounds(o: MetricLook) -> str:
+        assert o.low is not None and o.high is not None
+        return f"[{pct(o.high)}, {pct(o.low)}]"
+
+    if look.low is None or look.estimate is None or not (shown(wall) or shown(cpu)):
+        return None
+    claim = (f"{name} claims {math.expm1(look.estimate) * 100:+.1f}% better "
+             f"(at least {math.expm1(look.low) * 100:+.1f}%)")
+    worse = math.log1p(0.01)
+    faster = shown(wall) and wall is not None and wall.low is not None and wall.low > 0
+    for label, o in (("wall time", wall), ("CPU time", cpu)):
+        if label == "CPU time" and faster:
+            break
+        if shown(o) and o is not None and o.high is not None and o.estimate is not None \
+                and o.high < 0 and o.estimate <= -worse:
+            return (f"{claim}, but the same runs timed from outside took {pct(o.estimate)} {label} {bounds(o)}: the "
+                    "harness's measure moved the other way")
+    if share <= 0:
+        return None
+    need = -math.log1p(share * math.expm1(-look.low))
+    ok_cpu = shown(cpu) and cpu is not None and cpu.high is not None and cpu.high >= need
+    ok_wall = faster and wall is not None and wall.high is not None and wall.high >= need
+    if ok_cpu or ok_wall or not shown(cpu):
+        return None
+    assert cpu is not None and cpu.estimate is not None
+    return (f"{claim}, but the same runs timed from outside took {pct(cpu.estimate)} CPU time {bounds(cpu)}"
+            + (f" and {pct(wall.estimate)} wall time {bounds(wall)}" if shown(wall) and wall is not None
+               and wall.estimate is not None else "")
+            + f": work that is at least {share:.0%} of each run (harness_share) would have made them at least "
+            f"{pct(need)}; the harness's measure does not show the claimed change")
+
+
+def refute_by_outside(decision: Decision, samples: list[dict[str, Any]], spec: Spec, plan: Plan,
+                      improving: list[str]) -> None:
+    """Each improved metric of `improving` that the harness's outside time of the same runs contradicts
+    (outside_refutes) is not improved: its judgement holds, its reason and the decision's problems say why."""
+    outside: dict[str, MetricLook | None] = {}
+    for name in (HARNESS_WALL, HARNESS_CPU):
+        p = pairs_of(samples, name)
+        outside[name] = metric_look(p, decision.n, "lower", plan, eq=False) if len(p) >= decision.n > 0 else None
+    if outside[HARNESS_WALL] is None and outside[HARNESS_CPU] is None:
+        return
+    for name in improving:
+        j = decision.metrics.get(name)
+        if j is None or j.verdict != "improved" or name.startswith(HARNESS_PREFIX):
+            continue
+        if name in spec.harness_share:
+            share = float(spec.harness_share[name])
+        elif TIMED_NAME.search(name) and not name.startswith(FOCUS_PREFIX):
+            share = spec.default_harness_share
+        else:
+            continue  # not a time or a rate of the runs (a score, a size), or an op benchmark's fixed budget
+        why = outside_refutes(name, j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU])
+        if why is not None:
+            j.verdict, j.judgement, j.reason = "undecided", "held", why
+            decision.problems.append(why)
 
 
 def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:

@@ -480,7 +480,9 @@ class ExperimentManager:
         c = self.config
         return decide.Spec(c.metric, c.direction, c.min_effect, c.objective_metrics(),
                            {name: g.model_dump() for name, g in c.guards.items()}, focus, c.focus_direction,
-                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct)
+                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct,
+                           harness_share=dict(c.harness_share), default_harness_share=c.default_harness_share,
+                           processes_per_sample=c.processes_per_sample)
 
     def _design(self, repeats: int | str) -> stats.Design:
         c = self.config
@@ -708,7 +710,8 @@ class ExperimentManager:
             noise_note=noise_note, focus=list(exp.launch.focus),
             layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
-            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]), next_step=self._next_step(exp),
+            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]) + _disagreement(exp),
+            next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
                        for p in self.platforms[1:]],
         )
@@ -1174,3 +1177,9 @@ def _tail(path: Path, lines: int) -> str:
         text = fh.read().decode("utf-8", errors="replace")
     cut = "[... earlier output cut]\n" if size > TAIL_BYTES else ""
     return cut + "\n".join(text.splitlines()[-lines:])
+
+
+def _disagreement(exp: ExperimentState) -> list[str]:
+    """A focus and the end-to-end objectives that tell different stories (decide.focus_disagreement)."""
+    said = (exp.analysis.model_extra or {}).get("disagreement")
+    return [said] if isinstance(said, str) and said else []

@@ -105,6 +105,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
             "judgement": judgement.judgement if judgement is not None else None, "log_se": cmp.log_se,
             "mean_pct": cmp.mean_pct, "mean_low_pct": cmp.mean_low_pct, "mean_high_pct": cmp.mean_high_pct,
             "tail_pct": cmp.tail_pct, "equivalence_pct": cmp.equivalence_pct, "note": cmp.note,
+            "measure": decide.measure_of(name, spec),
         }
     lead_name = next((n for n, j in decision.metrics.items() if j.rule.role == "focus"), spec.metric)
     lead = comparisons.get(lead_name)
@@ -125,7 +126,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     problems = [why for _, why in refused[:20]] + decision.problems
     return {"metrics": comparisons, "verdict": verdict, "noise_cv": None if noise is None else noise / 100,
             "noise_note": "; ".join(notes) or None, "problems": problems, "pairs_needed": pairs_needed,
-            "won": decision.won, "blocking": decision.blocking,
+            "won": decision.won, "blocking": decision.blocking, "disagreement": decision.disagreement,
             "layout_pct": None if decision.layout is None or not math.isfinite(decision.layout)
             else round(math.expm1(decision.layout) * 100, 4)}
 
