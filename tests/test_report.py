@@ -31,6 +31,7 @@ from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.finalize import finalize
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_chart, write_report
+from autoresearch_mcp.report.chart import VERDICT_COLORS, chart_figure
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
@@ -603,3 +604,71 @@ def test_the_baseline_is_start_sessions_latest_validation_of_the_start_with_its_
     summary = write_report(str(synthetic.root)).summary
     # one baseline: an experiment's own baseline runs are its figures, not the session's (issue 33 item 2)
     assert "Baseline 50 (start_session's 2 validation runs" in summary and "noise 2.8%" in summary
+
+
+# --- the chart with few experiments (issue 33, item 9) ----------------------------------------------
+
+def few(synthetic: Synthetic) -> None:
+    """Three experiments: a kept one with a wide interval at the top, a regression, a noisy one."""
+    synthetic.experiment("fuse the norm and the scale into one pass", 40.0, (21.3, 58.65), "improved",
+                         keep={"a.txt": "fused\n"})
+    synthetic.experiment("slower", -6.0, (-9.0, -3.0), "regressed")
+    synthetic.experiment("unsure", 1.0, (-12.0, 14.0), "noisy")
+
+
+def test_the_chart_ticks_whole_experiments(synthetic: Synthetic) -> None:
+    few(synthetic)
+    ax = chart_figure(load(str(synthetic.root)), []).axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert {1.0, 2.0, 3.0} <= set(ticks)
+
+
+def test_the_charts_axis_holds_every_whisker(synthetic: Synthetic) -> None:
+    few(synthetic)
+    data = load(str(synthetic.root))
+    low, high = chart_figure(data, []).axes[0].get_ylim()
+    whiskers = [stats.pct(v) for r in data.rows for v in (r.level_low, r.level_high) if v is not None]
+    assert max(whiskers) > 58 and low < min(whiskers) and max(whiskers) < high  # +58.65% is drawn whole
+
+
+def test_the_kept_label_stays_inside_the_panel_and_off_the_title(synthetic: Synthetic) -> None:
+    few(synthetic)
+    fig = chart_figure(load(str(synthetic.root)), [])
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    panel = ax.get_window_extent(renderer)
+    title = ax.title.get_window_extent(renderer)
+    labels = [t for t in ax.texts if t.get_text().startswith("fuse the norm")]
+    assert labels
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        assert panel.x0 <= box.x0 and box.x1 <= panel.x1 and panel.y0 <= box.y0 and box.y1 <= panel.y1
+        assert not box.overlaps(title)
+
+
+def test_noisy_and_regressed_have_colors_of_their_own(synthetic: Synthetic) -> None:
+    few(synthetic)
+    png = render_chart(load(str(synthetic.root)), [])
+    assert VERDICT_COLORS["regressed"] != VERDICT_COLORS["noisy"] != COLORS["discarded"]
+    # the legend's marker and the point, for each
+    assert markers(png, VERDICT_COLORS["regressed"]) == 1 + 1
+    assert markers(png, VERDICT_COLORS["noisy"]) == 1 + 1
+    legend = [t.get_text() for t in chart_figure(load(str(synthetic.root)), []).axes[0].get_legend().get_texts()]
+    assert "discarded: regressed (1)" in legend and "discarded: noisy (1)" in legend
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="headless Chromium is not installed (Debian: apt-get install -y chromium)")
+def test_a_few_experiments_chart_shows_in_the_browser_as_drawn(synthetic: Synthetic, tmp_path: Path) -> None:
+    few(synthetic)
+    page = Path(write_report(str(synthetic.root)).html_path)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1400"]
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=90,
+                   check=True)
+    # the page's chart in the browser: regressed and noisy points with their legend markers, apart
+    assert markers(shot, VERDICT_COLORS["regressed"], tolerance=0.1) >= 2
+    assert markers(shot, VERDICT_COLORS["noisy"], tolerance=0.1) >= 2
