@@ -43,7 +43,6 @@ else:  # run as a script (locally, or on a worker beside decide.py and sandbox.p
 METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:+]*)\s*=\s*(\S+)\s*$")
 RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
-VALIDATION_PREFIX = "AUTORESEARCH_VALIDATION "
 BUILT_MARKER = ".autoresearch-built"
 STATS_LOG = ".autoresearch-ccache-stats"
 TAIL_CHARS = 4000
@@ -813,9 +812,6 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             break
         yield_turn(lock)
     out.durations["bench"] = round(time.monotonic() - t1 - waited, 3)
-    if out.status == "failed":
-        return out
-
     return out
 
 
@@ -924,29 +920,42 @@ def prebuild(job: dict[str, Any], tree: str) -> None:
 
 
 def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
-    """A worker's validation of the session head: build the base tree (the build later experiments reuse)
-    and bench it `validate` times, as start_session does on this machine; raw results, bounded."""
+    """A validation of the session head (start_session, here or on a worker): build the base tree (the build
+    later experiments reuse) and bench it `validate` times; with `checks_trial`, then run the checks as they
+    are and, when they pass, with the tree read-only; with `run_checks` (another platform's check of the
+    head), the checks only as they are. Raw results, bounded."""
     tree = job["baseline_dir"]
     env, confine = run_env(job, tree), sandbox.for_job(job, tree)
     built = build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"), job.get("machine_lock"),
                        env, confine)
-    out: dict[str, Any] = {"build_s": built.duration_s, "build": None, "runs": [], "sandbox": sandbox.describe(
-        confine.off)}
+    out: dict[str, Any] = {"tree": str(tree), "build_s": built.duration_s, "build": None, "runs": [],
+                           "sandbox": sandbox.describe(confine.off)}
     cmd = built.command
     if cmd is not None:
         out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
                         "output": cmd.output[-20000:]}
-    if cmd is None or cmd.ok:
+    if cmd is not None and not cmd.ok:
+        return out
+    bench = sandbox.for_job(job, tree, "bench")
+    before = tree_state(tree)
+    if job["validate"]:
+        log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
+    for _ in range(int(job["validate"])):
+        with machine_turn(job.get("machine_lock")):
+            res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
+                              env=env, log=log, confine=bench)
+        out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
+                            "timed_out": res.timed_out, "output": res.output[-20000:]})
+        if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
+            break
+    out["writes"] = tree_changes(before, tree_state(tree))
+    if job.get("checks_trial") or job.get("run_checks"):
         before = tree_state(tree)
-        for _ in range(int(job["validate"])):
-            with machine_turn(job.get("machine_lock")):
-                res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
-                                  env=env, log=log, confine=confine)
-            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
-                                "timed_out": res.timed_out, "output": res.output[-20000:]})
-            if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
-                break
-        out["writes"] = tree_changes(before, tree_state(tree))
+        checks = out["checks"] = run_checks(job, tree, log)
+        out["checks_writes"] = tree_changes(before, tree_state(tree))
+        if job.get("checks_trial") and checks["ran"] and checks["passed"]:
+            read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+            out["checks_read_only"] = run_checks(read_only, tree, log)
     return out
 
 
@@ -961,12 +970,15 @@ def main(argv: list[str]) -> int:
         return 0
     job = start_job(argv[1], "experiment_id")
     refused = refusal(job)
-    if job.get("validate"):
-        result = {"error": refused} if refused else run_validation(job, sys.stderr)
-        print(machine_line(VALIDATION_PREFIX, result), flush=True)
-        return 0
     log_path = job.get("log_path")
     with open_log(log_path) if log_path else contextlib.nullcontext(sys.stderr) as log:
+        if "validate" in job:
+            try:
+                result = {"error": refused} if refused else run_validation(job, log)
+            except Exception as exc:  # the result line must be printed whatever happened
+                result = {"error": f"{type(exc).__name__}: {exc}"}
+            print(machine_line(RESULT_PREFIX, result, compact=True), flush=True)
+            return 0
         try:
             if refused:
                 outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="sandbox", error=refused)

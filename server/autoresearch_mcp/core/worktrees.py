@@ -14,12 +14,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock
 
 from autoresearch_mcp.core import gitops, sandbox
-from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.runner import BUILT_MARKER
 
 
@@ -149,14 +147,3 @@ class Worktrees:
             Path(str(path) + suffix).unlink(missing_ok=True)
         self._users.pop(path, None)
 
-
-def server_job(config: SessionConfig, worktrees: Worktrees, commit: str, baseline: Path,
-               env: dict[str, str]) -> dict[str, Any]:
-    """A runner job of the server's own (start_session's validation, a profile, the holdout, another
-    platform's checks): the session's settings and environment, its scripts at `commit`, `baseline` as
-    the baseline's tree, confined as experiments are (runner.run_env and sandbox.for_job read it)."""
-    return {"env": env, "threads": config.threads, "baseline_dir": str(baseline),
-            "timeouts": dict(config.timeouts.for_job()), "machine_lock": str(worktrees.machine_lock()),
-            "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit),
-                        "frozen": gitops.protected_files(worktrees.repo, commit, config.protected),
-                        "read_only": list(config.read_only_runs or [])}}
