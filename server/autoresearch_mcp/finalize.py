@@ -25,7 +25,7 @@ from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.models import FinalizeResult, ReviewBranch
 
-RECORDS = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
+RECORDS = gitops.REVIEW_REF  # + a review branch's name: the tip finalize last wrote there
 
 
 @dataclass

@@ -65,7 +65,7 @@ _SAFE = frozenset({
     "merge-base", "merge-file", "merge-tree", "mergetool", "mktag", "mktree", "mv", "name-rev", "notes",
     "pack-objects", "prune", "range-diff", "read-tree", "reflog", "remote", "repack", "request-pull", "rerere",
     "restore", "rev-list", "rev-parse", "rm", "shortlog", "show", "show-branch", "show-ref", "sparse-checkout",
-    "stash", "status", "submodule", "tag", "unpack-objects", "update-index", "var", "verify-commit",
+    "stash", "status", "submodule", "unpack-objects", "update-index", "var", "verify-commit",
     "verify-pack", "verify-tag", "version", "whatchanged", "write-tree", "for-each-ref",
 })
 # Options whose value is the next word, per subcommand (so the value is not taken for a branch or a path).
@@ -89,7 +89,13 @@ _VALUED = {
     "pull": frozenset({"-s", "--strategy", "-X", "--strategy-option", "--depth", "--upload-pack", "-j"}),
     "config": frozenset({"-f", "--file", "--blob", "--type", "--default", "--comment", "--value"}),
     "replace": frozenset({"--format"}),
+    "tag": frozenset({"-m", "--message", "-F", "--file", "-u", "--local-user", "--sort", "--format", "--contains",
+                      "--no-contains", "--points-at", "--merged", "--no-merged", "--cleanup", "--color"}),
 }
+# Settings that let a git call move refs the reference-transaction hook never sees (another hooks folder),
+# or move branches besides the one checked out (rebase's --update-refs).
+_UNHOOKED = ("core.hookspath", "rebase.updaterefs")
+_SHADOW_REMOTE = "refs/remotes/autoresearch/"  # refs/remotes/<name> is what git tries for <name> after refs/heads
 # What runs the words after it: shell keywords, and programs that run a command (their options with a value).
 _KEYWORDS = frozenset({"if", "then", "elif", "else", "do", "while", "until", "!", "{", "time"})
 _WRAPPERS: dict[str, frozenset[str]] = {
@@ -501,6 +507,7 @@ class _Guard:
         resolve, so it may be git: judged as git when it names a git command."""
         i = 0
         aliases: dict[str, str] = {}  # from `git -c alias.name=...`
+        unhooked = next((f"{k}=" for k in env if k.startswith("GIT_CONFIG")), None)  # settings of its own
         lookup: list[str] = []  # the options that choose the repository, for the guard's own git calls
         while i < len(args) and args[i].startswith("-"):
             option, value = args[i], args[i + 1] if i + 1 < len(args) else ""
@@ -512,6 +519,11 @@ class _Guard:
             elif option == "-c" and value.startswith("alias."):
                 name, _, body = value[len("alias."):].partition("=")
                 aliases[name] = body
+            elif option in ("-c", "--config-env") and value.partition("=")[0].lower() in _UNHOOKED:
+                unhooked = value
+            elif option.startswith("--config-env=") and option.partition("=")[2].partition("=")[0].lower() \
+                    in _UNHOOKED:
+                unhooked = option
             elif option in ("--git-dir", "--work-tree"):
                 lookup += [option, value]
             elif option.startswith(("--git-dir=", "--work-tree=")):
@@ -529,6 +541,9 @@ class _Guard:
             return None
         if sub in _SAFE:
             return None
+        if unhooked is not None and repo.has_session_refs():
+            return _refuse(what, ALL, f"with {unhooked.partition('=')[0]} set for it, git would run without the "
+                                      "reference-transaction hook or move branches besides the one checked out")
         judge = _JUDGES.get(sub)
         if judge is not None:
             return judge(self, repo, rest, what)
@@ -582,16 +597,36 @@ class _Guard:
         named = _positional("rebase", rest)[1:2]  # `git rebase <upstream> <branch>` checks out <branch> first
         if named and _protected(named[0]) and not any(a in _ENDERS for a in rest):
             return _refuse(what, named[0])
-        return self.head_mover(repo, rest, what)
+        return self.update_refs(repo, rest, what) or self.head_mover(repo, rest, what)
+
+    def update_refs(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+        """rebase --update-refs (or rebase.updateRefs) moves every branch pointing into what it rebases."""
+        if any(a in _ENDERS for a in rest) or "--no-update-refs" in rest:
+            return None
+        if ("--update-refs" in rest or repo.config_true("rebase.updateRefs")) and repo.has_session_refs():
+            return _refuse(what, ALL, "--update-refs moves every branch that points into the commits it rebases")
+        return None
+
+    def tag(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+        """A tag named like a session branch shadows it: git resolves autoresearch/<tag> to refs/tags first.
+        Listing, verifying and deleting (how a shadowing tag is put right) stay allowed."""
+        flags = _short_flags(rest)
+        if flags & {"l", "--list", "v", "--verify", "d", "--delete", "n"} and not flags & {"a", "s", "f", "m", "F"}:
+            return None
+        name = next(iter(_positional("tag", rest)), None)
+        return _refuse(what, name, "a tag named so shadows the session branch") if _protected(name) else None
 
     def pull(self, repo: _Repo, rest: list[str], what: str) -> str | None:
-        return self.fetch(repo, rest, what) or self.head_mover(repo, rest, what)
+        rebases = "--rebase" in rest or any(a.startswith("--rebase=") for a in rest) or "-r" in rest
+        return self.fetch(repo, rest, what) or (self.update_refs(repo, rest, what) if rebases else None) \
+            or self.head_mover(repo, rest, what)
 
     def fetch(self, repo: _Repo, rest: list[str], what: str) -> str | None:
         """A refspec `src:dst` writes dst; a session branch there is moved (remote-tracking refs are fine)."""
         for spec in _positional("fetch", rest)[1:]:
             dst = spec.lstrip("+").partition(":")[2]
-            if _protected(dst) and not dst.startswith(("refs/remotes/", "refs/tags/")):
+            # a remote-tracking ref is fine, unless a remote named autoresearch makes it shadow a session branch
+            if _protected(dst) and not (dst.startswith("refs/remotes/") and not dst.startswith(_SHADOW_REMOTE)):
                 return _refuse(what, dst)
         return None
 
@@ -660,7 +695,9 @@ class _Guard:
         names = _positional("symbolic-ref", rest)
         writes = len(names) >= 2 or bool({"-d", "--delete"} & set(rest))
         if writes and names and _protected(names[0]):
-            return _refuse(what, names[0])
+            return _refuse(what, names[0], "git runs no reference-transaction hook for a symbolic ref")
+        if len(names) >= 2 and names[0] != "HEAD" and _protected(names[1]):  # a second name for the branch
+            return _refuse(what, names[1], "a ref pointing at it moves it")
         if len(names) >= 2 and names[0] == "HEAD" and repo.cwd is not None:  # a checkout without the files
             target = names[1]
             self.pending[repo.key] = target[len("refs/heads/"):] if target.startswith("refs/heads/") else target
@@ -729,7 +766,7 @@ class _Guard:
         key = positional[0].lower()
         if key.startswith("alias.") and len(positional) >= 2:
             self.aliases[key[len("alias."):]] = positional[1]
-        if key in ("core", "core.hookspath") or key.startswith("include"):
+        if key in ("core", "rebase", *_UNHOOKED) or key.startswith("include"):
             return _refuse(what, ALL, "it changes where git finds its hooks or settings") \
                 if repo.has_session_refs() else None
         return None
@@ -749,7 +786,7 @@ _JUDGES: dict[str, _Judge] = {
     "update-ref": _Guard.update_ref, "symbolic-ref": _Guard.symbolic_ref, "push": _Guard.push,
     "send-pack": _Guard.send_pack, "filter-branch": _Guard.filter_branch, "filter-repo": _Guard.filter_branch,
     "replace": _Guard.replace, "config": _Guard.config, "fast-import": _Guard.from_input,
-    "receive-pack": _Guard.from_input,
+    "receive-pack": _Guard.from_input, "tag": _Guard.tag,
 }
 
 
@@ -808,6 +845,9 @@ class _Repo:
 
     def alias(self, name: str) -> str | None:
         return self._git("config", "--get", f"alias.{name}")
+
+    def config_true(self, key: str) -> bool:
+        return self._git("config", "--type=bool", "--get", key) == "true"
 
     def remote_url(self, name: str) -> str | None:
         return self._git("config", "--get", f"remote.{name}.url")

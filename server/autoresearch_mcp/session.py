@@ -166,7 +166,7 @@ def plan_session(
         if elsewhere:
             raise StateError(f"branch {branch} is checked out in another worktree ({elsewhere}); switch that "
                              f"worktree to another branch (git -C {elsewhere} checkout --detach) and start again")
-        head = gitops.head_commit(repo, branch)
+        head = gitops.branch_commit(repo, branch)
         if gitops.tracked(repo, head, STATE_DIR):
             raise StateError(f"branch {branch} tracks {STATE_DIR}/, the session's private folder; remove it from "
                              "the branch (git rm -r --cached) before resuming")
@@ -244,7 +244,7 @@ def apply_plan(plan: Plan) -> list[str]:
         if plan.resumed:
             gitops.checkout(repo, config.branch)
             if plan.recipe_files:
-                moved = gitops.head_commit(repo, config.branch)
+                moved = gitops.branch_commit(repo, config.branch)
                 gitops.fast_forward(repo, plan.head)
         else:
             gitops.checkout_new_branch(repo, config.branch, plan.head)

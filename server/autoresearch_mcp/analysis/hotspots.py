@@ -81,7 +81,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     """Run the benchmark once under perf record in the build of the session head or of a candidate."""
     repo, config = session.repo, session.config
     if experiment_id is None:
-        head = gitops.head_commit(repo, config.branch)
+        head = gitops.branch_commit(repo, config.branch)
         target = _Target("baseline", head, head)
     else:
         fetched = session.manager.fetch(experiment_id, 0)

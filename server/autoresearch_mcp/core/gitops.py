@@ -26,6 +26,7 @@ import fnmatch
 import logging
 import os
 import posixpath
+import shlex
 import shutil
 import sys
 import tempfile
@@ -45,6 +46,14 @@ Repo = git.Repo
 GitError = git.GitCommandError  # git ran and failed (or outlasted TIMEOUT_S); `.stderr` holds what git said
 
 EXP_REF = "refs/autoresearch/exp/"
+REVIEW_REF = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
+BRANCH_REF = "refs/heads/"
+SESSION_BRANCHES = "refs/heads/autoresearch/"
+# Where a ref shadows a session branch `autoresearch/<tag>`: git resolves that short name by trying
+# `<name>`, `refs/<name>`, `refs/tags/<name>` before `refs/heads/<name>` (and `refs/remotes/<name>` after it), so
+# a ref there is what a short name means to git, or to a person reading `git log autoresearch/<tag>`.
+SHADOWS = ("refs/tags/autoresearch/", "refs/remotes/autoresearch/", "refs/autoresearch/")
+TOP_LEVEL = "autoresearch"  # a folder of the git directory holding `autoresearch/<tag>` refs outside refs/
 # A git that hangs (a stalled network file system, a filter process that waits) must not hold the
 # server forever; the limit is far above a normal run of any command here.
 TIMEOUT_S = 600.0
@@ -204,10 +213,34 @@ def current_branch(repo: Repo) -> str | None:
 
 def branch_exists(repo: Repo, name: str) -> bool:
     try:
-        _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{name}")
+        _git(repo, "show-ref", "--verify", "--quiet", f"{BRANCH_REF}{name}")
     except GitError:
         return False
     return True
+
+
+def branch_commit(repo: Repo, name: str) -> str:
+    """The commit branch `name` points at, found by its full name `refs/heads/<name>` exactly: never a tag or
+    another ref git would take the short name for first (issue 32)."""
+    ref = branch_ref(repo, name)
+    sha = rev_parse(repo, ref.sha) if ref is not None and ref.sha else None
+    if sha is None:
+        raise StateError(f"branch {name} ({BRANCH_REF}{name}) does not exist or names no commit")
+    return sha
+
+
+def shadowing_refs(repo: Repo) -> dict[str, str]:
+    """Refs named like a session branch outside refs/heads (SHADOWS, and `autoresearch/...` files at the top of
+    the git directory), the server's own refs/autoresearch/exp/ and review/ aside; each with the command that
+    deletes it (git refuses to delete a top-level name it let be written: the file goes)."""
+    found = {r.name: f"git update-ref -d {r.name}" for r in list_refs(repo, *SHADOWS)
+             if not r.name.startswith((EXP_REF, REVIEW_REF))}
+    for top in {Path(repo.git_dir), Path(repo.common_dir)}:
+        for dirpath, _, files in os.walk(top / TOP_LEVEL):
+            for f in files:
+                path = Path(dirpath, f)
+                found[path.relative_to(top).as_posix()] = f"rm -- {shlex.quote(str(path))}"
+    return dict(sorted(found.items()))
 
 
 def valid_ref(repo: Repo, ref: str) -> bool:
@@ -388,7 +421,7 @@ def branch_log(repo: Repo, start: str, branch: str) -> list[BranchCommit]:
     git log has no NUL-separated form that keeps the diffstat, so %x1e opens each record and %x1f ends
     each field (control characters no commit message holds in practice)."""
     out = _git(repo, "log", "--reverse", "--first-parent", "--stat=100", "--format=%x1e%H%x1f%ct%x1f%B%x1f",
-               f"{start}..refs/heads/{branch}", "--")
+               f"{start}..{BRANCH_REF}{branch}", "--")
     commits = []
     for chunk in out.split("\x1e")[1:]:
         sha, ts, message, stat = [*chunk.split("\x1f"), "", "", ""][:4]
@@ -779,7 +812,7 @@ def remove_ref_guard(repo: Repo) -> bool:
 
 def branch_ref(repo: Repo, branch: str) -> Ref | None:
     """The branch `refs/heads/<branch>` as it is (its commit, or the ref it points to when symbolic)."""
-    name = f"refs/heads/{branch}"
+    name = f"{BRANCH_REF}{branch}"
     return next((r for r in list_refs(repo, name) if r.name == name), None)
 
 

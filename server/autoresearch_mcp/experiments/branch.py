@@ -8,6 +8,12 @@ know counts only when it is exactly what commit_winner makes, for a winner it wo
 kept it from being recorded (between the branch's move and the record): it is then recorded as
 reconciled. Anything else (a commit the hook could not stop, a hand-written ref, a reset) stops the
 session with an error that names what changed and how to put the branch back.
+
+Every other `autoresearch/*` ref is held to the ledger too (issue 32): a ref that shadows a session branch
+(`refs/tags/autoresearch/<tag>`, an `autoresearch/<tag>` file at the top of the git directory...: git takes
+the short name for it first), a session branch made a symbolic ref (git runs no reference-transaction hook
+for `git symbolic-ref`), and a branch of an earlier session the ledger knows that no longer holds the
+commit the ledger left it at stop the session until they are deleted or put back.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ TRAILER = "Autoresearch-Experiment"  # commit_winner's trailer naming the experi
 def check(repo: gitops.Repo, config: SessionConfig, view: LedgerView, append: Callable[[Record], None]) -> list[str]:
     """Hold the session branch to the ledger: record the commits commit_winner made but could not record
     (`append` writes a record and folds it into `view`), and return them; raise StateError, saying what
-    changed and what to do, when the branch is anywhere else."""
+    changed and what to do, when the branch is anywhere else, or another autoresearch/* ref is not the ledger's."""
+    strays = _strays(repo, config, view)
+    if strays:
+        raise StateError(
+            "refs that are not the ledger's stand beside the session branches: " + "; ".join(strays) + ". Something "
+            "other than the server wrote them, so no experiment is judged, launched or committed until they are "
+            f"gone. A person can fix them in a terminal, in {repo.working_dir}, with the commands above "
+            "(core.hooksPath=/dev/null lets a session branch through autoresearch's reference-transaction hook)")
     expected = view.heads.get(config.session_id)
     if expected is None:  # no validated start yet: nothing to hold the branch to
         return []
@@ -56,6 +69,27 @@ def check(repo: gitops.Repo, config: SessionConfig, view: LedgerView, append: Ca
         reconciled.append(sha)
         parent = sha
     return reconciled
+
+
+def _strays(repo: gitops.Repo, config: SessionConfig, view: LedgerView) -> list[str]:
+    """What is wrong with the autoresearch/* refs other than the current session branch's commits, each with
+    the command that fixes it."""
+    found = [f"{name} shadows a session branch (git resolves the short name to it before refs/heads/): delete it "
+             f"(`{fix}`)" for name, fix in gitops.shadowing_refs(repo).items()]
+    known = {s.branch or f"autoresearch/{s.tag}": s.session_id for s in view.sessions if s.branch or s.tag}
+    known[config.branch] = config.session_id
+    for ref in gitops.list_refs(repo, gitops.SESSION_BRANCHES):
+        name = ref.name.removeprefix(gitops.BRANCH_REF)
+        session = known.get(name)
+        expected = view.heads.get(session) if session else None
+        back = (f"`git -c core.hooksPath=/dev/null update-ref --no-deref {ref.name} {expected}`" if expected
+                else f"`git -c core.hooksPath=/dev/null symbolic-ref -d {ref.name}`")
+        if ref.symref and name != config.branch:  # the current branch's own check says more
+            found.append(f"{ref.name} is a symbolic ref to {ref.symref}: put it back ({back})")
+        elif session and session != config.session_id and expected and not _contains(repo, ref.sha, expected):
+            found.append(f"{ref.name}, session {session}'s branch, no longer contains {expected[:12]}, where "
+                         f"commit_winner left it: put it back ({back})")
+    return found
 
 
 def _contains(repo: gitops.Repo, tip: str, commit: str) -> bool:

@@ -121,7 +121,7 @@ class ExperimentManager:
         return exp
 
     def session_head(self) -> str:
-        return gitops.head_commit(self.repo, self.config.branch)
+        return gitops.branch_commit(self.repo, self.config.branch)
 
     def check_branch(self) -> None:
         """Stop (StateError) unless the session branch is where the ledger says commit_winner left it; a
