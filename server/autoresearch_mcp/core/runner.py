@@ -729,13 +729,12 @@ def yield_turn(path: str | None, timeout_s: float = 3600.0) -> None:
         time.sleep(0.05)
 
 
-def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
-    out = Outcome(job["experiment_id"], host=host_info())
-    base, cand = job["baseline_dir"], job["candidate_dir"]
+def _build_both(job: dict[str, Any], log: Any, out: Outcome) -> bool:
+    """Build the job's baseline, then its candidate (each reused when built already); False, with the failure
+    in `out`, when one fails."""
     t0 = time.monotonic()
-
-    emit("status", status="building")
-    for role, tree in (("baseline", base), ("candidate", cand)):
+    for role in ("baseline", "candidate"):
+        tree = job[f"{role}_dir"]
         built = build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"),
                            run_env(job, tree), sandbox.for_job(job, tree))
         out.build[role] = built.record()
@@ -745,8 +744,43 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             out.status, out.phase = "failed", "build"
             out.error = f"{role} build {why}:\n{res.tail()}"
             out.durations["build"] = time.monotonic() - t0
-            return out
+            return False
     out.durations["build"] = round(time.monotonic() - t0, 3)
+    return True
+
+
+def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
+    """The hidden holdout's A/B (commit_winner): both trees built (reused from the experiment), then `pairs`
+    interleaved pairs of the holdout's command, confined as a bench is, each pair's order a coin of the job's
+    `seed`. Only the values of its METRIC lines come back; the server judges them."""
+    out = Outcome(job["experiment_id"], host=host_info())
+    spec = job["holdout"]
+    trees = [("baseline", job["baseline_dir"]), ("candidate", job["candidate_dir"])]
+    if not _build_both(job, log, out):
+        return out
+    rng = random.Random(job["seed"])
+    for i in range(int(spec["pairs"])):
+        order = trees[::-1] if rng.random() < 0.5 else trees
+        for pos, (role, tree) in enumerate(order):
+            with machine_turn(job.get("machine_lock")):
+                res = run_command(list(spec["command"]), tree, float(spec["timeout_s"]), env=run_env(job, tree),
+                                  log=log, confine=sandbox.for_job(job, tree, "bench"))
+            values = parse_metrics(res.output).values
+            if not res.ok or not values:
+                why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
+                out.status, out.phase = "failed", "bench"
+                out.error = f"the holdout {why} on the {role} (or printed no METRIC line) in pair {i}"
+                return out
+            out.samples.append(Sample(i, role, pos, res.exit_code, round(res.duration_s, 4), res.timed_out, values))
+    return out
+
+
+def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
+    out = Outcome(job["experiment_id"], host=host_info())
+    base, cand = job["baseline_dir"], job["candidate_dir"]
+    emit("status", status="building")
+    if not _build_both(job, log, out):
+        return out
 
     # The checks come first: a candidate that is not correct is never worth its pairs (and is never a winner).
     if job.get("run_checks", True):
@@ -983,7 +1017,7 @@ def main(argv: list[str]) -> int:
             if refused:
                 outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="sandbox", error=refused)
             else:
-                outcome = run_experiment(job, log)
+                outcome = run_holdout(job, log) if "holdout" in job else run_experiment(job, log)
         except Exception as exc:  # the result line must be printed whatever happened
             outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
                               error=f"{type(exc).__name__}: {exc}")

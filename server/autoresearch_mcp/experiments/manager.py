@@ -21,7 +21,7 @@ from typing import Any
 
 from autoresearch_mcp import limits, recipes
 from autoresearch_mcp.core import decide, gitops
-from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
+from autoresearch_mcp.core.config import Platform, SessionConfig, state_dir
 from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
 from autoresearch_mcp.core.port import Event, Executor, Interrupted, Job, JobSpec, Released, ResultEvent
@@ -900,12 +900,10 @@ class ExperimentManager:
         design = stats.make_design("auto", alpha=c.alpha, min_effect=c.min_effect,
                                    noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
         outcome = holdout.run(
-            c.holdout, self.root, self.worktrees, launch.base_commit, launch.candidate_commit,
-            (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree),
-            {**self.env, **job_env(self.platforms[0])}, directions,
-            c.direction, c.timeouts.build, c.threads, design, c.sandbox)
+            c.holdout, JobMaker(self.repo, c, self.env), self.worktrees, launch.base_commit, launch.candidate_commit,
+            (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree), directions, design)
         self._append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,
-                                   metrics=outcome.metrics))
+                                   metrics=outcome.metrics, seed=outcome.seed, samples=outcome.samples))
         if outcome.regressed:
             shown = "; ".join(f"{n} {_figure(outcome.metrics[n])}" for n in outcome.regressed)
             raise RefusedError(
