@@ -520,14 +520,18 @@ def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
     settings: Settings, executor_for: Callable[[gitops.Repo, SessionConfig], Executor],
     platforms: list[Any] | None = None, recipe: str | None = None, model: str | None = None,
-) -> tuple[StartSessionResult, gitops.Repo, SessionConfig]:
+    ledger: Ledger | None = None,
+) -> tuple[StartSessionResult, gitops.Repo, SessionConfig, Ledger]:
     """Open the session and validate its benchmark with the session's executor (`executor_for` makes it for
-    the planned session: the one it then keeps), so the baseline is measured where experiments run."""
+    the planned session: the one it then keeps), so the baseline is measured where experiments run.
+    `ledger`: the bound session's, used again when it is this repository's (one object per ledger file)."""
     chosen = recipes.get(recipe) if recipe else None
     plan = plan_session(repo_path, metric, direction, executor, tag, platforms, chosen, model)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
-    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    path = state_dir(root) / "ledger.jsonl"
+    ledger = ledger if ledger is not None and ledger.path == path else Ledger(path)
+    view, append = ledger.folding()
     changes: list[str] = []
     if resumed:
         branch.check(repo, config, view, append)  # before its head is validated and recorded as the session's
@@ -553,7 +557,7 @@ def start_session(
                 + (" and model=<path or URL of a GGUF file>" if known.needs_model else "")
                 + f": it commits {', '.join(known.files)} on {config.branch} and validates them.",
                 f"Or run `autoresearch-mcp recipe {known.name} {root}` to read the scripts first.",
-            ]), repo, config
+            ]), repo, config, ledger
     if plan.missing:
         created = apply_plan(plan)
         return StartSessionResult(
@@ -567,7 +571,7 @@ def start_session(
                 "git commit -m 'autoresearch: benchmark and checks'.",
                 f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
             ],
-        ), repo, config
+        ), repo, config, ledger
     env = script_env(config, settings)
     if config.recipe is not None and recipes.get(config.recipe).needs_model and model_file.ENV not in env:
         apply_plan(plan)
@@ -579,7 +583,7 @@ def start_session(
                 f"Call start_session again with tag={config.tag!r} and model=<path of a GGUF file, an http(s) URL "
                 "or hf:owner/name/file.gguf> (or set AUTORESEARCH_MODEL, or `model` / `model_url` in "
                 f"{config_path(root)}).",
-            ]), repo, config
+            ]), repo, config, ledger
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     runs_on = executor_for(repo, config)
     if config.sandbox != sandbox.OFF:
@@ -630,7 +634,7 @@ def start_session(
             "Then edit and launch_experiment(title, hypothesis, sources).",
         ],
     )
-    return result, repo, config
+    return result, repo, config, ledger
 
 
 # --- what a session is held to: the settings it recorded and its branch ------------------------------------
@@ -643,12 +647,12 @@ def recorded_gate(view: LedgerView, session_id: str) -> dict[str, Any] | None:
                 None)
 
 
-def check_resume(repo: gitops.Repo, config: SessionConfig) -> None:
+def check_resume(repo: gitops.Repo, config: SessionConfig, ledger: Ledger) -> None:
     """Refuse to resume (at the server's start) a session whose config changed behind the server's back in
     what decides a verdict, or whose branch is not where its ledger says; a commit_winner commit a crash
     left unrecorded is recorded (experiments/branch.py)."""
     root = Path(repo.working_dir)
-    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    view, append = ledger.folding()
     recorded = recorded_gate(view, config.session_id)
     changes = gate_changes(config, recorded) if recorded is not None else []
     if changes:

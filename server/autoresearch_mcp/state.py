@@ -80,8 +80,9 @@ class AppState:
         if config is not None:
             try:
                 repo = gitops.repo_at(root)
-                sessions.check_resume(repo, config)
-                state._bind(repo, config)
+                ledger = Ledger(state_dir(Path(repo.working_dir)) / "ledger.jsonl")  # the session's one
+                sessions.check_resume(repo, config, ledger)
+                state._bind(repo, config, ledger)
                 log.info("resumed session %s of %s", config.tag, root)
             except StateError as exc:
                 state.unbound = f"the session {config.tag} in {root} was not resumed: {exc}"
@@ -90,8 +91,7 @@ class AppState:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
 
-    def _bind(self, repo: gitops.Repo, config: SessionConfig, fleet: Executor | None = None) -> None:
-        ledger = Ledger(state_dir(Path(repo.working_dir)) / "ledger.jsonl")
+    def _bind(self, repo: gitops.Repo, config: SessionConfig, ledger: Ledger, fleet: Executor | None = None) -> None:
         try:
             env = sessions.script_env(config, self.settings)
         except AutoresearchError as exc:  # experiments then fail with the script's own message
@@ -145,8 +145,9 @@ class AppState:
             return made[-1]
 
         try:
-            result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag, self.settings,
-                                                              executor_for, platforms, recipe=recipe, model=model)
+            result, git_repo, config, ledger = sessions.start_session(
+                repo, metric, direction, executor, tag, self.settings, executor_for, platforms, recipe=recipe,
+                model=model, ledger=old.ledger if old is not None else None)
         except BaseException:
             for ex in made:  # the session is not bound: nothing could release its worker later
                 try:
@@ -162,7 +163,7 @@ class AppState:
                 result.warnings.append(
                     f"the session {old.config.tag} of {old.repo.working_dir} is no longer bound: experiment "
                     f"tools now act on {git_repo.working_dir} (start_session there again to switch back)")
-        self._bind(git_repo, config, made[0] if made else None)
+        self._bind(git_repo, config, ledger, made[0] if made else None)
         self.unbound = None
         return result
 

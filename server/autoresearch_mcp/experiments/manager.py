@@ -94,7 +94,7 @@ class ExperimentManager:
 
     def _append(self, record: Record) -> None:
         with self._lock:
-            apply(self.view, self.ledger.append(record))
+            self.ledger.append(record)  # folded into self.view, the ledger's own
             self._changed.notify_all()
 
     def record_profile(self, record: ProfileRecord) -> None:
