@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autoresearch_mcp import guardshell
 from conftest import git, init_repo
 from test_hooks import bash_event, run_hook
 
@@ -104,3 +105,113 @@ def test_rebase_update_refs_set_in_the_repository_is_refused(moving: Path, tmp_p
     git(moving, "config", "rebase.updateRefs", "true")
     assert run_hook("guard", bash_event(moving, "git rebase main"), tmp_path).returncode == 2
     assert run_hook("guard", bash_event(moving, "git rebase --no-update-refs main"), tmp_path).returncode == 0
+
+
+# --- 33.12: the setup window's commit holds the benchmark and checks alone --------------------------------------
+
+
+@pytest.fixture
+def setup_window(tmp_path: Path) -> Path:
+    """A session branch that lacks its scripts (start_session created them from templates), on which the
+    agent also changed a tracked file."""
+    path = tmp_path / "s"
+    path.mkdir()
+    (path / "kernel.c").write_text("int f(void) { return 1; }\n")
+    init_repo(path)
+    git(path, "checkout", "-q", "-b", "autoresearch/s")
+    for script in ("autoresearch.sh", "autoresearch.checks.sh"):
+        (path / script).write_text("#!/usr/bin/env bash\n")
+    (path / "kernel.c").write_text("int f(void) { return 2; }\n")  # tweaked by hand
+    return path
+
+
+@pytest.mark.parametrize(("command", "denied"), [
+    ("git commit -am 'tweak the kernel by hand'", True),
+    ("git add -A && git commit -m 'autoresearch: benchmark and checks'", True),
+    ("git add . && git commit -m x", True),
+    ("git add autoresearch.sh autoresearch.checks.sh kernel.c && git commit -m x", True),
+    ("git add autoresearch.sh autoresearch.checks.sh && git commit -am x", True),
+    ("git add autoresearch.sh autoresearch.checks.sh && git commit -m x kernel.c", True),
+    ("git add autoresearch.sh autoresearch.checks.sh && git commit -m 'autoresearch: benchmark and checks'", False),
+    ("git add autoresearch.sh && git add autoresearch.checks.sh && git commit -qm 'benchmark and checks'", False),
+    ("git add autoresearch.sh autoresearch.checks.sh; git commit -m x -- autoresearch.sh autoresearch.checks.sh",
+     False),
+])
+def test_the_setup_commit_holds_the_scripts_alone(
+        setup_window: Path, tmp_path: Path, command: str, denied: bool) -> None:
+    result = run_hook("guard", bash_event(setup_window, command), tmp_path)
+    assert result.returncode == (2 if denied else 0), result.stderr
+    if denied:
+        assert "kernel.c" in result.stderr and "commit_winner" in result.stderr
+
+
+def test_a_file_staged_before_the_setup_commit_is_refused_with_it(setup_window: Path, tmp_path: Path) -> None:
+    git(setup_window, "add", "kernel.c")
+    command = "git add autoresearch.sh autoresearch.checks.sh && git commit -m 'autoresearch: benchmark and checks'"
+    result = run_hook("guard", bash_event(setup_window, command), tmp_path)
+    assert result.returncode == 2 and "kernel.c" in result.stderr
+    git(setup_window, "reset", "-q", "kernel.c")  # control: unstaged again, the same command may run
+    assert run_hook("guard", bash_event(setup_window, command), tmp_path).returncode == 0
+
+
+# --- 33.12: text is not a command; 31: shell aliases are followed -----------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "on_session_branch", "denied"), [
+    ("python3 -c \"print('git commit')\"", True, False),
+    ("python3 -c \"print(f'run git commit -m {x} by hand')\"", True, False),
+    ("node -e \"console.log('git push --force')\"", True, False),
+    ("ruby -e 'puts(\"git commit -m x\")'", True, False),
+    ("python3 -c \"print('git commit')\" | sh", True, True),  # what it prints is run
+    ("python3 -c \"import os; print(os.system('git commit -m x'))\"", True, True),
+    ("python3 -c \"import os; os.system('git commit -m x'); print('done')\"", True, True),
+    ("alias g=git\ng commit -m x", True, True),
+    ("shopt -s expand_aliases; alias ci='git commit -m'\nci x", True, True),
+    ("alias up='git update-ref refs/heads/autoresearch/x'\nup feature", False, True),
+    ("alias g=git\nunalias g\ng commit -m x", True, False),
+    ("alias ll='ls -la'\nll", True, False),
+    ("alias g=git\ng status", True, False),
+])
+def test_text_is_not_a_command_and_shell_aliases_are_followed(
+        moving: Path, tmp_path: Path, command: str, on_session_branch: bool, denied: bool) -> None:
+    if on_session_branch:
+        git(moving, "checkout", "-q", "autoresearch/x")
+    result = run_hook("guard", bash_event(moving, command), tmp_path)
+    assert result.returncode == (2 if denied else 0), result.stderr
+
+
+# --- 31: the evaluator's effects, as the policy receives them ---------------------------------------------------
+
+
+def effects(command: str, cwd: str = "/repo") -> list[tuple[str, object]]:
+    """What guardshell.Shell hands its judge for `command`, none refused."""
+    seen: list[tuple[str, object]] = []
+
+    def judge(effect: guardshell.Effect) -> str | None:
+        if isinstance(effect, guardshell.GitCall):
+            seen.append(("git", (effect.args, effect.cwd, effect.joined)))
+        elif isinstance(effect, guardshell.Write):
+            seen.append(("write", (effect.path, effect.cwd)))
+        else:
+            seen.append(("blind", effect.scope))
+        return None
+
+    guardshell.Shell(judge, guardshell.Oracle()).command(command, cwd)
+    return seen
+
+
+def test_the_evaluator_emits_git_calls_and_writes_in_order() -> None:
+    assert effects("cd sub && git -c core.hooksPath=/dev/null commit -m x > log.txt") == [
+        ("write", ("log.txt", "/repo/sub")), ("git", (["-c", "core.hooksPath=/dev/null", "commit", "-m", "x"],
+                                                      "/repo/sub", False))]
+    assert effects("git checkout a && git commit -m x; git push") == [
+        ("git", (["checkout", "a"], "/repo", False)), ("git", (["commit", "-m", "x"], "/repo", True)),
+        ("git", (["push"], "/repo", False))]
+    assert effects("alias g='git -C /else'\ng tag autoresearch/x") == [
+        ("git", (["-C", "/else", "tag", "autoresearch/x"], "/repo", False))]
+    assert effects("echo x | tee -a .git/packed-refs") == [("write", ("-a", "/repo")),
+                                                           ("write", (".git/packed-refs", "/repo"))]
+    assert [kind for kind, _ in effects("python3 -c \"print('git commit')\"")] == ["write", "write"]  # its words
+    assert [e for e in effects("python3 -c \"import os; git = 'g' + 'it'; os.system(git)\"") if e[0] != "write"] \
+        == [("blind", "repo")]
+    assert effects("sh ./no-such-script.sh")[0] == ("blind", "branch")

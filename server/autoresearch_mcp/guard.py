@@ -1,63 +1,61 @@
-"""The PreToolUse guard (hooks/hooks.json): an early, friendly refusal of whatever would move, rewrite or
-delete a session branch `autoresearch/*` (or the server's `refs/autoresearch/*`) outside commit_winner.
+"""The PreToolUse guard (hooks/hooks.json): an early, friendly refusal of whatever would move, rewrite,
+shadow or delete a session branch `autoresearch/*` (or the server's `refs/autoresearch/*`) outside
+commit_winner. It is a policy over effects: guardshell.py evaluates a Bash command line into the git
+invocations and file writes it would make (following cd, variables, aliases, wrappers, scripts, one-line
+programs), and this module judges each effect, in order, with a table of git subcommands (_JUDGES).
 
-- **Bash**: the command is read as the shell reads it (shellwords.py), and every git it runs is judged:
-  commit and amend, merge, rebase, cherry-pick, revert, am, pull, reset, branch -f/-m/-c/-d, checkout -B,
-  switch -C, worktree add -B, update-ref, symbolic-ref, fetch or push into such a branch (a push into the
-  repository itself too), force-push and remote deletion, replace, fast-import, receive-pack, and the git
-  config that adds an alias, moves the hooks (core.hooksPath) or includes other files. It follows `cd`,
-  `-C`, aliases (also those the command defines), variables the command sets, `$PWD`, known command
-  substitutions (`$(git rev-parse --show-toplevel)`, `$(echo ...)`, `$(pwd)`), wrappers (env, sudo,
-  xargs, timeout...), scripts run by a shell (`bash -c`, `eval`, here-documents, `echo ... | sh`, a script
-  file) and the strings of a one-line program (`python3 -c`, `perl -e`...). Text that is only data
-  (`grep -rn "git commit" .`) is not a command. A write into the git directory of a repository with
-  session branches (its refs, packed-refs, HEAD, config, hooks) is refused.
+- **git**: commit and amend, merge, rebase (with --update-refs too, on any branch), cherry-pick, revert, am,
+  pull, reset, branch -f/-m/-c/-d, checkout -B, switch -C, worktree add -B, update-ref, symbolic-ref, tag
+  (a tag named autoresearch/... shadows the branch), fetch or push into such a branch (a push into the
+  repository itself too), force-push and remote deletion, replace, fast-import, receive-pack, git run
+  without the reference-transaction hook (-c core.hooksPath, GIT_CONFIG_*), and the git config that adds
+  an alias, moves the hooks, sets rebase.updateRefs or includes other files. It follows `-C`, git aliases
+  (also those the command defines) and the branch an earlier checkout of the command moved to.
+- **writes**: into the git directory of a repository with session branches (its refs, packed-refs, HEAD,
+  config, hooks).
 - **Write, Edit, MultiEdit**: a file inside the git directory of a repository with session branches.
 
 It fails closed: what it cannot resolve where it matters is refused (an unknown git subcommand, alias or
 program name on a session branch, a directory it cannot resolve, a script it cannot read, a program that
 runs git in a way it cannot follow beside session branches). One commit is the agent's own: the
-benchmark and checks, on a session branch that lacks them (start_session's setup step). The real guard
-is elsewhere: the reference-transaction hook start_session installs refuses these moves whatever
-program makes them, and the server holds the branch to its ledger.
+benchmark and checks, on a session branch that lacks them (start_session's setup step), and that commit
+may hold nothing else. The real guard is elsewhere: the reference-transaction hook start_session installs
+refuses these moves whatever program makes them, and the server holds the branch to its ledger.
 
-Standard library only, Python 3.8 syntax: hooks/run runs this file with the system python3, so the
-guard holds before (and without) the plugin's venv.
+Standard library only, Python 3.8 syntax, and cheap: hooks/run runs this file with the system python3
+(`-I -S`) before every Bash call, so it imports only what the call needs (no subprocess until git must be
+asked, no typing).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shlex
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 if __name__ == "__main__":  # run as a script by hooks/run: the package is not installed for this python3
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autoresearch_mcp import shellwords
-from autoresearch_mcp.shellwords import LIT, SUB, VAR, Command, Word
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from autoresearch_mcp import guardshell
+from autoresearch_mcp.guardshell import UNKNOWN, GitCall, Write
+
+TYPE_CHECKING = False  # typing is not imported at run time (see guardshell)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    _Judge = Callable[["_Guard", "_Repo", list[str], str], "str | None"]
 
 PROTECTED = "autoresearch/"
 ALL = "autoresearch/*"  # the session branches as a whole (a command that could touch any of them)
 SCRIPTS = ("autoresearch.sh", "autoresearch.checks.sh")  # until both are committed, a session is being set up
-UNKNOWN = "?"  # a branch, directory or word the guard cannot tell: treated as a session branch (fail closed)
 STARTED = time.monotonic()
 DEADLINE_S = 20.0  # answer well within hooks.json's 30 s timeout, before Claude Code gives up on the hook
 DENY_EXIT = 2  # PreToolUse: exit 2 blocks the tool call and shows stderr to Claude (exit 1 would not)
-MAX_SCRIPT = 256 * 1024  # a script file read to judge what it runs
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
 _FORCE = ("-f", "--force", "--force-with-lease", "--force-if-includes")
 _ENDERS = ("--abort", "--quit")  # end a merge, rebase or pick in progress: the branch stays where it was
 # Subcommands that never move a branch; anything neither here nor judged below is refused on a session branch.
 _SAFE = frozenset({
-    "add", "annotate", "apply", "archive", "bisect", "blame", "bundle", "cat-file", "check-attr",
+    "annotate", "apply", "archive", "bisect", "blame", "bundle", "cat-file", "check-attr",
     "check-ignore", "check-mailmap", "check-ref-format", "cherry", "clean", "clone", "column", "commit-graph",
     "commit-tree", "count-objects", "credential", "describe", "diff", "diff-files", "diff-index",
     "diff-tree", "difftool", "fast-export", "format-patch", "fsck", "gc", "grep", "hash-object", "help",
@@ -95,49 +93,20 @@ _VALUED = {
 # Settings that let a git call move refs the reference-transaction hook never sees (another hooks folder),
 # or move branches besides the one checked out (rebase's --update-refs).
 _UNHOOKED = ("core.hookspath", "rebase.updaterefs")
+_LOCAL_URL = ("/", "./", "../", "~", "file://")  # a remote in this machine's file system
 _SHADOW_REMOTE = "refs/remotes/autoresearch/"  # refs/remotes/<name> is what git tries for <name> after refs/heads
-# What runs the words after it: shell keywords, and programs that run a command (their options with a value).
-_KEYWORDS = frozenset({"if", "then", "elif", "else", "do", "while", "until", "!", "{", "time"})
-_WRAPPERS: dict[str, frozenset[str]] = {
-    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}),
-    "doas": frozenset({"-u", "-C"}), "env": frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}),
-    "nice": frozenset({"-n", "--adjustment"}), "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
-    "nohup": frozenset(), "stdbuf": frozenset({"-i", "-o", "-e"}), "exec": frozenset({"-a"}),
-    "command": frozenset(), "builtin": frozenset(), "ionice": frozenset({"-c", "-n", "-p"}),
-    "chronic": frozenset(), "setsid": frozenset(), "unbuffer": frozenset(), "xargs": frozenset({
-        "-a", "--arg-file", "-d", "--delimiter", "-E", "-e", "--eof", "-I", "-i", "--replace", "-L", "-l",
-        "--max-lines", "-n", "--max-args", "-P", "--max-procs", "-s", "--max-chars", "--process-slot-var"}),
-}
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh"})
-_INTERPRETERS = {"python": ("-c",), "perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "--eval", "-p", "--print"),
-                 "nodejs": ("-e", "--eval"), "php": ("-r",), "lua": ("-e",), "deno": ("eval",), "bun": ("-e", "--eval")}
-# Programs that only read the files they are given (their output may be redirected, which is judged apart).
-_READERS = frozenset({
-    "cat", "less", "more", "head", "tail", "ls", "grep", "egrep", "fgrep", "rg", "ag", "stat", "file", "wc", "diff",
-    "cmp", "du", "tree", "xxd", "od", "hexdump", "echo", "printf", "test", "[", "[[", "realpath", "readlink",
-    "basename", "dirname", "md5sum", "sha1sum", "sha256sum", "strings", "jq", "git", "cd", "pushd", "true",
-    "false", ":", "type", "which", "whereis", "column", "sort", "uniq", "cut", "tr", "nl", "bat", "fd",
-})
-_DESTINATION_LAST = frozenset({"cp", "ln", "install", "rsync", "scp"})  # only their last path is written
-_WRITES = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
-_NAME_EQ = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_GIT_WORD = re.compile(r"(?<![\w.-])git(?![\w-])")
-_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'')
-_PLACEHOLDER = re.compile(r"#?\{[^{}]*\}|%\(?\w*\)?[sdr]|\$\{[^}]*\}")  # f-strings, format, %s, ruby, js templates
-_UNKNOWN_VALUE = "${__autoresearch_unknown__}"  # what a script's unknown piece becomes: a word it cannot resolve
-if TYPE_CHECKING:  # the hook runs on the system python3, which may predate subscripted builtins at run time
-    _Judge = Callable[["_Guard", "_Repo", list[str], str], str | None]
-
 
 # --- the entry -----------------------------------------------------------------------------------------
 
 
-def guard(event: dict[str, Any]) -> str | None:
+def guard(event: dict[str, object]) -> str | None:
     """Why this tool call must not run, or None to let it run."""
     tool, given = event.get("tool_name"), event.get("tool_input") or {}
     cwd = str(event.get("cwd") or ".")
+    if not isinstance(given, dict):
+        return None
     if tool == "Bash" and isinstance(given.get("command"), str):
-        return _Guard().command(given["command"], cwd)
+        return _Guard().shell.command(given["command"], cwd)
     if tool in EDIT_TOOLS and isinstance(given.get("file_path"), str):
         path = given["file_path"]
         if _Guard().internal(path, cwd):
@@ -147,324 +116,43 @@ def guard(event: dict[str, Any]) -> str | None:
     return None
 
 
-class _Guard:
-    """Judges one command; remembers what earlier parts of it did (a checkout, an alias, a variable)."""
+class _Guard(guardshell.Oracle):
+    """The policy: judges the effects of one command in order; remembers what earlier git calls of it did
+    (a checkout, a git alias, the files it staged)."""
 
     def __init__(self) -> None:
+        self.shell = guardshell.Shell(self.judge, self)
         # repository -> the branches HEAD may be on after an earlier checkout in the command (None: where it was)
         self.switched: dict[str, set[str | None]] = {}
         self.pending: dict[str, str] = {}  # a checkout in the previous git call, certain only if `&&` follows it
-        self.chained = False  # only `&&` since the last git call
         self.aliases: dict[str, str] = {}  # git aliases the command defines (git config alias.x ...)
-        self.variables: dict[str, str | None] = {}  # shell variables it sets (None: to what it cannot tell)
-        self.depth = 0  # alias and script nesting
+        self.adds: list[tuple[_Repo, list[str]]] = []  # the `git add` calls before (their repository, arguments)
 
-    # --- shell --------------------------------------------------------------------------------------------
+    def judge(self, effect: guardshell.Effect) -> str | None:
+        """Why this effect must not happen (None: let it)."""
+        if isinstance(effect, GitCall):
+            return self.git(effect)
+        if isinstance(effect, Write):
+            return _refuse(effect.what, ALL, "it writes inside the git directory") \
+                if self.internal(effect.path, effect.cwd) else None
+        repo = _Repo(effect.cwd, [], {})
+        if effect.scope == "always":
+            return _refuse(effect.what, UNKNOWN, effect.why)
+        if effect.scope == "branch":
+            current = self.current(repo)
+            return _refuse(effect.what, current, effect.why) if _protected(current) else None
+        return _refuse(effect.what, ALL, effect.why) if repo.has_session_refs() else None
 
-    def command(self, script: str, cwd: str | None) -> str | None:
-        """Why the shell script `script` (run in cwd) must not run."""
-        self.depth += 1
-        try:
-            if self.depth > 8:
-                return _refuse(script[:200], UNKNOWN, "it nests scripts or aliases too deeply to follow")
-            stack: list[str | None] = []
-            previous: Command | None = None  # the command whose output this one reads (a pipeline)
-            for item in shellwords.split(script):
-                if isinstance(item, str):
-                    if item == "(":
-                        stack.append(cwd)
-                    elif stack:
-                        cwd = stack.pop()
-                    previous = None
-                    continue
-                reason, cwd = self.simple(item, cwd, previous)
-                if reason:
-                    return reason
-                previous = item if item.end in ("|", "|&") else None
-                self.chained = self.chained and item.end == "&&"
-            return None
-        finally:
-            self.depth -= 1
+    # --- what the evaluator asks git (guardshell.Oracle) ---------------------------------------------------
 
-    def simple(self, cmd: Command, cwd: str | None, previous: Command | None
-               ) -> tuple[str | None, str | None]:
-        """Why one simple command must not run, and the directory the commands after it run in."""
-        for word in [*cmd.words, *(w for _, w in cmd.redirects), *cmd.heredocs]:
-            for kind, text, _ in word.parts:
-                if kind == SUB:  # $(...), `...`, <(...): run before the command, in its directory
-                    reason = self.command(text, cwd)
-                    if reason:
-                        return reason, cwd
-        for op, written in cmd.redirects:
-            if op in _WRITES and self.internal(self.resolve(written, cwd), cwd):
-                return _refuse(cmd_text(cmd), ALL, "it writes inside the git directory"), cwd
-        words: list[Word] = list(cmd.words)
-        env: dict[str, str] = {}
-        assigned = _assignment(words[0]) if words else None
-        while assigned is not None:
-            name, value = assigned
-            env[name] = self.resolve(value, cwd) or UNKNOWN
-            if all(_assignment(w) for w in words):  # no command: variables of the shell, for what follows
-                self.variables[name] = self.resolve(value, cwd)
-            words.pop(0)
-            assigned = _assignment(words[0]) if words else None
-        fields = [field for w in words for field in self.fields(w, cwd)]
-        values = [value for value, _ in fields]
-        start, placeholders, cwd_for = self.unwrap(values, env, cwd)
-        if start >= len(values):
-            return None, cwd
-        program, args = values[start], values[start + 1:]
-        name = _program(program) or ""
-        if name in ("cd", "pushd"):
-            target = next((a for a in args if a is None or not a.startswith("-") or a == "-"), "~")
-            new = None if cwd is None or target is None or target == "-" else \
-                os.path.normpath(os.path.join(cwd, os.path.expanduser(target)))
-            return None, new
-        if name in ("export", "declare", "local", "readonly", "typeset"):
-            for word in words:
-                found = _assignment(word)
-                if found:
-                    self.variables[found[0]] = self.resolve(found[1], cwd)
-            return None, cwd
-        if program is None or name == "git" or (name.startswith("git-") and self.dashed(name, cwd_for)):
-            head = [] if program is None or name == "git" else [name[len("git-"):]]
-            given = [UNKNOWN if a is None or (placeholders and any(p in a for p in placeholders)) else a
-                     for a in args]
-            return self.git(head + given + ([UNKNOWN] if placeholders is not None else []), cwd_for, env,
-                            maybe=program is None), cwd
-        if name in _SHELLS or name in ("eval", "source", "."):
-            reason = self.shell(name, args, cmd, previous, cwd_for)
-        elif _interpreter(name):
-            reason = self.program(_interpreter(name), args, cmd, previous, cwd_for)
-        else:
-            reason = None
-        if reason:
-            return reason, cwd
-        if name not in _READERS:  # find -exec git ..., watch git ..., parallel git ...: a git among the words
-            for j, (field, quoted) in enumerate(fields[start + 1:]):
-                if field is not None and not quoted and _program(field) == "git":
-                    tail = args[j + 1:]
-                    end = next((k for k, a in enumerate(tail) if a in (";", "+")), len(tail))
-                    reason = self.git([UNKNOWN if a is None or a == "{}" else a for a in tail[:end]], cwd_for, env)
-                    if reason:
-                        return reason, cwd
-        if any(self.internal(a, cwd_for) for a in _written(name, args)):
-            return _refuse(cmd_text(cmd), ALL, "it writes inside the git directory"), cwd
-        return None, cwd
+    def exec_path(self, cwd: str | None) -> str | None:
+        return _Repo(cwd, [], {}).exec_path()
 
-    def fields(self, word: Word, cwd: str | None) -> list[tuple[str | None, bool]]:
-        """The words the shell makes of `word` (an unquoted expansion is split at blanks), each with
-        whether it was quoted; None for one the guard cannot resolve."""
-        value = self.resolve(word, cwd)
-        split = value is not None and any(kind != LIT and not quoted for kind, _, quoted in word.parts)
-        if split and value is not None:
-            return [(v, False) for v in value.split()]
-        return [(value, word.quoted)]
+    def rev_parse_path(self, cwd: str | None, option: str) -> str | None:
+        return _Repo(cwd, [], {}).rev_parse_path(option)
 
-    def unwrap(self, values: list[str | None], env: dict[str, str], cwd: str | None
-               ) -> tuple[int, set[str] | None, str | None]:
-        """Skip keywords and wrappers (env, sudo, xargs...): the index of the program they run; for xargs,
-        the words it replaces by its input (its other input comes after them: None without xargs); and
-        the directory the program runs in (env -C)."""
-        i = 0
-        placeholders: set[str] | None = None
-        while i < len(values):
-            name = _program(values[i])
-            if name in _KEYWORDS:
-                i += 1
-                continue
-            if name is None or name not in _WRAPPERS:
-                break
-            valued = _WRAPPERS[name]
-            i += 1
-            if name == "xargs":
-                placeholders = placeholders or set()
-            while i < len(values) and (values[i] or "").startswith("-") and values[i] not in ("-", "--"):
-                option = values[i] or ""
-                value = values[i + 1] if i + 1 < len(values) else None
-                if name == "env" and option in ("-C", "--chdir"):
-                    cwd = None if cwd is None or value is None else os.path.join(cwd, value)
-                if name == "xargs" and placeholders is not None and (option in ("-I", "-i", "--replace")
-                                                                     or option.startswith(("-I", "--replace="))):
-                    given = value if option in ("-I", "--replace") else option.partition("=")[2] or option[2:]
-                    placeholders.add(given or "{}")
-                if name == "command" and option in ("-v", "-V"):
-                    return len(values), None, cwd  # prints what the name is; runs nothing
-                i += 2 if option in valued else 1
-            if i < len(values) and values[i] == "--":
-                i += 1
-            if name == "env":
-                while i < len(values) and _NAME_EQ.match(values[i] or ""):
-                    key, _, value_ = (values[i] or "").partition("=")
-                    env[key] = value_
-                    i += 1
-            if name == "timeout" and i < len(values):
-                i += 1  # the duration
-        return i, placeholders, cwd
-
-    def shell(self, name: str | None, args: list[str | None], cmd: Command, previous: Command | None,
-              cwd: str | None) -> str | None:
-        """A shell, eval or source: judge the script it runs, or refuse one it cannot read on a session branch."""
-        script: str | None = None
-        if name == "eval":
-            script = " ".join(a for a in args if a is not None) if all(a is not None for a in args) else None
-        elif name in ("source", "."):
-            script = _read(args[0], cwd) if args and args[0] is not None else None
-        else:
-            flags: list[str] = []
-            positional: list[str | None] = []
-            skip = False
-            for a in args:
-                if skip:
-                    skip = False
-                elif a is not None and a[:1] in "-+" and len(a) > 1 and not a.startswith("--"):
-                    flags.append(a)
-                    skip = a in ("-o", "+o", "-O", "+O")
-                elif a is None or not a.startswith("--"):
-                    positional.append(a)
-            if any("c" in f for f in flags if f.startswith("-")):
-                script = positional[0] if positional else None
-            elif positional:
-                script = _read(positional[0], cwd) if positional[0] is not None else None
-            else:
-                script = self.stdin(cmd, previous, cwd)
-        if script is not None:
-            return self.command(script, cwd)
-        repo = _Repo(cwd, [], {})
-        return _refuse(cmd_text(cmd), self.current(repo), "it runs a script the guard cannot read") \
-            if _protected(self.current(repo)) else None
-
-    def program(self, options: tuple[str, ...], args: list[str | None], cmd: Command,
-                previous: Command | None, cwd: str | None) -> str | None:
-        """An interpreter (python, perl...): judge the strings of a one-line program (`-c`, `-e`, stdin)."""
-        code: str | None = None
-        for i, arg in enumerate(args):
-            if arg in options or (arg or "").startswith(tuple(o for o in options if o.startswith("-"))):
-                code = args[i + 1] if arg in options and i + 1 < len(args) else (arg or "")[2:]
-                break
-            if arg == "-" or arg is None or not arg.startswith("-"):
-                code = self.stdin(cmd, previous, cwd) if arg == "-" else ""  # a script file: out of its sight
-                break
-        else:
-            code = self.stdin(cmd, previous, cwd)
-        if code is None:
-            code = _UNKNOWN_VALUE + " git"  # unreadable: judged as a program that may run git
-        return self.code(code, cwd, cmd_text(cmd))
-
-    def code(self, code: str, cwd: str | None, what: str) -> str | None:
-        """A program's text: its paths into a git directory, and the git commands its strings spell."""
-        if any(self.internal(m.group(1) or m.group(2) or "", cwd) for m in _LITERAL.finditer(code)):
-            return _refuse(what, ALL, "it writes inside the git directory")
-        if not _GIT_WORD.search(code):
-            return None
-        followed = False
-        literals = list(_LITERAL.finditer(code))
-        for k, match in enumerate(literals):
-            text = _PLACEHOLDER.sub(_UNKNOWN_VALUE, match.group(1) if match.group(1) is not None else match.group(2))
-            if _program(text) == "git":  # ['git', 'update-ref', ...]: the literals that follow, while only commas
-                followed, args, end = True, [], match.end()
-                for nxt in literals[k + 1:]:
-                    if code[end:nxt.start()].strip(" \t,") or _PLACEHOLDER.search(nxt.group(0)):
-                        break
-                    args.append(nxt.group(1) if nxt.group(1) is not None else nxt.group(2))
-                    end = nxt.end()
-                closed = code[end:].lstrip(" \t,")[:1] in ("]", ")")
-                reason = self.git(args + ([] if closed else [UNKNOWN]), cwd, {})
-            elif _GIT_WORD.search(text) and any(c.isspace() for c in text):  # "git commit -m x", run by a shell
-                followed, reason = True, self.command(text, cwd)
-            else:
-                reason = None
-            if reason:
-                return reason
-        repo = _Repo(cwd, [], {})
-        if not followed and repo.has_session_refs():
-            return _refuse(what, ALL, "it runs git in a way the guard cannot follow")
-        return None
-
-    def stdin(self, cmd: Command, previous: Command | None, cwd: str | None) -> str | None:
-        """What the command reads on its standard input, when the guard can tell ("" when nothing)."""
-        for op, target in cmd.redirects:
-            if op == "<<<":
-                return self.script_text(target, cwd) + "\n"
-            if op == "<":
-                value = self.resolve(target, cwd)
-                return _read(value, cwd) if value is not None else None
-        if cmd.heredocs:
-            return self.script_text(cmd.heredocs[-1], cwd)
-        if previous is None:
-            return ""
-        values = [self.resolve(w, cwd) for w in previous.words]
-        if values[:1] in (["echo"], ["printf"]) and all(v is not None for v in values):
-            return " ".join(v or "" for v in values[1:] if not (v or "").startswith("-")) + "\n"
-        if values[:1] == ["cat"] and len(values) > 1 and all(v is not None for v in values):
-            texts = [_read(v, cwd) for v in values[1:]]
-            return "".join(t or "" for t in texts) if all(t is not None for t in texts) else None
-        return None
-
-    def resolve(self, word: Word, cwd: str | None) -> str | None:
-        """The word's value as the shell would expand it, or None when the guard cannot tell."""
-        out = []
-        for i, (kind, text, quoted) in enumerate(word.parts):
-            if kind == LIT:
-                out.append(os.path.expanduser(text) if i == 0 and not quoted and text.startswith("~") else text)
-                continue
-            value = self.variable(text, cwd) if kind == VAR else self.substitution(text, cwd) if kind == SUB else None
-            if value is None:
-                return None
-            out.append(value)
-        return "".join(out)
-
-    def script_text(self, word: Word, cwd: str | None) -> str:
-        """A script's text: what the guard resolves, and a word it cannot resolve for the rest."""
-        parts = []
-        for kind, text, _ in word.parts:
-            value = text if kind == LIT else self.variable(text, cwd) if kind == VAR else \
-                self.substitution(text, cwd) if kind == SUB else None
-            parts.append(_UNKNOWN_VALUE if value is None else value)
-        return "".join(parts)
-
-    def variable(self, text: str, cwd: str | None) -> str | None:
-        """$NAME or ${NAME}, ${NAME:-default}, ${NAME-default}: from the command, $PWD, or the environment."""
-        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?)-(.*))?", text, re.S)
-        if match is None:
-            return None
-        name, colon, default = match.group(1), match.group(2), match.group(3)
-        if name in self.variables:
-            value = self.variables[name]
-        elif name == "PWD":
-            value = cwd
-        else:
-            value = os.environ.get(name)
-            if value is None and default is None:
-                return None
-        if default is not None and (value is None or (colon and value == "")):
-            return default if "$" not in default and "`" not in default else None
-        return value
-
-    def substitution(self, script: str, cwd: str | None) -> str | None:
-        """The output of a command substitution the guard knows without running it, else None."""
-        items = shellwords.split(script.strip())
-        if len(items) != 1 or isinstance(items[0], str) or items[0].redirects:
-            return None
-        values = [self.resolve(w, cwd) for w in items[0].words]
-        if not values or any(v is None for v in values):
-            return None
-        words: list[str] = [v or "" for v in values]
-        if words == ["pwd"]:
-            return cwd
-        if words[0] == "echo" and not any(w.startswith("-") for w in words[1:]):
-            return " ".join(words[1:])
-        if words[0] in ("which", "realpath") or words[:2] in (["command", "-v"], ["type", "-P"]):
-            target = words[-1]
-            return (shutil.which(target) if words[0] != "realpath" else
-                    os.path.realpath(os.path.join(cwd, target)) if cwd is not None else None)
-        asked = words[1:] if words[0] == "git" else []
-        if asked == ["--exec-path"]:
-            return _Repo(cwd, [], {}).exec_path()
-        if len(asked) == 2 and asked[0] == "rev-parse" and asked[1] in (
-                "--show-toplevel", "--git-dir", "--git-common-dir", "--absolute-git-dir"):
-            return _Repo(cwd, [], {}).rev_parse_path(asked[1])
-        return None
+    def is_command(self, cwd: str | None, name: str) -> bool:
+        return _Repo(cwd, [], {}).is_command(name)
 
     def internal(self, value: str | None, cwd: str | None) -> bool:
         """Whether the path `value` (relative to cwd) lies inside the git directory of a repository with
@@ -487,19 +175,15 @@ class _Guard:
 
     # --- git ----------------------------------------------------------------------------------------------
 
-    def dashed(self, name: str, cwd: str | None) -> bool:
-        """Whether `git-<sub>` is one of git's own programs (git-update-ref ...)."""
-        return _Repo(cwd, [], {}).is_command(name[4:])
-
-    def git(self, args: list[str], cwd: str | None, env: dict[str, str], maybe: bool = False) -> str | None:
+    def git(self, call: GitCall) -> str | None:
         """A git call of the command: an earlier checkout is certain only when `&&` joins it to this one."""
-        if any(v == UNKNOWN for k, v in env.items() if k.startswith("GIT_")):
+        cwd = call.cwd
+        if any(v == UNKNOWN for k, v in call.env.items() if k.startswith("GIT_")):
             cwd = None  # GIT_DIR=$SOMEWHERE: a repository the guard cannot tell
         for key, target in self.pending.items():
-            self.switched[key] = {target} if self.chained else {*self.switched.get(key, {None}), target}
+            self.switched[key] = {target} if call.joined else {*self.switched.get(key, {None}), target}
         self.pending = {}
-        self.chained = True
-        return self.invocation(args, cwd, env, maybe)
+        return self.invocation(call.args, cwd, call.env, call.maybe)
 
     def invocation(self, args: list[str], cwd: str | None, env: dict[str, str],
                    maybe: bool = False) -> str | None:
@@ -550,9 +234,11 @@ class _Guard:
         definition = aliases.get(sub, self.aliases.get(sub.lower()))
         definition = definition if definition is not None else repo.alias(sub)
         if definition is not None:  # an alias runs what it stands for
+            import shlex  # only here: most calls never need it
+
             if definition.startswith("!"):
-                return self.command(definition[1:] + " " + " ".join(shlex.quote(a) for a in rest), cwd)
-            return self.command(shlex.join(["git", *args[:i], *shlex.split(definition), *rest]), cwd)
+                return self.shell.command(definition[1:] + " " + " ".join(shlex.quote(a) for a in rest), cwd)
+            return self.shell.command(shlex.join(["git", *args[:i], *shlex.split(definition), *rest]), cwd)
         if not repo.is_command(sub):
             return None  # git answers "not a git command" and does nothing
         current = self.current(repo)
@@ -573,12 +259,44 @@ class _Guard:
         current = self.current(repo)
         return _refuse(what, current) if _protected(current) else None
 
+    def add(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+        """Stages files: no branch moves, but a commit after it in the command holds them."""
+        self.adds.append((repo, rest))
+        return None
+
     def commit(self, repo: _Repo, rest: list[str], what: str) -> str | None:
         current = self.current(repo)
         if current is not None and _protected(current) and not _unresolved(current) and current != UNKNOWN \
                 and "--amend" not in rest and not repo.has_scripts(current):
-            return None  # setup: start_session asks for the benchmark and checks to be committed on its branch
+            return self.setup_commit(repo, rest, what, current)
         return self.head_mover(repo, rest, what)
+
+    def setup_commit(self, repo: _Repo, rest: list[str], what: str, current: str) -> str | None:
+        """start_session's setup step: the benchmark and checks committed on a session branch that lacks them,
+        and nothing else (a kernel tweaked by hand in that commit would be the session's unmeasured start)."""
+        options, specs = _commit_arguments(rest)
+        held: set[str] | None = set()
+        parts: list[list[str] | None] = []
+        if specs and not options & {"i", "--include"}:  # `git commit <paths>`: those paths as they are now
+            parts.append(repo.listed(["--modified", "--others"], specs))
+        else:
+            parts.append(repo.staged())
+            parts += [r.listed(*_added(given)) for r, given in self.adds]
+            if options & {"a", "--all"}:
+                parts.append(repo.listed(["--modified"], []))
+            if specs:
+                parts.append(repo.listed(["--modified", "--others"], specs))
+        if "--pathspec-from-file" in options:
+            parts.append(None)
+        for part in parts:
+            held = None if held is None or part is None else held | set(part)
+        others = sorted(held - set(SCRIPTS)) if held is not None else None
+        if others == []:
+            return None
+        shown = "files it cannot tell" if others is None else ", ".join(others[:8]) + (
+            f" and {len(others) - 8} more" if len(others) > 8 else "")
+        return _refuse(what, current, f"before the session starts, its branch takes one commit of {SCRIPTS[0]} and "
+                                      f"{SCRIPTS[1]} alone, and this one would also hold {shown}")
 
     def reset(self, repo: _Repo, rest: list[str], what: str) -> str | None:
         current = self.current(repo)
@@ -735,8 +453,8 @@ class _Guard:
         """Whether a push to `remote` (a name, URL or path) lands in this same repository (unknown: yes)."""
         if remote in (".", UNKNOWN) or repo.cwd is None:
             return True
-        url = remote if re.match(r"(/|\./|\.\./|~|file://)", remote) else repo.remote_url(remote)
-        if url is None or not re.match(r"(/|\./|\.\./|~|file://)", url):
+        url = remote if remote.startswith(_LOCAL_URL) else repo.remote_url(remote)
+        if url is None or not url.startswith(_LOCAL_URL):
             return False  # a remote elsewhere: its branches are not the session's
         path = os.path.join(repo.cwd, os.path.expanduser(url[len("file://"):] if url.startswith("file://") else url))
         if not os.path.isdir(path):
@@ -786,8 +504,11 @@ _JUDGES: dict[str, _Judge] = {
     "update-ref": _Guard.update_ref, "symbolic-ref": _Guard.symbolic_ref, "push": _Guard.push,
     "send-pack": _Guard.send_pack, "filter-branch": _Guard.filter_branch, "filter-repo": _Guard.filter_branch,
     "replace": _Guard.replace, "config": _Guard.config, "fast-import": _Guard.from_input,
-    "receive-pack": _Guard.from_input, "tag": _Guard.tag,
+    "receive-pack": _Guard.from_input, "tag": _Guard.tag, "add": _Guard.add,
 }
+
+
+_ASKED: dict[tuple[str, tuple[str, ...]], str | None] = {}  # git's answers in this run (the repository does not change)
 
 
 class _Repo:
@@ -797,99 +518,139 @@ class _Repo:
         self.cwd, self.lookup, self.env = cwd, lookup, {**os.environ, **env}
         self.key = f"{cwd}\0{lookup}\0{sorted(env.items())}"
 
+    def _asked(self, *args: str) -> str | None:
+        """git's output, None when it answers no (or there is no directory to ask in), asked once per run: one
+        command asks the same questions again (the branch, the session refs)."""
+        if self.cwd is None:
+            return None
+        key = (self.key, args)
+        if key not in _ASKED:
+            _ASKED[key] = self._git(*args)
+        return _ASKED[key]
+
     def _git(self, *args: str) -> str | None:
         """git's output, None when it answers no; the agent's `-c` options are never passed on.
 
         A git that cannot run or outlasts the hook's time raises, and hooks/run refuses the command.
         """
-        if self.cwd is None:
-            return None
         left = DEADLINE_S - (time.monotonic() - STARTED)
         if left <= 0:
             raise TimeoutError(f"the guard took over {DEADLINE_S:g} s (Claude Code stops it at 30 s)")
-        out = subprocess.run(["git", "-C", self.cwd, *self.lookup, *args], capture_output=True, text=True,
-                             timeout=left, env=self.env)
-        return out.stdout.strip() if out.returncode == 0 else None
+        status, out = _spawn(["git", "-C", self.cwd or ".", *self.lookup, *args], self.env, left)
+        return out.strip() if status == 0 else None
 
     def branch(self) -> str | None:
         if self.cwd is not None and not os.path.isdir(self.cwd):
             return UNKNOWN  # a directory the command itself creates first (git worktree add, mkdir)
-        return self._git("symbolic-ref", "--short", "-q", "HEAD") or None
+        return self._asked("symbolic-ref", "--short", "-q", "HEAD") or None
 
     def previous_branch(self) -> str | None:
-        full = self._git("rev-parse", "--symbolic-full-name", "@{-1}") or ""
+        full = self._asked("rev-parse", "--symbolic-full-name", "@{-1}") or ""
         return full[len("refs/heads/"):] if full.startswith("refs/heads/") else None
 
     def is_branch(self, name: str) -> bool:
-        return self._git("show-ref", "--verify", "-q", f"refs/heads/{name}") is not None
+        return self._asked("show-ref", "--verify", "-q", f"refs/heads/{name}") is not None
 
     def is_commit(self, name: str) -> bool:
-        return self._git("rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}") is not None
+        return self._asked("rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}") is not None
 
     def same_as_head(self, name: str) -> bool:
-        head = self._git("rev-parse", "--verify", "-q", "HEAD^{commit}")
-        return head is not None and head == self._git("rev-parse", "--verify", "-q", "--end-of-options",
+        head = self._asked("rev-parse", "--verify", "-q", "HEAD^{commit}")
+        return head is not None and head == self._asked("rev-parse", "--verify", "-q", "--end-of-options",
                                                       f"{name}^{{commit}}")
 
     def has_scripts(self, branch: str) -> bool:
         """Whether the branch holds the benchmark and the checks (session.BENCH_SCRIPT, CHECKS_SCRIPT)."""
-        listed = self._git("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
+        listed = self._asked("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
         return listed is None or len(listed.split()) == len(SCRIPTS)
+
+    def staged(self) -> list[str] | None:
+        """The paths the index holds changed from HEAD, from the top of the work tree."""
+        out = self._asked("diff", "--cached", "--name-only", "-z")
+        return None if out is None else [p for p in out.split("\0") if p]
+
+    def listed(self, kinds: list[str], specs: list[str]) -> list[str] | None:
+        """`git ls-files` of these kinds (--modified, --others: not ignored) under pathspecs (the whole tree
+        without any), from the top of the work tree; None when the guard cannot tell."""
+        if any(s == UNKNOWN or _unresolved(s) for s in [*kinds, *specs]):
+            return None
+        out = self._asked("ls-files", "-z", "--full-name", "--exclude-standard", *kinds, "--", *(specs or [":/"]))
+        return None if out is None else [p for p in out.split("\0") if p]
 
     def has_session_refs(self) -> bool:
         """Whether the repository has session branches (or the guard cannot tell: fail closed)."""
         if self.cwd is not None and not os.path.isdir(self.cwd):
             return False  # no repository there (yet)
-        found = self._git("for-each-ref", "--count=1", "refs/heads/autoresearch/", "refs/autoresearch/")
-        return self.cwd is None or (found is None and self._git("rev-parse", "--git-dir") is not None) or bool(found)
+        found = self._asked("for-each-ref", "--count=1", "refs/heads/autoresearch/", "refs/autoresearch/")
+        return self.cwd is None or (found is None and self._asked("rev-parse", "--git-dir") is not None) or bool(found)
 
     def alias(self, name: str) -> str | None:
-        return self._git("config", "--get", f"alias.{name}")
+        return self._asked("config", "--get", f"alias.{name}")
 
     def config_true(self, key: str) -> bool:
-        return self._git("config", "--type=bool", "--get", key) == "true"
+        return self._asked("config", "--type=bool", "--get", key) == "true"
 
     def remote_url(self, name: str) -> str | None:
-        return self._git("config", "--get", f"remote.{name}.url")
+        return self._asked("config", "--get", f"remote.{name}.url")
 
     def common_dir(self) -> str | None:
-        return self._git("rev-parse", "--path-format=absolute", "--git-common-dir")
+        return self._asked("rev-parse", "--path-format=absolute", "--git-common-dir")
 
     def rev_parse_path(self, option: str) -> str | None:
         """A path `git rev-parse` gives (--show-toplevel, --git-dir...), absolute."""
-        return self._git("rev-parse", "--path-format=absolute", option) or None
+        return self._asked("rev-parse", "--path-format=absolute", option) or None
 
     def exec_path(self) -> str | None:
-        return self._git("--exec-path")
+        return self._asked("--exec-path")
 
     def is_command(self, name: str) -> bool:
         """Whether git would run something for `git name` (a builtin or a git-name program)."""
         exec_path = self.exec_path() or ""
+        import shutil
+
         return shutil.which(f"git-{name}", path=os.pathsep.join([exec_path, os.environ.get("PATH", "")])) is not None
 
 
 # --- words -------------------------------------------------------------------------------------------------
 
 
-def cmd_text(cmd: Command) -> str:
-    """A command as the agent wrote it, for a refusal's message."""
-    return " ".join([*(w.raw for w in cmd.words), *(op + w.raw for op, w in cmd.redirects)])[:300] or "the command"
+def _spawn(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run `argv` (found on PATH) with stdin and stderr on /dev/null: its exit status and its output.
 
+    posix_spawn with a pipe rather than subprocess, whose import (signal, threading, selectors...) costs the
+    hook more than the git it runs. A program still running after `timeout` seconds is killed and raises."""
+    if not hasattr(os, "posix_spawnp"):
+        import subprocess
 
-def _assignment(word: Word) -> tuple[str, Word] | None:
-    """`NAME=value` (the name unquoted, as the shell requires): the name and the value as a word."""
-    if not word.parts or word.parts[0][0] != LIT or word.parts[0][2]:
-        return None
-    match = _NAME_EQ.match(word.parts[0][1])
-    if match is None:
-        return None
-    value = Word()
-    rest = word.parts[0][1][match.end():]
-    if rest:
-        value.add(LIT, rest, False)
-    for part in word.parts[1:]:
-        value.add(*part)
-    return match.group(0)[:-1], value
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        return done.returncode, done.stdout
+    import select
+
+    read, write = os.pipe()  # neither is inherited; the child's stdout is a copy of `write`
+    try:
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, write, 1),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+    finally:
+        os.close(write)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read], [], [], left)[0]:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise TimeoutError(f"{argv[0]} outlasted {timeout:.1f} s")
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return code, b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def _git_dir_top(path: str) -> str | None:
@@ -898,38 +659,6 @@ def _git_dir_top(path: str) -> str | None:
     if ".git" not in parts:
         return None
     return "/".join(parts[:parts.index(".git")]) or ("/" if path.startswith("/") else ".")
-
-
-def _written(name: str, args: list[str | None]) -> list[str | None]:
-    """The arguments a program may write to: none for one that only reads (find without -delete or
-    -exec, sed without -i), the last for cp and its kind, all of them for any other."""
-    given = [a for a in args if a is not None]
-    if name in _READERS or (name == "find" and not {"-delete", "-exec", "-execdir", "-ok", "-okdir"} & set(given)) \
-            or (name == "sed" and not any(a.startswith(("-i", "--in-place")) for a in given)):
-        return []
-    return args[-1:] if name in _DESTINATION_LAST else args
-
-
-def _program(value: str | None) -> str | None:
-    return os.path.basename(value) if value is not None else None
-
-
-def _interpreter(name: str | None) -> tuple[str, ...]:
-    """The options that take a one-line program, for an interpreter's name (python3.11 is python)."""
-    base = re.sub(r"[\d.]+$", "", name or "")
-    return _INTERPRETERS.get(base, ())
-
-
-def _read(path: str | None, cwd: str | None) -> str | None:
-    """A script file's text, None when it cannot be read (or is larger than MAX_SCRIPT)."""
-    if path is None or (cwd is None and not os.path.isabs(path)):
-        return None
-    try:
-        with open(os.path.join(cwd or "/", os.path.expanduser(path)), "rb") as fh:
-            data = fh.read(MAX_SCRIPT + 1)
-    except OSError:
-        return None
-    return data.decode("utf-8", "replace") if len(data) <= MAX_SCRIPT else None
 
 
 def _unresolved(word: str) -> bool:
@@ -953,6 +682,48 @@ def _positional(sub: str, rest: list[str]) -> list[str]:
         else:
             out.append(a)
     return out
+
+
+_COMMIT_VALUED = "mFCct"  # commit's short options whose value follows (in the same word or the next)
+_COMMIT_VALUED_LONG = frozenset({"--message", "--file", "--reuse-message", "--reedit-message", "--author", "--date",
+                                 "--fixup", "--squash", "--template", "--cleanup", "--trailer", "--pathspec-from-file"})
+
+
+def _commit_arguments(rest: list[str]) -> tuple[set[str], list[str]]:
+    """git commit's options (short letters, long names) and its pathspecs (`-am msg` holds the message)."""
+    options: set[str] = set()
+    specs: list[str] = []
+    skip = False
+    for i, a in enumerate(rest):
+        if skip:
+            skip = False
+        elif a == "--":
+            specs += rest[i + 1:]
+            break
+        elif a.startswith("--"):
+            options.add(a.partition("=")[0])
+            skip = a in _COMMIT_VALUED_LONG
+        elif a.startswith("-") and len(a) > 1:
+            letters = a[1:]
+            cut = next((k for k, c in enumerate(letters) if c in _COMMIT_VALUED), None)
+            options.update(letters if cut is None else letters[:cut + 1])
+            skip = cut is not None and cut == len(letters) - 1
+        else:
+            specs.append(a)
+    return options, specs
+
+
+def _added(rest: list[str]) -> tuple[list[str], list[str]]:
+    """What `git add <rest>` stages, as ls-files kinds and pathspecs (UNKNOWN: it cannot tell)."""
+    flags = _short_flags(rest)
+    specs = [a for a in rest if not a.startswith("-")] if "--" not in rest else rest[rest.index("--") + 1:]
+    if flags & {"f", "--force", "--pathspec-from-file", "p", "--patch", "i", "--interactive", "e", "--edit"}:
+        return [UNKNOWN], []
+    if flags & {"u", "--update"}:
+        return ["--modified"], specs
+    if not specs and not flags & {"A", "--all", "--no-ignore-removal"}:
+        return ["--modified"], ["."]  # `git add` alone stages nothing; counted as the folder's changes
+    return ["--modified", "--others"], specs
 
 
 def _option_values(rest: list[str], options: set[str]) -> list[str]:
@@ -992,9 +763,35 @@ def _refuse(what: str, branch: str | None, why: str = "") -> str:
             "terminal.")
 
 
+class _Decoding:
+    """What the C scanner of json.decoder reads its settings from (json.loads' defaults)."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int, parse_constant = float, int, float
+
+
+def read_event(text: str) -> dict[str, object]:
+    """The event's JSON object, read with the C scanner json.decoder itself uses: importing json would import
+    re as well, which costs more than the rest of the guard on most commands. json reads it when that fails."""
+    try:
+        from _json import make_scanner
+
+        start = len(text) - len(text.lstrip())
+        value, end = make_scanner(_Decoding())(text, start)  # type: ignore[arg-type]
+        if isinstance(value, dict) and not text[end:].strip():
+            return value
+    except (ImportError, StopIteration, ValueError, TypeError):
+        pass
+    import json
+
+    event = json.loads(text)
+    return event if isinstance(event, dict) else {}
+
+
 def main() -> int:
     """`guard.py` with the PreToolUse event on stdin: exit 2 (the reason on stderr) denies the tool call."""
-    reason = guard(json.load(sys.stdin))
+    reason = guard(read_event(sys.stdin.read()))
     if reason:
         print(reason, file=sys.stderr)
         return DENY_EXIT

@@ -10,7 +10,7 @@ the system python3.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing is not imported: the hook runs this before every Bash call
 
 LIT, VAR, SUB, OTHER = "lit", "var", "sub", "other"  # a part: literal text, ${...} or $NAME, $(...) or `...`, any other
 # Longest first: the lexer takes the first that matches.
