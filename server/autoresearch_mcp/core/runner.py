@@ -340,12 +340,14 @@ def run_command(
     grace_s: float = 2.0,
     confine: sandbox.Confinement | None = None,
     outside: list[str] | None = None,
+    wrapped: bool = False,
 ) -> CommandResult:
     """Run one command in its own process group; on timeout the group gets `stop_signal`, and
     whatever still runs after `grace_s` is killed.
 
     With `confine` (every build, bench and checks command of a job) the command runs as
-    sandbox.command wraps it, after `outside` (a wrapper that runs unconfined, such as perf record).
+    sandbox.command wraps it (`wrapped`: `argv` and `env` are sandbox.wrap's already), after `outside`
+    (a wrapper that runs unconfined, such as perf record).
     Its output (stdout and stderr merged) is a pipe this process drains, keeping the head, the tail
     and the METRIC lines; every process of the command is killed before the output is returned.
     """
@@ -355,7 +357,9 @@ def run_command(
     env = dict(os.environ if env is None else env)
     _command_count += 1
     marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
-    if confine is not None:
+    if wrapped and confine is not None:
+        sandbox.prepare(confine)  # `argv` is sandbox.wrap's already
+    elif confine is not None:
         argv, env = sandbox.command(argv, confine, env)
     argv = [*(outside or []), *argv]
     capture = Capture()
@@ -632,19 +636,41 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any], log: Any) -> Sample:
+@dataclass(frozen=True)
+class Bench:
+    """A tree's bench command as the job runs it, prepared once per job (pyperf's way: what does not change
+    between runs is not rebuilt while the machine is held): its environment, its confinement and the
+    wrapped command line; each run only puts the session's scripts in place again."""
+
+    tree: str
+    argv: list[str]
+    env: dict[str, str]
+    confine: sandbox.Confinement
+    timeout_s: float
+    spec: decide.Spec
+
+
+def prepare_bench(job: dict[str, Any], tree: str) -> Bench:
+    confine = sandbox.for_job(job, tree, "bench")
+    env = run_env(job, tree)
+    env.setdefault(JOB_ENV, f"bench-{os.getpid()}-{time.time_ns()}")  # the job's marker, inherited
+    argv, env = sandbox.wrap(["bash", "./autoresearch.sh", "bench"], confine, env)
+    return Bench(tree, argv, env, confine, float(job["timeouts"]["bench"]), decide.Spec.from_dict(job["judging"]))
+
+
+def _bench(bench: Bench, role: str, index: int, position: int, log: Any) -> Sample:
     log.write(f"[autoresearch] bench {role} run {index}\n")
     log.flush()
-    res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
-                      env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree, "bench"))
+    res = run_command(bench.argv, bench.tree, bench.timeout_s, env=bench.env, log=log, confine=bench.confine,
+                      wrapped=True)
+    spec = bench.spec
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
-    spec = decide.Spec.from_dict(job["judging"])
     if res.dropped_metric_lines:
         problems.append(f"{res.dropped_metric_lines} METRIC lines beyond the {METRIC_BYTES} bytes kept of a huge "
                         "output were dropped")
     if res.timed_out:
-        problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
+        problems.append(f"bench timed out after {bench.timeout_s:g} s")
     elif res.exit_code != 0:
         problems.append(f"bench exited with status {res.exit_code}")
     elif spec.metric not in parsed.values:
@@ -804,6 +830,8 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if measured:
         emit("status", status="running")
     lock = job.get("machine_lock") if measured else None
+    # prepared before the machine is taken, once for every pair
+    benches = {"baseline": prepare_bench(job, base), "candidate": prepare_bench(job, cand)} if measured else {}
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -813,15 +841,15 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             waited += time.monotonic() - t_wait  # lock wait is not bench time
             if i == first:
                 for w in range(plan.warmup):
-                    for role, tree in (("baseline", base), ("candidate", cand)):
-                        out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
+                    for role in ("baseline", "candidate"):
+                        out.warmup.append(_bench(benches[role], role, -1 - w, 0, log))
             turn_end = min(stops[-1], i + TURN_PAIRS)
             while i < turn_end and out.stop_reason is None:
-                order = [("baseline", base), ("candidate", cand)]
+                order = ["baseline", "candidate"]
                 if rng.random() < 0.5:
                     order.reverse()
-                for pos, (role, tree) in enumerate(order):
-                    s = _bench(tree, role, i, pos, job, log)
+                for pos, role in enumerate(order):
+                    s = _bench(benches[role], role, i, pos, log)
                     out.samples.append(s)
                     emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
                     if s.problems:

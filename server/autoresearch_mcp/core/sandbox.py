@@ -155,8 +155,15 @@ def prepare(c: Confinement) -> None:
 
 
 def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """`argv` as it runs in `c`, and its environment: bubblewrap's command line (argv itself when off)."""
+    """`argv` as it runs in `c`, and its environment: bubblewrap's command line (argv itself when off), with
+    the session's scripts put in place first."""
     prepare(c)
+    return wrap(argv, c, env)
+
+
+def wrap(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """`command` without putting the scripts in place: what a runner prepares once for a command it runs
+    many times (the bench), calling `prepare` before each run."""
     if not c.cache:
         env = {**env, **CACHE_READ_ONLY}
     if c.off:
