@@ -50,7 +50,9 @@ async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(re
         assert res["status"] == "done" and res["verdict"] == "improved"
         score = res["metrics"]["score"]
         assert score["n_pairs"] == 30 and 9.0 < score["delta_pct"] < 11.0
-        assert score["ci_low_pct"] > 0 and len(score["baseline"]["samples"]) == 30
+        assert score["ci_low_pct"] > 0 and score["baseline"]["samples"] == []  # raw samples only when asked
+        asked = await call(c, "get_experiment", experiment_id=launched["experiment_id"], samples=True)
+        assert len(asked["metrics"]["score"]["baseline"]["samples"]) == 30
         assert res["checks"]["passed"] is True
         committed = await call(c, "commit_winner", experiment_id=launched["experiment_id"])
     assert git(repo, "rev-parse", "autoresearch/t") == committed["commit"]

@@ -5,13 +5,17 @@ guard` with the event's JSON on stdin, in a real repository."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from autoresearch_mcp import guardshell
 from conftest import git, init_repo
-from test_hooks import bash_event, run_hook
+from test_hooks import ROOT, bash_event, run_hook
 
 
 @pytest.fixture
@@ -215,3 +219,37 @@ def test_the_evaluator_emits_git_calls_and_writes_in_order() -> None:
     assert [e for e in effects("python3 -c \"import os; git = 'g' + 'it'; os.system(git)\"") if e[0] != "write"] \
         == [("blind", "repo")]
     assert effects("sh ./no-such-script.sh")[0] == ("blind", "branch")
+
+
+# --- 33.12: the hook's cheap path ---------------------------------------------------------------------------------
+
+
+def test_a_python_shim_is_resolved_once_and_its_interpreter_remembered(moving: Path, tmp_path: Path) -> None:
+    shims = tmp_path / "pyenv" / "shims"
+    shims.mkdir(parents=True)
+    log = tmp_path / "shim.log"
+    (shims / "python3").write_text(f"#!/bin/sh\necho ran >> {log}\nexec {sys.executable} \"$@\"\n")
+    (shims / "python3").chmod(0o755)
+    env = {"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    git(moving, "checkout", "-q", "autoresearch/x")
+    for _ in range(3):
+        assert run_hook("guard", bash_event(moving, "git commit -m x"), tmp_path, **env).returncode == 2
+        assert run_hook("guard", bash_event(moving, "git status"), tmp_path, **env).returncode == 0
+    assert log.read_text() == "ran\n"  # asked once which interpreter it runs, then never again
+    remembered = (tmp_path / "cache" / "autoresearch-mcp" / "guard-python3").read_text().strip()
+    assert Path(remembered).resolve() == Path(sys.executable).resolve()
+
+
+@pytest.mark.parametrize("event", [
+    {"tool_name": "Bash", "tool_input": {"command": "echo \"\\u00e9 \\\\ \\t\" 'a'", "timeout": 12.5}, "cwd": "/tmp"},
+    {"tool_name": "Edit", "tool_input": {"file_path": "/x", "edits": [{"old_string": "a"}, None, True]}, "cwd": "."},
+])
+def test_the_event_is_read_as_json_reads_it_without_importing_json(event: dict[str, object]) -> None:
+    text = json.dumps(event) + "\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from autoresearch_mcp.guard import read_event\n"
+            "seen = read_event(sys.stdin.read()); loaded = sorted(m for m in ('json', 're') if m in sys.modules)\n"
+            "import json; print(json.dumps([seen, loaded]))")  # json only now, for the answer
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT / "server")], input=text,
+                         capture_output=True, text=True, check=True).stdout
+    seen, modules = json.loads(out)
+    assert seen == json.loads(text) and modules == []

@@ -245,7 +245,9 @@ def test_total_gain_chains_the_kept_experiments_with_a_combined_interval(synthet
     rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
     # the neutral experiment ran on the first winner's head, so it sits at 1.10 x 1.002 of the start
     assert float(rows[1]["vs_start_pct"]) == pytest.approx(10.22, abs=0.01)
-    assert "Baseline 100 -> about 121" in out.summary and "keep rate 67%" in out.summary
+    assert "Baseline 100 (start_session's 2 validation runs of the start" in out.summary
+    assert "At the head: estimated 121 (the baseline times the 2 kept experiment(s)' changes, chained)" in out.summary
+    assert "keep rate 67%" in out.summary and "Total +21.00% (98% CI" in out.summary
 
 
 def test_lower_is_better_sessions_keep_the_metrics_own_sign(tmp_path: Path) -> None:
@@ -592,11 +594,12 @@ def test_finalize_refuses_to_drop_a_reviewers_commit_on_a_review_branch(syntheti
     assert git(root, "rev-parse", "kept-review") == reviewed
 
 
-def test_the_baseline_is_the_start_under_the_settings_experiments_measure_with(synthetic: Synthetic) -> None:
-    # validated first at 99-101, then again (with other settings, say fewer threads) at 50
+def test_the_baseline_is_start_sessions_latest_validation_of_the_start_with_its_noise(synthetic: Synthetic) -> None:
+    # validated first at 99-101, then again (with other settings, say fewer threads) at 49-51
     synthetic.ledger.append({"type": "session", "session_id": "s1", "tag": "t", "head": synthetic.start,
-                             "metric": "score", "baseline": {"score": [50.0, 50.0]}})
-    assert write_report(str(synthetic.root)).summary.count("Baseline 50") == 1
+                             "metric": "score", "baseline": {"score": [49.0, 51.0]}})
+    assert write_report(str(synthetic.root)).summary.count("Baseline 50 (start_session's 2 validation runs") == 1
     synthetic.measured("as the experiments measure it", 1.0)  # its baseline runs: about 100
     summary = write_report(str(synthetic.root)).summary
-    assert "Baseline 100" in summary or "Baseline 99." in summary
+    # one baseline: an experiment's own baseline runs are its figures, not the session's (issue 33 item 2)
+    assert "Baseline 50 (start_session's 2 validation runs" in summary and "noise 2.8%" in summary

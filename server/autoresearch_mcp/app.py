@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
+import os
+import signal
+import threading
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import Tool, ToolAnnotations
-from pydantic import BaseModel, Field, create_model, model_validator
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.types import EmptyResult, LoggingLevel, SetLevelRequestParams, Tool, ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
-from autoresearch_mcp import __version__, finalize, limits, resources
+from autoresearch_mcp import __version__, finalize, limits, progress, resources
 from autoresearch_mcp.analysis import bounds, hotspots, passes
 from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.core import gitops
@@ -67,13 +78,93 @@ commit only through commit_winner; at the end report and finalize_session.
 """
 
 
+# Log messages to the client are deprecated in protocol 2026-07-28, but Claude Code speaks 2025-11-25, where they
+# are how a client shows what a long call is doing: they are sent on purpose.
+warnings.filterwarnings("ignore", message="The logging capability is deprecated", category=MCPDeprecationWarning)
+# older tool names kept beside the current ones: the same input and answer
+ALIASES = {"fetch_sky_logs": "get_experiment"}
+_LEVELS: tuple[LoggingLevel, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
 class _Server(MCPServer[AppState]):
     """MCPServer whose tools/list carries compact input schemas (see toolschema): the model reads
-    every tool's schema on every turn."""
+    every tool's schema on every turn; and which keeps the log level a 2025-11-25 client set."""
+
+    log_level: LoggingLevel | None = None  # logging/setLevel (protocol 2025-11-25); None: no log messages
 
     async def list_tools(self) -> list[Tool]:
-        return [tool.model_copy(update={"input_schema": compact_schema(tool.input_schema)})
-                for tool in await super().list_tools()]
+        tools = [tool.model_copy(update={"input_schema": compact_schema(tool.input_schema)})
+                 for tool in await super().list_tools()]
+        for tool in tools:
+            if tool.name in ALIASES:  # its description points at the tool it stands for, which says the rest
+                tool.input_schema = {**tool.input_schema, "properties": {
+                    name: {k: v for k, v in prop.items() if k != "description"}
+                    for name, prop in tool.input_schema.get("properties", {}).items()}}
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[AppState, Any] | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            tool = self._tool_manager.get_tool(name)
+            schema = compact_schema(tool.parameters) if tool is not None else {}
+            raise ToolError(f"Error executing tool {name}: {argument_errors(exc.__cause__, schema)}") from exc
+
+    def wants_log(self, ctx: Context[Any], level: LoggingLevel) -> bool:
+        """Whether the client asked for log messages at `level`: on 2026-07-28 each request says so itself
+        (the session drops what it did not ask for), before it the client's logging/setLevel does."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return True
+        return self.log_level is not None and _LEVELS.index(level) >= _LEVELS.index(self.log_level)
+
+
+def argument_errors(exc: ValidationError, schema: dict[str, Any]) -> str:
+    """The arguments a call got wrong, one clause each: which, what was wrong and an example of a good value
+    (pydantic's own text names its model and a documentation page the model does not need)."""
+    props: dict[str, Any] = schema.get("properties", {})
+    whole: list[str] = []
+    by_argument: dict[str, list[Any]] = {}  # a union's variants each give an error for the same argument
+    for err in exc.errors(include_url=False):
+        if not err["loc"]:  # the whole call: unknown arguments (see _refuse_unknown_arguments)
+            whole.append(str(err["msg"]).removeprefix("Value error, "))
+        else:
+            by_argument.setdefault(str(err["loc"][0]), []).append(err)
+    clauses = list(whole)
+    for name, errs in list(by_argument.items())[:5]:
+        if any(e["type"] == "missing" for e in errs):
+            what = "is missing"
+        else:
+            said = dict.fromkeys(str(e["msg"]).removeprefix("Value error, ") for e in errs)
+            shown = " or ".join(m[:1].lower() + m[1:] for m in said)
+            what = f"is not valid: {shown} (got {limits.clip(json.dumps(errs[0].get('input'), default=str), 60)})"
+        example = _example(props.get(name, {}))
+        clauses.append(f"argument {name!r} {what}" + (f"; e.g. {name}={example}" if example else ""))
+    more = len(by_argument) - 5
+    return "; ".join(clauses) + (f"; and {more} more" if more > 0 else "")
+
+
+def _example(prop: dict[str, Any]) -> str | None:
+    """A value that fits a property of an input schema, written as the model writes arguments."""
+    for variant in [prop, *prop.get("anyOf", [])]:
+        if "enum" in variant:
+            return json.dumps(variant["enum"][0])
+        if "const" in variant:
+            return json.dumps(variant["const"])
+    kind = prop.get("type") or next((v.get("type") for v in prop.get("anyOf", []) if v.get("type")), None)
+    if kind == "integer":
+        return str(prop.get("minimum", 1))
+    if kind == "number":
+        return f"{float(prop.get('minimum', 1)):g}"
+    if kind == "boolean":
+        return "true"
+    if kind == "array":
+        return '["..."]'
+    if kind == "string":
+        return json.dumps(f"<{prop['description']}>" if prop.get("description") else "...")
+    return None
 
 
 def _annotations(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
@@ -89,24 +180,87 @@ _IDEMPOTENT_WRITE = _annotations(idempotent=True)
 _DESTRUCTIVE = _annotations(destructive=True, idempotent=True)
 
 
+def _tool_error(exc: Exception) -> ToolError | None:
+    """The ToolError of one of the package's expected failures, with its actionable message; None for others."""
+    if isinstance(exc, AutoresearchError):
+        return ToolError(limits.clip(str(exc), limits.ERROR_CAP))
+    if isinstance(exc, gitops.GitError):
+        # an expected git failure the code did not name: git's own words, so the user can act on them
+        detail = limits.clip(str(exc.stderr or exc).strip(), 2000)
+        return ToolError(f"git {' '.join(map(str, exc.command[1:3]))} failed: {detail}")
+    return None
+
+
 def _guard(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn the package's expected failures into ToolErrors with their actionable message, and keep
-    every answer and error within the size caps."""
+    every answer and error within the size caps (a sync tool, or an async one)."""
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def waiting(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                result = await fn(*args, **kwargs)
+            except (AutoresearchError, gitops.GitError) as exc:
+                raise _tool_error(exc) from exc  # type: ignore[misc]  # never None for these
+            return limits.bound(result) if isinstance(result, BaseModel) else result
+
+        waiting.__doc__ = inspect.cleandoc(fn.__doc__ or "")
+        return waiting  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             result = fn(*args, **kwargs)
-        except AutoresearchError as exc:
-            raise ToolError(limits.clip(str(exc), limits.ERROR_CAP)) from exc
-        except gitops.GitError as exc:
-            # an expected git failure the code did not name: git's own words, so the user can act on them
-            detail = limits.clip(str(exc.stderr or exc).strip(), 2000)
-            raise ToolError(f"git {' '.join(map(str, exc.command[1:3]))} failed: {detail}") from exc
+        except (AutoresearchError, gitops.GitError) as exc:
+            raise _tool_error(exc) from exc  # type: ignore[misc]  # never None for these
         return limits.bound(result) if isinstance(result, BaseModel) else result
 
     wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")  # the tool's description, without the indentation
     return wrapper
+
+
+def _listener(ctx: Context[Any], server: _Server) -> progress.Listener:
+    """Who hears a long call's progress: the client, as MCP progress notifications (when its request carried
+    a progress token) and log messages (when it asked for them), sent from whichever thread reports."""
+    token = anyio.lowlevel.current_token()
+    logs = server.wants_log(ctx, "info")
+    lock = threading.Lock()
+    last = [0.0]
+
+    async def send(message: str, value: float, total: float | None) -> None:
+        with anyio.move_on_after(5):  # a client that stopped reading never holds the work up
+            await ctx.report_progress(value, total, message)
+            if logs:
+                await ctx.log("info", message, logger_name="autoresearch")
+
+    def sink(message: str, done: float | None, total: float | None) -> None:
+        if listener.stop.is_set():
+            return
+        with lock:  # progress only grows, whichever thread reports; counted steps (pairs) are the count
+            value = (last[0] + 1 if done is None else float(done) if done > last[0] else last[0] + 0.001)
+            last[0] = value
+        anyio.from_thread.run(send, message, value, total if total is not None and value <= total else None,
+                              token=token)
+
+    listener = progress.Listener(sink)
+    return listener
+
+
+async def _blocking(ctx: Context[Any], fn: Callable[[], R]) -> R:
+    """Run the blocking `fn` in a worker thread, its progress told to the client. When the call is given up
+    (the client cancelled it, or went away and the server is stopping) the answer is not waited for: the
+    work is told to stop (`progress.stopped()`), and the server's shutdown ends what it started."""
+    server = ctx.mcp_server
+    listener = _listener(ctx, server) if isinstance(server, _Server) else None
+
+    def work() -> R:
+        with progress.listening(listener):
+            return fn()
+
+    try:
+        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    finally:
+        if listener is not None:
+            listener.stop.set()
 
 
 def _refuse_unknown_arguments(server: MCPServer[AppState]) -> None:
@@ -134,16 +288,50 @@ def _state(ctx: Context[Any]) -> AppState:
     return state
 
 
+_LIVE: list[AppState] = []  # the states of the running servers, for a signal to close
+
+
 @asynccontextmanager
 async def _lifespan(_server: MCPServer[AppState]) -> AsyncIterator[AppState]:
     state = AppState.create()
+    _LIVE.append(state)
     try:
         yield state
     finally:
+        _LIVE.remove(state)
         state.close()
 
 
-def build_server() -> MCPServer[AppState]:
+def serve() -> None:
+    """Run the server over stdio until its client goes away (stdin closes) or a SIGTERM, SIGINT or SIGHUP
+    comes; either way the running experiments are cancelled and their processes killed before it exits."""
+    server = build_server()
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_on_signal)
+            await server.run_stdio_async()
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+    except* (BrokenPipeError, ConnectionResetError):  # an answer for a client that is gone: nobody to tell
+        log.info("the client went away before its last answer")
+
+
+async def _on_signal() -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            # the stdio reader blocks in a thread that no cancel reaches: close what runs, then leave at once
+            log.warning("signal %s: cancelling the running experiments and stopping", signal.Signals(signum).name)
+            for state in list(_LIVE):
+                with anyio.move_on_after(30):
+                    await anyio.to_thread.run_sync(state.close, abandon_on_cancel=True)
+            logging.shutdown()
+            os._exit(128 + signum)
+
+
+def build_server() -> _Server:
     server = _Server("autoresearch", instructions=INSTRUCTIONS, version=__version__, lifespan=_lifespan)
 
     @server.prompt(name="autoresearch", title="autoresearch: the brief")
@@ -158,7 +346,7 @@ def build_server() -> MCPServer[AppState]:
 
     @server.tool(annotations=_IDEMPOTENT_WRITE)
     @_guard
-    def start_session(
+    async def start_session(
         ctx: Context[AppState],
         repo: Annotated[str, Field(description="git work tree to optimize")],
         metric: Annotated[str, Field(description="primary METRIC name of autoresearch.sh bench")],
@@ -178,7 +366,9 @@ def build_server() -> MCPServer[AppState]:
         """Use first: bind the repo, create or resume branch autoresearch/<tag>, validate the benchmark
         (build once, bench twice). Check raw_metric_lines against the parsed baseline. A recipe
         writes and commits ready scripts (proposed for a known project)."""
-        return _state(ctx).start_session(repo, metric, direction, executor, tag, platforms, recipe, model)
+        state = _state(ctx)
+        return await _blocking(ctx, lambda: state.start_session(repo, metric, direction, executor, tag, platforms,
+                                                                recipe, model))
 
     @server.tool(annotations=_READ_ONLY)
     @_guard
@@ -245,18 +435,23 @@ def build_server() -> MCPServer[AppState]:
             title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build, experiment_id,
             focus)
 
-    @server.tool(annotations=_READ_ONLY)
-    @_guard
-    def fetch_sky_logs(
+    async def get_experiment(
         ctx: Context[AppState],
         experiment_id: Annotated[str, Field(description="from launch_experiment")],
         tail_lines: Annotated[int, Field(ge=0, le=400, description="log lines to return")] = 40,
         wait_s: Annotated[float, Field(ge=0, le=600, description="first wait this long for a status change")]
         = 0,
+        samples: Annotated[bool, Field(description="include every raw sample")] = False,
     ) -> FetchResult:
-        """Status, log tail and verdict of an experiment: per metric the change with its CI and pairs;
+        """Status, log tail and verdict of an experiment: per metric the change with its CI, level and pairs;
         checks, cost, next_step. Use wait_s rather than polling in a loop."""
-        return _state(ctx).require_session().manager.fetch(experiment_id, tail_lines, wait_s)
+        manager = _state(ctx).require_session().manager
+        return await _blocking(ctx, lambda: manager.fetch(experiment_id, tail_lines, wait_s, samples))
+
+    server.tool(annotations=_READ_ONLY)(_guard(get_experiment))
+    for alias, name in ALIASES.items():  # kept for prompts and programs that call the first name
+        server.tool(name=alias, description=f"Same as {name} (its older name).",
+                    annotations=_READ_ONLY)(_guard(get_experiment))
 
     @server.tool(annotations=_LOCAL_WRITE)
     @_guard
@@ -395,7 +590,7 @@ def build_server() -> MCPServer[AppState]:
 
     @server.tool(annotations=_LOCAL_WRITE)
     @_guard
-    def profile_hotspots(
+    async def profile_hotspots(
         ctx: Context[AppState],
         experiment_id: Annotated[
             str | None, Field(description="profile this candidate's build (default: the baseline)")] = None,
@@ -405,7 +600,8 @@ def build_server() -> MCPServer[AppState]:
         """Research phase: where the time goes. Runs the benchmark once under perf record (the baseline
         build, or an experiment's candidate) and returns the hottest functions with their hottest source
         lines and shares of samples. Then find_passes(profile_id=...)."""
-        return hotspots.profile_hotspots(_state(ctx).require_session(), experiment_id, top, lines)
+        session = _state(ctx).require_session()
+        return await _blocking(ctx, lambda: hotspots.profile_hotspots(session, experiment_id, top, lines))
 
     @server.tool(annotations=_READ_ONLY)
     @_guard
@@ -446,5 +642,11 @@ def build_server() -> MCPServer[AppState]:
         autoresearch/<tag>-review/NN-<title>, verified to reproduce the head together."""
         return finalize.finalize(repo)
 
+    async def set_log_level(_ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
+        server.log_level = params.level
+        return EmptyResult()
+
+    # logging/setLevel (protocol 2025-11-25) makes the server advertise logging; long calls then log their steps
+    server._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, set_log_level)
     _refuse_unknown_arguments(server)
     return server

@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command in (None, "serve"):
-        from autoresearch_mcp.app import build_server
+        from autoresearch_mcp.app import serve
 
-        build_server().run()
+        serve()
         return 0
     if args.command == "demo":
         from autoresearch_mcp import demo

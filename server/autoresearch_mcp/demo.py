@@ -69,8 +69,9 @@ async def run_demo(workdir: Path) -> int:
         if not ok or not isinstance(res, dict):
             _say(f"start_session failed: {res}")
             return 1
-        _say(f"session on {res['branch']}: baseline rows_per_s {res['baseline']['rows_per_s']['mean']:.1f} "
-             f"(raw: {res['raw_metric_lines'][0]}), spread {res['spread_pct']}%")
+        base = res["baseline"]["rows_per_s"]
+        _say(f"session on {res['branch']}: baseline rows_per_s {base['mean']:.1f} (the mean of start_session's "
+             f"{base['n']} validation runs, noise {100 * (base['cv'] or 0):.1f}%; raw: {res['raw_metric_lines'][0]})")
         for w in res["warnings"]:
             _say(f"  warning: {w}")
         if "diff_backends" in tools:
@@ -111,7 +112,8 @@ async def run_demo(workdir: Path) -> int:
         for title, res in results.items():
             m = res["metrics"].get("rows_per_s") or {}
             has_ci = m.get("ci_low_pct") is not None
-            ci = f"[{m['ci_low_pct']:+.1f}%, {m['ci_high_pct']:+.1f}%]" if has_ci else ""
+            level = f"{m['ci_level']:.0%} CI " if m.get("ci_level") else "CI "
+            ci = f"{level}[{m['ci_low_pct']:+.1f}%, {m['ci_high_pct']:+.1f}%]" if has_ci else ""
             delta = f"{m['delta_pct']:+.1f}%" if m.get("delta_pct") is not None else "n/a"
             _say(f"{title}: {res['status']}, verdict {res['verdict']}, {delta} {ci}, {m.get('n_pairs', 0)} pairs")
             ok, out = await _call(client, "commit_winner", experiment_id=ids[title])

@@ -29,7 +29,7 @@ class MetricSummary(BaseModel):
     median: float | None = None
     stddev: float | None = None
     cv: float | None = Field(None, description="stddev / mean (coefficient of variation)")
-    samples: list[float] = Field(default_factory=list)
+    samples: list[float] = Field(default_factory=list, description="get_experiment: only with samples=true")
 
 
 class BenchRun(BaseModel):
@@ -117,11 +117,11 @@ class ComparisonResult(BaseModel):
     ci_level: float | None = Field(None, description="confidence of the interval: the design's for a decision, "
                                    "lower (equivalence) for no_change")
     n_pairs: int
-    verdict: Verdict | None = None
+    verdict: Verdict | None = Field(None, description="null for a metric nobody judges (role null)")
     pairs_needed: int | None = Field(None, description="when undecided: pairs in all that would decide, 80% power")
     noise_pct: float | None = Field(None, description="per-run noise seen in the pair differences, %")
     resolvable_pct: float | None = Field(None, description="smallest change the budget resolves at this noise, %")
-    direction: Direction | None = None
+    direction: Direction | None = Field(None, description="which way is better; null when not judged")
     role: Literal["objective", "guard", "focus", "control"] | None = Field(
         None, description="null: measured, not judged; focus: what the change acts on; control: untouched work "
         "timed beside it")
@@ -241,6 +241,7 @@ class ExperimentSummary(BaseModel):
         None, description="relative change of the primary metric's own value, % (negative is better when lower is)")
     ci_low_pct: float | None = None
     ci_high_pct: float | None = None
+    ci_level: float | None = Field(None, description="confidence of that interval, e.g. 0.98")
     n_pairs: int = 0
     sources: list[str] = Field(default_factory=list)
     kept: bool = False

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import limits, recipes, resources, safefs
+from autoresearch_mcp import limits, progress, recipes, resources, safefs
 from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
@@ -141,6 +141,7 @@ def plan_session(
             f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
             "then start the session again")
+    _refuse_uncommitted_scripts(repo, head, tag)
     gitops.refuse_if_dirty(repo, "starting a session")
     recipe = recipe or recipes.installed(root)
     if recipe is not None:
@@ -194,6 +195,24 @@ def plan_session(
     missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not gitops.tracked(repo, head, n)]
     suggested = recipes.detect(root) if len(missing) == 2 and recipe is None else None
     return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested)
+
+
+def _refuse_uncommitted_scripts(repo: gitops.Repo, head: str, tag: str) -> None:
+    """After start_session wrote the templates, the next step rather than "commit or stash": fill the scripts
+    in (while they are still the templates) and commit them on the session branch, then start again."""
+    dirty = gitops.dirty_files(repo)
+    scripts = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if n in dirty and not gitops.tracked(repo, head, n)]
+    if not scripts or set(dirty) - set(scripts):
+        return  # other changes too: git's own words say which
+    root = Path(repo.working_dir)
+    templates = [n for n in scripts if (root / n).read_bytes() == resources.template(n + ".template").read_bytes()]
+    fill = (f"fill in {' and '.join(templates)} (still the template{'s' if len(templates) > 1 else ''}: "
+            f"{BENCH_SCRIPT} build builds, {BENCH_SCRIPT} bench prints METRIC <name>=<number>, {CHECKS_SCRIPT} "
+            "exits 0 when the program is correct), then " if templates else "")
+    raise StateError(
+        f"{' and '.join(scripts)} {'are' if len(scripts) > 1 else 'is'} not committed yet: {fill}commit "
+        f"{'them' if len(scripts) > 1 else 'it'} on the session branch (git add {' '.join(scripts)} && git commit "
+        f"-m 'autoresearch: benchmark and checks'), then call start_session again with tag={tag!r}")
 
 
 def _check_recipe(recipe: recipes.Recipe, root: Path, metric: str) -> None:
@@ -301,6 +320,11 @@ def validate_benchmark(
         pass  # emptied once: each job appends to it
 
     def run(at: SessionConfig, trial: bool = False) -> ValidationRun:
+        where = " on a cloud worker" if config.executor == "sky" else ""
+        threads = f" at {at.threads} thread(s)" if at.threads else ""
+        progress.report(f"running {CHECKS_SCRIPT} on the session head, then again with its tree read-only" if trial
+                        else f"validating the benchmark of {head[:12]}{where}{threads}: build once, bench "
+                        f"{VALIDATION_RUNS} times")
         maker = JobMaker(repo, at, extra_env)
         spec = maker.checks_trial(head, content) if trial else maker.validation(head, content)
         return executor.validate(Job(f"validate-{uuid.uuid4().hex[:10]}", head, head, log_path, spec=spec))
@@ -345,6 +369,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
         noise = {n: round(100.0 * (summary.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
                  for n in names}
         tried.append((ThreadsTrial(threads=threads, noise_pct=noise), done))
+        progress.report(f"threads {threads}: noise " + ", ".join(f"{n} {v:g}%" for n, v in noise.items()))
         if max(noise.values()) <= limit or threads == 1:
             break
         threads //= 2
@@ -493,6 +518,7 @@ def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, exec
         if p.executor != "local":
             lines.append(f"{p.label}: checked on its workers once the host has a winner")
             continue
+        progress.report(f"platform {p.label}: build and checks")
         log_path = state_dir(root) / "logs" / f"session-validation-{p.name}.log"
         with safefs.open_write(root, log_path, "w"):
             pass

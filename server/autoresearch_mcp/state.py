@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core import gitops, runner
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.port import Executor
@@ -179,5 +183,28 @@ class AppState:
         return AddNoteResult(notes_path=str(path), entries=entries)
 
     def close(self) -> None:
+        """The server is stopping: waiting calls end, running experiments are cancelled (every process they
+        started killed), and so is every command this process itself still runs (a validation's build)."""
         if self.session is not None:
-            self.session.manager.executor.close()
+            self.session.manager.close()
+        end_own_commands()
+
+
+def end_own_commands() -> int:
+    """Kill every command this process started through runner.run_command that still runs (each carries a
+    marker naming this process: see run_command), with its whole process group; how many."""
+    mark = f"cmd-{os.getpid()}-"
+    ended = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            marker = child.environ().get(runner.JOB_ENV, "")
+        except psutil.Error:
+            continue
+        if marker.startswith(mark):
+            with contextlib.suppress(psutil.Error, OSError):
+                runner.kill_group(child.pid, grace_s=0.5)  # each command leads its own group
+                runner.kill_marked(marker)
+                ended += 1
+    if ended:
+        log.warning("ended %d command(s) still running at shutdown", ended)
+    return ended

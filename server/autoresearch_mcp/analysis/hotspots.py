@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import safefs
+from autoresearch_mcp import progress, safefs
 from autoresearch_mcp.core import gitops, profiler
 from autoresearch_mcp.core.config import BENCH_SCRIPT, state_dir
 from autoresearch_mcp.core.jobs import JobMaker
@@ -116,6 +116,7 @@ def _run(session: Session, target: _Target, profile_id: str) -> _Run:
                          gitops.tree_of(repo, target.commit), str(profiles_dir(root) / f"{profile_id}.perf.data"))
     job = Job(f"profile-{profile_id}", target.base, target.commit,
               state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=spec)
+    progress.report(f"profiling {target.build}: build, then the benchmark once under perf record")
     final = session.manager.executor.run_first(job)
     if final["event"] != "result" or "problem" not in final["outcome"]:
         why = (final["detail"] if final["event"] == "lost"

@@ -22,6 +22,7 @@ from typing import (
 from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
+from autoresearch_mcp import progress
 from autoresearch_mcp.core import runner
 from autoresearch_mcp.errors import StateError
 
@@ -95,6 +96,13 @@ class SampleEvent(TypedDict):
     problems: list[str]
 
 
+class ProgressEvent(TypedDict):
+    """A step of a job the server waits for (a validation): told to the waiting call's client."""
+
+    event: Literal["progress"]
+    message: str
+
+
 class LookEvent(TypedDict):
     event: Literal["look"]
     pairs: int
@@ -123,7 +131,7 @@ class LostEvent(TypedDict):
     detail: str
 
 
-Event = Annotated[StatusEvent | SampleEvent | LookEvent | ResultEvent | CancelledEvent | LostEvent,
+Event = Annotated[StatusEvent | SampleEvent | LookEvent | ProgressEvent | ResultEvent | CancelledEvent | LostEvent,
                   Field(discriminator="event")]
 FINAL_EVENTS = ("result", "cancelled", "lost")
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
@@ -132,7 +140,7 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 EventSink = Callable[[str, Event], None]
 
 
-def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent | None:
+def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent | ProgressEvent | None:
     """A progress event the runner printed (`runner.EVENT_PREFIX` line with the job's `secret`); None, with
     a warning, if it is not one. Final events never come from these lines: the result line and the
     executor give them."""
@@ -199,8 +207,12 @@ class Executor(ABC):
         """Run `job` (ahead of queued experiments, where the executor queues) and wait for its final event."""
         final: list[Event] = []
         done = threading.Event()
+        listener = progress.current()  # the waiting call's: events arrive on another thread
 
         def sink(_exp_id: str, event: Event) -> None:
+            if event["event"] == "progress":
+                with progress.listening(listener):
+                    progress.report(event["message"])
             if event["event"] in FINAL_EVENTS:
                 final.append(event)
                 done.set()

@@ -988,6 +988,7 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
     head), the checks only as they are. Raw results, bounded."""
     tree = job["baseline_dir"]
     env, confine = run_env(job, tree), sandbox.for_job(job, tree)
+    emit("progress", message=f"building {tree} (autoresearch.sh build)")
     built = build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"), job.get("machine_lock"),
                        env, confine)
     out: dict[str, Any] = {"tree": str(tree), "build_s": built.duration_s, "build": None, "runs": [],
@@ -997,12 +998,15 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
         out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
                         "output": cmd.output[-20000:]}
     if cmd is not None and not cmd.ok:
+        emit("progress", message=f"the build failed after {built.duration_s:.1f} s")
         return out
+    emit("progress", message=f"built in {built.duration_s:.1f} s" if cmd is not None else "build reused")
     bench = sandbox.for_job(job, tree, "bench")
     before = tree_state(tree)
     if job["validate"]:
         log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
-    for _ in range(int(job["validate"])):
+    for i in range(int(job["validate"])):
+        emit("progress", message=f"bench run {i + 1} of {job['validate']} at {env['AUTORESEARCH_THREADS']} thread(s)")
         with machine_turn(job.get("machine_lock")):
             res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
                               env=env, log=log, confine=bench)

@@ -13,13 +13,14 @@ import logging
 import os
 import re
 import threading
+import time
 import unicodedata
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import limits, recipes
+from autoresearch_mcp import limits, progress, recipes
 from autoresearch_mcp.core import decide, gitops
 from autoresearch_mcp.core.config import Platform, SessionConfig, state_dir
 from autoresearch_mcp.core.jobs import JobMaker
@@ -57,6 +58,7 @@ from autoresearch_mcp.models import (
     HoldoutSummary,
     LaunchResult,
     ListExperimentsResult,
+    MetricSummary,
 )
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,7 @@ _REMEASURE = frozenset({"inconclusive", "noisy"})
 _DECIDED = frozenset({"improved", "regressed", "no_change"})
 MAX_TAIL_LINES = 400
 MAX_WAIT_S = 600.0
+_STOP_POLL_S = 0.5  # how soon a waiting fetch sees that its call was given up
 
 
 class ExperimentManager:
@@ -87,6 +90,7 @@ class ExperimentManager:
         # held from moving the session branch to recording it, so a check never sees the move half done
         self._branch_lock = threading.Lock()
         self._pairs_done: dict[str, int] = {}
+        self._closed = False  # set by close(): waiting fetches end
         self.view: LedgerView = ledger.view()
         self.platforms = config.all_platforms  # the host first; the others check its winners
 
@@ -108,6 +112,30 @@ class ExperimentManager:
         """Block until `done(experiment)` holds or `timeout` seconds pass (records wake the waiters)."""
         with self._changed:
             self._changed.wait_for(lambda: done(self.view.experiments[experiment_id]), timeout)
+
+    def _wait_reporting(self, exp: ExperimentState, timeout: float) -> None:
+        """Wait up to `timeout` seconds for a status change of `exp` (or of one of its platforms), telling
+        `progress` each status and each pair as it comes; end at once when the call is given up (its client
+        went away) or the manager closes."""
+        experiment_id = exp.experiment_id
+        before = _progress(exp)
+        total = _planned_pairs(exp)
+        deadline = time.monotonic() + timeout
+        told = (exp.status, -1)
+        with self._changed:
+            while True:
+                now = self.view.experiments[experiment_id]
+                pairs = self._pairs_done.get(experiment_id, 0) if now.result is None else figures.pair_count(
+                    now.outcome)
+                if (now.status, pairs) != told:
+                    told = (now.status, pairs)
+                    progress.report(f"experiment {experiment_id}: {now.status}"
+                                    + (f", {pairs} of up to {total} pairs" if now.status == "running" else ""),
+                                    pairs if now.status == "running" else None, total)
+                left = deadline - time.monotonic()
+                if _progress(now) != before or left <= 0 or self._closed or progress.stopped():
+                    return
+                self._changed.wait(min(left, _STOP_POLL_S))  # a sample or a record wakes it; a stop within this
 
     def _mine(self) -> list[ExperimentState]:
         sid = self.config.session_id
@@ -176,6 +204,13 @@ class ExperimentManager:
         for e, name, _ in rounds:
             self._append(PlatformRecord(experiment_id=e.experiment_id, platform=name, status="lost",
                                         detail="the server stopped while this platform ran"))
+
+    def close(self) -> None:
+        """The server is stopping: waiting fetches end now, and the executor cancels what runs."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self.executor.close()
 
     def release_workers(self, mode: str) -> Released:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""
@@ -482,6 +517,7 @@ class ExperimentManager:
                 with self._lock:
                     if event["role"] == "candidate":
                         self._pairs_done[exp_id] = self._pairs_done.get(exp_id, 0) + 1
+                        self._changed.notify_all()  # a waiting fetch tells its client the pair
             elif event["event"] == "cancelled":
                 self._append(StatusRecord(experiment_id=exp_id, status="cancelled"))
             elif event["event"] == "lost":
@@ -629,35 +665,36 @@ class ExperimentManager:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def fetch(self, experiment_id: str, tail_lines: int, wait_s: float = 0.0) -> FetchResult:
-        """The experiment as it stands; with `wait_s`, first wait up to that long for its status to change."""
+    def fetch(self, experiment_id: str, tail_lines: int, wait_s: float = 0.0, samples: bool = False) -> FetchResult:
+        """The experiment as it stands; with `wait_s`, first wait up to that long for its status to change
+        (telling `progress` each pair meanwhile). Raw samples only with `samples`."""
         if not 0 <= tail_lines <= MAX_TAIL_LINES:
             raise InputError(f"tail_lines must be between 0 and {MAX_TAIL_LINES}, not {tail_lines}")
         if not 0 <= wait_s <= MAX_WAIT_S:
             raise InputError(f"wait_s must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
         exp = self._get(experiment_id)
         if wait_s and (exp.status not in FINAL_STATUSES or _platforms_running(exp)):
-            before = _progress(exp)
-            self._wait(experiment_id, lambda e: _progress(e) != before, wait_s)
+            self._wait_reporting(exp, wait_s)
             exp = self._get(experiment_id)
         log_path = self.logs / f"{experiment_id}.log"
         outcome = exp.outcome
         design = stats.load_design(exp.launch.design)
         checks = ChecksResult.model_validate(exp.checks.model_dump(exclude_unset=True)) if exp.checks else None
+        judged = {exp.launch.metric, *exp.launch.objectives, *exp.launch.guards}
+        noise_note = exp.analysis.noise_note
         return FetchResult(
             experiment_id=experiment_id, title=exp.title, status=exp.status,
             verdict=exp.verdict, worker=exp.worker, base_commit=exp.launch.base_commit,
             candidate_commit=exp.launch.candidate_commit, log_tail=_tail(log_path, tail_lines),
             log_path=str(log_path),
-            metrics={k: ComparisonResult.model_validate(v.model_dump(exclude_unset=True))
-                     for k, v in exp.metrics.items()},
+            metrics={k: _shown(v, k in judged, samples, noise_note) for k, v in exp.metrics.items()},
             won=list(exp.analysis.won), blocking=list(exp.analysis.blocking),
             checks=checks, confidence_level=1 - design.alpha,
             pairs_done=self._pairs_done.get(experiment_id, 0) if exp.result is None
             else figures.pair_count(outcome),
             stop_reason=outcome.stop_reason, durations_s=outcome.durations,
             build=outcome.build, host=outcome.host, noise_cv=exp.analysis.noise_cv,
-            noise_note=exp.analysis.noise_note, focus=list(exp.launch.focus),
+            noise_note=noise_note, focus=list(exp.launch.focus),
             layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
             warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]), next_step=self._next_step(exp),
@@ -696,7 +733,8 @@ class ExperimentManager:
             return f"call commit_winner('{exp.experiment_id}', title) to keep it"
         if verdict in _REMEASURE:
             why = _not_continuable(exp)
-            noise = exp.analysis.noise_note or "not decided yet"
+            # the noise itself is said once, in noise_note
+            noise = f"{verdict} (see noise_note)" if exp.analysis.noise_note else "not decided yet"
             if why:
                 return f"{noise}; {why}"
             further = (f"launch_experiment(source='experiment', experiment_id='{exp.experiment_id}') pools more pairs "
@@ -749,7 +787,8 @@ class ExperimentManager:
             experiment_id=exp.experiment_id, title=exp.title, status=exp.status,
             verdict=exp.verdict, delta_pct=primary.delta_pct,
             ci_low_pct=primary.ci_low_pct, ci_high_pct=primary.ci_high_pct,
-            n_pairs=primary.n_pairs, sources=list(exp.launch.sources),
+            ci_level=(primary.model_extra or {}).get("ci_level"), n_pairs=primary.n_pairs,
+            sources=list(exp.launch.sources),
             kept=exp.commit is not None, commit=exp.commit.commit if exp.commit else None,
             cost_usd=figures.experiment_cost(exp), focus=list(exp.launch.focus),
             focus_delta_pct=exp.metric(_lead_metric(exp)).delta_pct if exp.launch.focus else None,
@@ -916,7 +955,6 @@ class ExperimentManager:
         c = self.config
         launch = exp.launch
         design = stats.load_design(launch.design)
-        level = round((1 - design.alpha) * 100)
         outcome = exp.outcome
         lines = [title.strip(), ""]
         if launch.hypothesis:
@@ -926,8 +964,10 @@ class ExperimentManager:
         lead = _lead_metric(exp)
         m = exp.metric(lead)
         better = (launch.judging or {}).get("focus_direction", c.direction) if launch.focus else c.direction
+        level = round(100 * float((m.model_extra or {}).get("ci_level") or (1 - design.alpha)))
         lines.append(
-            f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} "
+            f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} (means of this experiment's own runs; "
+            f"the session's baseline is start_session's) "
             f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
             + (f"p={m.p_value:.2g}, " if m.p_value is not None else "")
             + f"{m.n_pairs} interleaved pairs; {better} is better)")
@@ -1068,12 +1108,39 @@ def _holdout_summary(hidden: holdout.HoldoutOutcome | None) -> HoldoutSummary | 
                           delta_pct={n: m["delta_pct"] for n, m in hidden.metrics.items()})
 
 
+def _planned_pairs(exp: ExperimentState) -> int | None:
+    """The most pairs the experiment's current round may run (its design's last stop)."""
+    stops = exp.continued.stops if exp.continued else exp.launch.design.get("stops")
+    return int(stops[-1]) if stops else None
+
+
+def _shown(m: Comparison, judged: bool, samples: bool, noise_note: str | None) -> ComparisonResult:
+    """One metric as fetch shows it: raw samples only when asked for; a metric nobody judges (not an
+    objective, guard, focus or control) without a verdict or a direction, whatever an older record says;
+    its note left out when the experiment's noise_note already says it."""
+    shown = ComparisonResult.model_validate(m.model_dump(exclude_unset=True))
+    update: dict[str, Any] = {}
+    if not samples:
+        update.update(baseline=_without_samples(shown.baseline), candidate=_without_samples(shown.candidate))
+    if shown.role is None and not judged:
+        update.update(verdict=None, direction=None, judgement=None, pairs_needed=None)
+    if shown.note and noise_note and shown.note in noise_note:
+        update["note"] = None
+    return shown.model_copy(update=update) if update else shown
+
+
+def _without_samples(summary: MetricSummary) -> MetricSummary:
+    return summary.model_copy(update={"samples": []}) if summary.samples else summary
+
+
 def _figure(m: Comparison | dict[str, Any]) -> str:
     """`+1.23% [+0.50%, +2.00%]`, or `no interval` when a metric has none (a holdout's is a dict)."""
     c = m if isinstance(m, Comparison) else Comparison.model_validate(m)
     if c.delta_pct is None or c.ci_low_pct is None or c.ci_high_pct is None:
         return "no interval"
-    return f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
+    level = (c.model_extra or {}).get("ci_level")
+    return (f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
+            + (f" ({float(level):.0%} CI)" if level else ""))
 
 
 TAIL_BYTES = 32 * 1024

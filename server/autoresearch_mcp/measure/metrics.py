@@ -21,6 +21,8 @@ from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.measure import legacy, stats, summary
 
+MEASURED = "measured"  # the look of a metric that is measured but not judged (it gets no verdict)
+
 
 def spec_of(launch: LaunchRecord) -> decide.Spec:
     """What a launch is judged on, as it recorded it; older launches recorded the fields one by one."""
@@ -82,18 +84,23 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     for name in names:
         p = decide.pairs_of(samples, name)
         judgement = decision.metrics.get(name)
-        rule = judgement.rule if judgement is not None else decide.MetricRule(
-            "", spec.focus_direction if name.startswith((decide.FOCUS_PREFIX, decide.CONTROL_PREFIX))
-            else spec.direction, math.log1p(spec.min_effect))
         n = min(decision.n, len(p))
-        cmp = stats.comparison(p, n, judgement, rule, design, plan)
+        if judgement is not None:
+            rule = judgement.rule
+            cmp = stats.comparison(p, n, judgement, rule, design, plan)
+        else:
+            # measured, not judged: no direction is invented for it (its figures are the metric's own relative
+            # change whichever way is better), no verdict, and its interval is the design's decision level
+            rule = decide.MetricRule("", "higher", math.log1p(spec.min_effect))
+            look = decide.metric_look(p, n, rule.direction, plan)
+            cmp = stats.comparison(p, n, decide.Judgement(look, rule, MEASURED, None), rule, design, plan)
         comparisons[name] = {
             "baseline": summary.summarize(p.base), "candidate": summary.summarize(p.cand),
             "delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
             "ci_level": cmp.ci_level, "p_value": cmp.p_value, "n_pairs": cmp.n_pairs,
-            "verdict": "inconclusive" if cmp.verdict == "undecided" else cmp.verdict,
+            "verdict": None if judgement is None else "inconclusive" if cmp.verdict == "undecided" else cmp.verdict,
             "pairs_needed": cmp.pairs_needed, "noise_pct": cmp.noise_pct, "resolvable_pct": cmp.resolvable_pct,
-            "direction": rule.direction, "role": rule.role or None,
+            "direction": None if judgement is None else rule.direction, "role": rule.role or None,
             "tolerance_pct": None if rule.tolerance is None else round(math.expm1(rule.tolerance) * 100, 4),
             "judgement": judgement.judgement if judgement is not None else None, "log_se": cmp.log_se,
             "mean_pct": cmp.mean_pct, "mean_low_pct": cmp.mean_low_pct, "mean_high_pct": cmp.mean_high_pct,

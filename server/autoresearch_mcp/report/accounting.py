@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,8 @@ class SessionData:
     warnings: list[str] = field(default_factory=list)
     notes: str | None = None  # .autoresearch/notes.md, as the agent wrote it
     profiles: list[ProfileRecord] = field(default_factory=list)  # profile_hotspots runs (their cloud cost)
+    baseline_runs: int = 0  # the validation runs the baseline is the mean of
+    baseline_noise_pct: float | None = None  # their coefficient of variation, %
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.rows if r.outcome == outcome)
@@ -145,6 +148,11 @@ class SessionData:
         return self.count(KEPT) / self.finished if self.finished else None
 
     @property
+    def kept(self) -> list[Row]:
+        """The kept experiments, in the order of their commits on the branch."""
+        return sorted((r for r in self.rows if r.position is not None), key=lambda r: r.position or 0)
+
+    @property
     def total_pct(self) -> float:
         return stats.pct(self.total_log)
 
@@ -154,6 +162,32 @@ class SessionData:
         if self.total_half_width is None:
             return None, None
         return stats.pct(self.total_log - self.total_half_width), stats.pct(self.total_log + self.total_half_width)
+
+    @property
+    def baseline_label(self) -> str:
+        """Where the baseline comes from, with its noise: start_session's validation runs of the start."""
+        if self.baseline is None:
+            return "not measured yet"
+        noise = f", noise {self.baseline_noise_pct:.1f}%" if self.baseline_noise_pct is not None else ""
+        return (f"{self.baseline:.6g} (start_session's {self.baseline_runs} validation runs of the start "
+                f"{self.config.start_commit[:12]}{noise})")
+
+    @property
+    def head_label(self) -> str:
+        """The primary metric at the head, each figure saying how it was obtained."""
+        parts = []
+        total = self.session_total
+        if total is not None:
+            cmp = total.primary(self.config.metric)
+            mean = (cmp.get("candidate") or {}).get("mean")
+            value = f"{mean:.6g} " if mean is not None else ""
+            parts.append(f"measured {value}({_pct(cmp.get('delta_pct'))}, {_level(cmp.get('ci_level'))} CI "
+                         f"{_pct(cmp.get('ci_low_pct'))} to {_pct(cmp.get('ci_high_pct'))}; the head against the "
+                         f"start, source='session', {cmp.get('n_pairs', 0)} pairs)")
+        if self.head_value is not None and self.kept:
+            parts.append(f"estimated {self.head_value:.6g} (the baseline times the {len(self.kept)} kept "
+                         "experiment(s)' changes, chained)")
+        return "; ".join(parts) or "no change kept yet"
 
     @property
     def head_value(self) -> float | None:
@@ -252,23 +286,35 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
         rows.append(row)
     half = stats.combined_half_width(errors, 1 - config.alpha) if placed else None
     machines = sorted({_machine(e) for e in mine if e.result})
-    baseline = _baseline(config, mine, view)
+    baseline, runs, noise = _baseline(config, view)
     return SessionData(root, config, rows, baseline, level, half, 1 - config.alpha,
                        commits=commits, machines=machines, warnings=warnings,
-                       profiles=[p for p in view.profiles if p.session_id == config.session_id])
+                       profiles=[p for p in view.profiles if p.session_id == config.session_id],
+                       baseline_runs=runs, baseline_noise_pct=noise)
 
 
-def _baseline(config: SessionConfig, mine: list[ExperimentState], view: LedgerView) -> float | None:
-    """The primary metric at the session's start under the settings experiments measure with: the baseline
-    runs of the latest experiment measured against the start, else the latest validation of the start (a
-    session restarted with other settings, e.g. fewer threads, is validated again), else the first one."""
-    for exp in reversed(mine):
-        if exp.launch.base_commit == config.start_commit and exp.launch.source != "session":
-            mean = exp.metric(config.metric).baseline.mean
-            if mean is not None:
-                return mean
-    return (figures.baseline_mean(view.sessions, config.session_id, config.metric, head=config.start_commit)
-            or figures.baseline_mean(view.sessions, config.session_id, config.metric, oldest=True))
+def _baseline(config: SessionConfig, view: LedgerView) -> tuple[float | None, int, float | None]:
+    """The one baseline every page and summary shows: what start_session measured at the session's start
+    (the latest validation of the start commit: a session restarted with other settings, e.g. fewer
+    threads, is validated again; else the first validation), as (mean, runs, noise %). An experiment's own
+    baseline runs are its figures, never the session's baseline."""
+    mine = [s for s in view.sessions if s.session_id == config.session_id and s.baseline.get(config.metric)]
+    at_start = [s for s in mine if s.head == config.start_commit]
+    chosen = at_start[-1] if at_start else (mine[0] if mine else None)
+    if chosen is None:
+        return None, 0, None
+    values = [float(v) for v in chosen.baseline[config.metric]]
+    mean = math.fsum(values) / len(values)
+    sd = statistics.stdev(values) if len(values) > 1 else None
+    return mean, len(values), None if sd is None or not mean else round(100 * sd / abs(mean), 2)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.2f}%"
+
+
+def _level(value: float | None) -> str:
+    return "?" if not value else f"{value:.0%}"
 
 
 def _provenance_warnings(mine: list[ExperimentState], measured: dict[str, Measured]) -> list[str]:

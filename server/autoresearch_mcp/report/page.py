@@ -15,7 +15,7 @@ from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.measure.figures import experiment_cost
 from autoresearch_mcp.report.accounting import DISCARDED, FAILED, KEPT, RUNNING, Row, SessionData
-from autoresearch_mcp.report.format import num, pct, short
+from autoresearch_mcp.report.format import pct, short
 from autoresearch_mcp.report.measured import RECORDED, SAMPLES
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ def _facts(data: SessionData) -> list[tuple[str, str]]:
     return [
         ("repository", str(data.root)), ("branch", c.branch), ("started", f"{c.created_at} at {c.start_commit[:12]}"),
         ("metric", f"{c.metric} ({c.direction} is better)"), ("executor", c.executor),
-        ("machines", ", ".join(data.machines) or "none yet"), ("baseline", num(data.baseline)),
-        ("at the head (estimated)", num(data.head_value)),
+        ("machines", ", ".join(data.machines) or "none yet"), ("baseline", data.baseline_label),
+        ("at the head", data.head_label),
         ("total gain", pct(data.total_pct) + (
             f" ({data.confidence:.0%} CI {pct(low)} to {pct(high)}; combined from the kept "
             "experiments' standard errors, each from its own samples and design, assuming independent errors). "
@@ -103,6 +103,7 @@ def _row(r: Row, metric: str, has_log: bool) -> _RowView:
                  for s in r.launch.sources],
         verdict=verdict, figures=figures, change=pct(cmp.get("delta_pct")),
         ci=(f"{pct(cmp.get('ci_low_pct'))} … {pct(cmp.get('ci_high_pct'))}"
+            + (f" ({cmp['ci_level']:.0%})" if cmp.get("ci_level") else "")
             if cmp.get("ci_low_pct") is not None else "–"),
         vs_start=pct(stats.pct(r.level)), pairs=str(cmp.get("n_pairs", 0)), checks=r.checks(),
         cost="–" if cost is None else f"${cost:.2f}", log=has_log)

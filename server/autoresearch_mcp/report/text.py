@@ -11,7 +11,7 @@ from autoresearch_mcp import notes as session_notes
 from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.measure.figures import experiment_cost
 from autoresearch_mcp.report.accounting import DISCARDED, FAILED, KEPT, RUNNING, SessionData
-from autoresearch_mcp.report.format import num, pct
+from autoresearch_mcp.report.format import pct
 
 
 def summarize(data: SessionData) -> str:
@@ -23,18 +23,19 @@ def summarize(data: SessionData) -> str:
         f"Session {c.tag} ({c.branch}) of {data.root}: {c.metric}, {c.direction} is better.",
         f"{len(data.rows)} experiments: {data.count(KEPT)} kept, {data.count(DISCARDED)} discarded, "
         f"{data.count(FAILED)} failed, {data.count(RUNNING)} running (keep rate {rate} of finished).",
-        f"Baseline {num(data.baseline)} -> about {num(data.head_value)} at the head: total "
-        f"{pct(data.total_pct)}"
-        + (f" ({data.confidence:.0%} CI {pct(low)} to {pct(high)}, combined from "
-           f"{data.count(KEPT)} kept experiments; chained winners tend to overstate it)"
-           if low is not None else " (nothing kept yet)") + ".",
+        f"Baseline {data.baseline_label}.",
+        f"At the head: {data.head_label}.",
+        f"Total {pct(data.total_pct)}"
+        + (f" ({data.confidence:.0%} CI {pct(low)} to {pct(high)}, combined from {len(data.kept)} kept "
+           "experiment(s); chained winners tend to overstate it)" if low is not None else " (nothing kept yet)") + ".",
     ]
     total = data.session_total
     if total is not None:
         cmp = total.primary(c.metric)
+        level = cmp.get("ci_level")
         lines.append(f"Measured together (the head against the start, {cmp.get('n_pairs', 0)} pairs): "
-                     f"{pct(cmp.get('delta_pct'))} ({pct(cmp.get('ci_low_pct'))} to {pct(cmp.get('ci_high_pct'))}), "
-                     f"{total.verdict}; compare with the chained total above.")
+                     f"{pct(cmp.get('delta_pct'))} ({f'{level:.0%} CI ' if level else ''}{pct(cmp.get('ci_low_pct'))} "
+                     f"to {pct(cmp.get('ci_high_pct'))}), {total.verdict}; compare with the chained total.")
     best = data.best
     if best is not None:
         lines.append(f"Best single experiment: {best.exp.title!r} "
