@@ -3,6 +3,9 @@
 - per run: one benchmark command (`bash ./autoresearch.sh bench` printing a METRIC line) through the
   runner's `run_command`, confined (bubblewrap) and unconfined (`"sandbox": "off"`), interleaved;
   the difference of the medians is what confinement adds to every build, bench and checks command;
+- protected files (`--protected N`): the same command with N protected files in one folder of the tree,
+  confined, against none: before issue 32 each file was a bind of its own (6.5 s a command at 2,000), now
+  the folder is one bind from the session's git objects;
 - per experiment (`--llama`, on a real llama.cpp tree and a tiny generated model, as the recipe's
   tests use): one confined experiment of the recipe (a one-file change to ggml-cpu/ops.cpp, 14 pairs)
   through the MCP server, timed from launch to its result. Confinement adds the per-run cost to each of
@@ -10,7 +13,7 @@
   (a confined check cannot cache it in the baseline's tree), timed here directly; the sum is compared
   with the experiment's duration.
 
-    python benchmarks/bench_sandbox.py [--runs 200] [--llama]
+    python benchmarks/bench_sandbox.py [--runs 200] [--protected 2000] [--llama]
 """
 
 from __future__ import annotations
@@ -58,6 +61,48 @@ def per_run(runs: int) -> float:
     print(f"per run ({runs} each, interleaved): confined median {on * 1000:.1f} ms (p90 {p90 * 1000:.1f} ms), "
           f"unconfined {off * 1000:.1f} ms: confinement adds {(on - off) * 1000:.1f} ms a command")
     return on - off
+
+
+BENCH = '#!/usr/bin/env bash\ncase "$1" in bench) echo "METRIC score=100" ;; esac\n'
+
+
+def protected_cost(files: int, runs: int) -> None:
+    """Median cost of `files` protected files in one folder, per confined command (printed)."""
+    from autoresearch_mcp.core import gitops
+    from autoresearch_mcp.core.worktrees import Worktrees
+
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-protected-") as tmp:
+        repo = Path(tmp) / "repo"
+        (repo / "harness").mkdir(parents=True)
+        (repo / "autoresearch.sh").write_text(BENCH)
+        for i in range(files):
+            (repo / "harness" / f"f{i:05d}.txt").write_text(f"{i}\n")
+        git(repo, "init", "-q", "-b", "main")
+        git(repo, "add", "-A")
+        git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qm", "tree")
+        r = gitops.repo_at(repo)
+        head = gitops.head_commit(r)
+        trees = Worktrees(r, Path(tmp) / "cache")
+        tree = trees.acquire(head)
+        frozen = gitops.protected_files(r, head, ["harness/"])
+        spec: dict[str, object] = {"mode": "confined", "scripts": trees.scripts(head), "frozen": frozen}
+        if hasattr(trees, "frozen_store"):
+            spec["frozen_from"] = trees.frozen_store(head, frozen)
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for i in range(2 * runs + 2):
+            with_files = i % 2 == 0
+            job = {"baseline_dir": str(tree), "sandbox": spec if with_files else {**spec, "frozen": []}}
+            c = sandbox.for_job(job, str(tree), "bench")
+            t0 = time.perf_counter()
+            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, 600, env=runner.run_env(job, tree),
+                                     confine=c)
+            elapsed = time.perf_counter() - t0
+            assert res.ok, res.output
+            if i >= 2:
+                times[with_files].append(elapsed)
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    print(f"protected: {files} files in one folder ({len(frozen)} binds): {on * 1000:.1f} ms a command against "
+          f"{off * 1000:.1f} ms with none: {(on - off) * 1000:.1f} ms more ({runs} each, interleaved)")
 
 
 async def llama_experiment(per_command: float) -> None:
@@ -113,6 +158,7 @@ async def llama_experiment(per_command: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--protected", type=int, default=0, help="also time N protected files in one folder")
     parser.add_argument("--llama", action="store_true", help="also time a llama.cpp recipe experiment (slow)")
     args = parser.parse_args()
     why = sandbox.unavailable()
@@ -121,6 +167,8 @@ def main() -> None:
     print(f"bubblewrap: {subprocess.run(['bwrap', '--version'], capture_output=True, text=True).stdout.strip()}, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     cost = per_run(args.runs)
+    if args.protected:
+        protected_cost(args.protected, max(5, args.runs // 10))
     if args.llama:
         import anyio
 

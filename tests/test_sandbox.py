@@ -213,9 +213,9 @@ def test_only_the_baselines_own_build_may_write_the_compiler_cache(tmp_path: Pat
     job = {"baseline_dir": str(base), "sandbox": {"mode": sandbox.CONFINED}}
     assert sandbox.for_job(job, str(base)).cache and not sandbox.for_job(job, str(cand)).cache
     assert not sandbox.for_job({"sandbox": {"mode": sandbox.CONFINED}}, str(base)).cache
-    _, env = sandbox.command(["true"], sandbox.for_job(job, str(cand)), {"PATH": os.environ["PATH"]})
+    _, env, _ = sandbox.command(["true"], sandbox.for_job(job, str(cand)), {"PATH": os.environ["PATH"]})
     assert env["CCACHE_READONLY"] == "1"
-    _, env = sandbox.command(["true"], sandbox.for_job(job, str(base)), {"PATH": os.environ["PATH"]})
+    _, env, _ = sandbox.command(["true"], sandbox.for_job(job, str(base)), {"PATH": os.environ["PATH"]})
     assert "CCACHE_READONLY" not in env
 
 

@@ -396,6 +396,19 @@ WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), the
                 "{config} and call start_session again")
 
 
+def confinement_warnings(setting: str) -> list[str]:
+    """What the session's confinement does not promise on this machine, and what it opened up by choice."""
+    mode, shares = sandbox.parse_mode(setting)
+    if mode == sandbox.OFF:
+        return []
+    out = [f"{why}: the session does not promise that" for why in sandbox.lacking().values()]
+    if sandbox.NETWORK in shares:
+        out.append("the network is shared by the session's choice (\"sandbox\": {\"share\": [\"network\"]}): a "
+                   "job reaches the machine's network and its local services, and a candidate could leave a "
+                   "service slow for the baseline's runs; start the service inside the benchmark where you can")
+    return out
+
+
 def bench_writes(writes: list[str], config: SessionConfig) -> str:
     """The warning for a benchmark whose validation runs wrote `writes` into their tree."""
     return (f"the benchmark wrote into its tree ({', '.join(writes)}), so its runs keep a writable tree and a "
@@ -633,6 +646,7 @@ def start_session(
             f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
             f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
             "machine) or expect many pairs per experiment")
+    warnings += confinement_warnings(config.sandbox)
     if compiler_cache() is None:
         warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
                         "in fresh worktrees reuse objects")

@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from autoresearch_mcp import resources, safefs
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core import gitops, sandbox
 from autoresearch_mcp.core.port import JobTimeouts
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.models import Direction, ExecutorName
@@ -249,9 +249,38 @@ class SessionConfig(BaseModel):
     focus_tolerance_pct: dict[str, float] = Field(
         default_factory=dict, description="per objective: how much worse it may get in a focus experiment (percent)")
     focus_default_tolerance_pct: float = Field(2.0, description="the same, for an objective not listed")
-    sandbox: Literal["confined", "off"] = Field(
-        "confined", description="confined: every build, bench and checks command runs under bubblewrap; off: "
-                                "unconfined, by the user's choice only, and every result says so")
+    sandbox: str = Field(
+        "confined", description="confined: every build, bench and checks command runs under bubblewrap, sharing "
+                                "no IPC, network, keyring or process with anything outside it; {\"share\": "
+                                "[\"network\"]}: confined, with the machine's network open (a benchmark of a "
+                                "local service); off: unconfined, by the user's choice only; every result says so")
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_setting(cls, value: object) -> object:
+        """"confined", "off", or {"mode": "confined", "share": ["network"]}, kept as one string
+        ("confined+network") that every job carries; written back in the form it was given."""
+        if isinstance(value, dict):
+            unknown = set(value) - {"mode", "share"}
+            share = value.get("share") or []
+            if unknown or not isinstance(share, list) or not set(share) <= set(sandbox.SHARES):
+                raise ValueError(f"sandbox: expected \"confined\", \"off\" or {{\"share\": [...]}} with shares "
+                                 f"among {list(sandbox.SHARES)}, got {json.dumps(value)[:200]}")
+            if value.get("mode", sandbox.CONFINED) == sandbox.OFF:
+                return sandbox.OFF
+            if value.get("mode", sandbox.CONFINED) != sandbox.CONFINED:
+                raise ValueError(f"sandbox: mode must be \"confined\" or \"off\", got {value.get('mode')!r}")
+            return sandbox.mode_string(share)
+        if isinstance(value, str) and value != sandbox.OFF and (
+                value.split("+")[0] != sandbox.CONFINED or sandbox.mode_string(value.split("+")[1:]) != value):
+            raise ValueError(f"sandbox: expected \"confined\", \"off\" or {{\"share\": {list(sandbox.SHARES)}}}, "
+                             f"got {value!r}")
+        return value
+
+    @field_serializer("sandbox")
+    def _sandbox_form(self, value: str) -> Any:
+        shares = sandbox.parse_mode(value)[1]
+        return {"share": list(shares)} if shares else value
 
     @field_validator("protected")
     @classmethod

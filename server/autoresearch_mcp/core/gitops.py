@@ -900,20 +900,34 @@ def protected_changes(changed: list[str], protected: list[str]) -> list[str]:
             if _always_protected(path) or any(_is_protected(path.casefold(), pat) for pat in patterns)]
 
 
-FROZEN_LIMIT = 2000
 _protected_files: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
 
 
 def protected_files(repo: Repo, commit: str, protected: list[str]) -> list[str]:
-    """The files of `commit` (a sha: kept by it) that match `protected`, the session's scripts aside (bound
-    from the session's own bytes): what a job's commands may read and never change, the first FROZEN_LIMIT."""
+    """The protected paths of `commit` (a sha: kept by it) as a job binds them, the session's scripts aside
+    (bound from the session's own bytes): each topmost folder that holds nothing but protected files and
+    links, and each protected file outside such a folder. One bind per folder, whatever it holds: what a
+    job's commands may read and never change (worktrees.Worktrees.frozen_store holds their bytes)."""
     key = (str(repo.git_dir), commit, tuple(protected))
     if key not in _protected_files:
-        files = [e.path for e in tree_entries(repo, commit) if e.mode in ("100644", "100755")]
-        hit = [p for p in protected_changes(files, protected) if p not in SCRIPTS]
-        if len(hit) > FROZEN_LIMIT:
-            logger.warning("%d protected files: the first %d are bound read-only in jobs", len(hit), FROZEN_LIMIT)
-        _protected_files[key] = hit[:FROZEN_LIMIT]
+        entries = tree_entries(repo, commit)
+        kinds = {e.path: e.mode for e in entries}
+        hit = {p for p in protected_changes([e.path for e in entries if e.mode in ("100644", "100755", "120000")],
+                                            protected) if p not in SCRIPTS}
+        mixed: set[str] = set()  # folders holding something unprotected (a gitlink counts: it is not bound)
+        for path in kinds:
+            if path not in hit:
+                parts = path.split("/")
+                mixed.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        units = set()
+        for path in hit:
+            parts = path.split("/")
+            top = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) not in mixed), None)
+            if top is not None:
+                units.add(top)
+            elif kinds[path] != "120000":  # a link outside a bound folder: bound where it points, if at all
+                units.add(path)
+        _protected_files[key] = sorted(units)
     return _protected_files[key]
 
 

@@ -42,14 +42,21 @@ def confinement(mode: str, frozen: Sequence[str] = (), read_only: Sequence[str] 
     return spec
 
 
+def frozen(spec: JobSpec) -> list[str]:
+    """The protected files a job's commands see read-only."""
+    return list((spec.get("sandbox") or {}).get("frozen") or [])
+
+
 def placed(job: Job, *, baseline_dir: str, candidate_dir: str | None, log_path: str | None, machine_lock: str,
-           scripts: dict[str, str]) -> dict[str, Any]:
-    """The runner's job file: `job`'s spec where the executor placed it (its trees, log, machine lock, and the
-    session's scripts, the base commit's, bound over the trees)."""
-    box = job.spec.get("sandbox") or confinement(sandbox.CONFINED)
+           scripts: dict[str, str], frozen_from: str | None = None) -> dict[str, Any]:
+    """The runner's job file: `job`'s spec where the executor placed it (its trees, log, machine lock, the
+    session's scripts, the base commit's, bound over the trees, and where the protected files' bytes are
+    stored when the executor keeps them)."""
+    box: dict[str, Any] = {**(job.spec.get("sandbox") or confinement(sandbox.CONFINED)), "scripts": scripts}
+    if frozen_from is not None:
+        box["frozen_from"] = frozen_from
     return {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": baseline_dir,
-            "candidate_dir": candidate_dir, "log_path": log_path, "machine_lock": machine_lock,
-            "sandbox": {**box, "scripts": scripts}}
+            "candidate_dir": candidate_dir, "log_path": log_path, "machine_lock": machine_lock, "sandbox": box}
 
 
 def profile_placed(job: Job, placed_job: dict[str, Any], tree: str, data: str) -> dict[str, Any]:
@@ -64,7 +71,8 @@ def here(spec: JobSpec, worktrees: Worktrees, commit: str, tree: Path, name: str
     """A job the server runs itself on this machine, placed in `tree` (its own baseline: a comparing check
     compares it with itself), with the machine's lock and the session's scripts at `commit`."""
     return placed(Job(name, commit, commit, Path(), spec=spec), baseline_dir=str(tree), candidate_dir=None,
-                  log_path=None, machine_lock=str(worktrees.machine_lock()), scripts=worktrees.scripts(commit))
+                  log_path=None, machine_lock=str(worktrees.machine_lock()), scripts=worktrees.scripts(commit),
+                  frozen_from=worktrees.frozen_store(commit, frozen(spec)))
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,9 @@ def apply(view: LedgerView, rec: Record) -> None:
         exp.worker = rec.worker if rec.carries("worker") else exp.worker
         exp.runtime.update(rec.runtime)
     elif isinstance(rec, ResultRecord):
+        if exp.result is not None:  # a round has one result, its first: a later one (a cleanup's) never replaces it
+            view.warnings.append(f"a second result of experiment {exp_id} ({rec.status}) ignored: the first stands")
+            return
         exp.result = rec
         exp.status = rec.status
         exp.worker = rec.worker if rec.carries("worker") else exp.worker

@@ -340,14 +340,12 @@ def run_command(
     grace_s: float = 2.0,
     confine: sandbox.Confinement | None = None,
     outside: list[str] | None = None,
-    wrapped: bool = False,
 ) -> CommandResult:
     """Run one command in its own process group; on timeout the group gets `stop_signal`, and
     whatever still runs after `grace_s` is killed.
 
     With `confine` (every build, bench and checks command of a job) the command runs as
-    sandbox.command wraps it (`wrapped`: `argv` and `env` are sandbox.wrap's already), after `outside`
-    (a wrapper that runs unconfined, such as perf record).
+    sandbox.command wraps it, after `outside` (a wrapper that runs unconfined, such as perf record).
     Its output (stdout and stderr merged) is a pipe this process drains, keeping the head, the tail
     and the METRIC lines; every process of the command is killed before the output is returned.
     """
@@ -357,10 +355,9 @@ def run_command(
     env = dict(os.environ if env is None else env)
     _command_count += 1
     marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
-    if wrapped and confine is not None:
-        sandbox.prepare(confine)  # `argv` is sandbox.wrap's already
-    elif confine is not None:
-        argv, env = sandbox.command(argv, confine, env)
+    fds: list[int] = []
+    if confine is not None:
+        argv, env, fds = sandbox.command(argv, confine, env)
     argv = [*(outside or []), *argv]
     capture = Capture()
     read_fd, write_fd = os.pipe()
@@ -368,10 +365,12 @@ def run_command(
     try:
         proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
-            **_NEW_GROUP,
+            pass_fds=fds, **_NEW_GROUP,
         )
     finally:
         os.close(write_fd)
+        for fd in fds:
+            os.close(fd)
     stop = threading.Event()
     reader = threading.Thread(target=_drain, args=(read_fd, capture, stop), daemon=True)
     reader.start()
@@ -638,12 +637,11 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Bench:
-    """A tree's bench command as the job runs it, prepared once per job (pyperf's way: what does not change
-    between runs is not rebuilt while the machine is held): its environment, its confinement and the
-    wrapped command line; each run only puts the session's scripts in place again."""
+    """A tree's bench as the job runs it, prepared once per job (pyperf's way: what does not change between
+    runs is not rebuilt while the machine is held): its environment, its confinement and the judging spec.
+    sandbox.command still wraps each run (its seccomp descriptor and memory group are the run's own)."""
 
     tree: str
-    argv: list[str]
     env: dict[str, str]
     confine: sandbox.Confinement
     timeout_s: float
@@ -651,18 +649,15 @@ class Bench:
 
 
 def prepare_bench(job: dict[str, Any], tree: str) -> Bench:
-    confine = sandbox.for_job(job, tree, "bench")
-    env = run_env(job, tree)
-    env.setdefault(JOB_ENV, f"bench-{os.getpid()}-{time.time_ns()}")  # the job's marker, inherited
-    argv, env = sandbox.wrap(["bash", "./autoresearch.sh", "bench"], confine, env)
-    return Bench(tree, argv, env, confine, float(job["timeouts"]["bench"]), decide.Spec.from_dict(job["judging"]))
+    return Bench(tree, run_env(job, tree), sandbox.for_job(job, tree, "bench"), float(job["timeouts"]["bench"]),
+                 decide.Spec.from_dict(job["judging"]))
 
 
 def _bench(bench: Bench, role: str, index: int, position: int, log: Any) -> Sample:
     log.write(f"[autoresearch] bench {role} run {index}\n")
     log.flush()
-    res = run_command(bench.argv, bench.tree, bench.timeout_s, env=bench.env, log=log, confine=bench.confine,
-                      wrapped=True)
+    res = run_command(["bash", "./autoresearch.sh", "bench"], bench.tree, bench.timeout_s, env=bench.env, log=log,
+                      confine=bench.confine)
     spec = bench.spec
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
@@ -992,7 +987,7 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
     built = build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"), job.get("machine_lock"),
                        env, confine)
     out: dict[str, Any] = {"tree": str(tree), "build_s": built.duration_s, "build": None, "runs": [],
-                           "sandbox": sandbox.describe(confine.off)}
+                           "sandbox": sandbox.describe(confine.off, confine.share)}
     cmd = built.command
     if cmd is not None:
         out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
@@ -1053,7 +1048,7 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # the result line must be printed whatever happened
             outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
                               error=f"{type(exc).__name__}: {exc}")
-    outcome.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF)
+    outcome.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF, sandbox.shares_of(job))
     print(result_line(outcome), flush=True)
     return 0
 

@@ -14,14 +14,25 @@ from the session's own bytes over the tree, a PID namespace hides every process 
 A private /tmp would hide what lives under the real one (the worktrees themselves, when the cache
 directory is there), so the paths a job needs there are bound into it again: its tree writable, the
 baseline's tree and every existing path the job's environment names read-only.
+
+What a job shares with the machine is as little as its work allows: its own IPC namespace (SysV shared
+memory, semaphores, message queues), its own network (only a loopback of its own, unless the session
+opens the network: `"sandbox": {"share": ["network"]}`), a read-only /proc, and a seccomp filter that
+refuses ptrace, process_vm_readv/writev, pidfd_getfd, process_madvise and the keyring calls (the
+keyring is per uid, and no namespace separates it): no process of the job can steer or read another,
+the session's scripts among them, nor keep state in the kernel between two runs. The folder of the
+machine lock and the job files is hidden under an empty tmpfs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
+import struct
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,13 +46,97 @@ PROBE_TIMEOUT_S = 20.0
 HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
               "bubblewrap`; `bash scripts/setup.sh` does it as root), or, to measure unconfined at your own risk, "
               "set \"sandbox\": \"off\" in .autoresearch/config.json (every result then says so)")
-# No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it.
-BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--die-with-parent", "--new-session",
-                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", TMP)
+JOB_MARK = "AUTORESEARCH_JOB"  # runner.JOB_ENV
+NETWORK = "network"
+SHARES = (NETWORK,)  # what a session may open up: `"sandbox": {"share": ["network"]}`
+# No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it,
+# no IPC object of anyone else's, a /proc no process can write another's memory through (/proc/PID/mem).
+BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
+PROC_OPTIONS = ("--remount-ro", "/proc")
+NET_OPTIONS = ("--unshare-net",)  # a network namespace of its own: only its own loopback
+# The private /tmp is memory: sized, so a job cannot fill the machine's memory through it.
+TMP_BYTES = 1 << 30
+# A job's memory (its processes' and its /tmp's pages) is limited to this share of the machine's by a memory
+# cgroup of its own, where one can be made (cgroup v2 with the memory controller, or v1's memory hierarchy).
+# Not an rlimit: an address-space or data limit stops sanitizer builds, whose shadow memory is reserved.
+MEMORY_SHARE = 0.75
+CGROUP_V2, CGROUP_V1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+GROUP_PREFIX = "autoresearch-job-"
+# Joins the memory cgroup ($0) before bubblewrap starts, so every process of the job is in it.
+JOIN_GROUP = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
 # A build that may not store into the compiler cache is told so (and cannot anyway, confined): ccache
 # then reads hits and compiles misses without storing, with its temporary files in the private /tmp.
 CACHE_READ_ONLY = {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": f"{TMP}/ccache-tmp", "SCCACHE_LOCAL_RW_MODE": "READ_ONLY"}
 _probed: dict[str, str | None] = {}  # bwrap path -> why it cannot confine here (None: it can)
+_lacking: dict[str, dict[str, str]] = {}  # bwrap path -> the optional protections this machine refuses
+
+# --- the seccomp filter ----------------------------------------------------------------------------
+# A classic-BPF program as bubblewrap's `--seccomp FD` loads it (struct sock_filter: u16 code, u8 jt,
+# u8 jf, u32 k) over struct seccomp_data (int nr at offset 0, u32 arch at 4). The calls refused with
+# EPERM: those through which one process steers or reads another of the same uid (ptrace, the process_vm
+# pair, pidfd_getfd, process_madvise), and the keyring's (per uid: shared with every job and the user).
+# Each architecture the kernel may run a job's code in (the compat ABIs too) has its own numbers;
+# an x32 call (nr with bit 30 set) is refused whole.
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7, "arm": 0x40000028}
+_DENIED = {  # ptrace, process_vm_readv, process_vm_writev, add_key, request_key, keyctl, pidfd_getfd, process_madvise
+    "x86_64": (101, 310, 311, 248, 249, 250, 438, 440),
+    "i386": (26, 347, 348, 286, 287, 288, 438, 440),
+    "aarch64": (117, 270, 271, 217, 218, 219, 438, 440),
+    "arm": (26, 376, 377, 309, 310, 311, 438, 440),
+}
+_X32_BIT = 0x40000000
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1
+_LD_ABS_W, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def seccomp_filter() -> bytes:
+    """The compiled filter: one block per architecture (load arch; not it: next block; load nr; refused
+    numbers jump to the block's EPERM), then allow whatever arch is left (none a job runs on here)."""
+    out = b""
+    for arch, numbers in _DENIED.items():
+        x32 = arch == "x86_64"
+        size = 3 + x32 + len(numbers) + 2
+        deny = size - 1
+        block = [_insn(_LD_ABS_W, 0, 0, 4), _insn(_JEQ_K, 0, size - 2, _AUDIT_ARCH[arch]), _insn(_LD_ABS_W, 0, 0, 0)]
+        if x32:
+            block.append(_insn(_JGE_K, deny - len(block) - 1, 0, _X32_BIT))
+        for nr in numbers:
+            block.append(_insn(_JEQ_K, deny - len(block) - 1, 0, nr))
+        block += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_EPERM)]
+        out += b"".join(block)
+    return out + _insn(_RET_K, 0, 0, _RET_ALLOW)
+
+
+_FILTER = seccomp_filter()
+
+
+def filter_fd() -> int:
+    """A fresh descriptor holding the filter at offset 0, for one bubblewrap (which reads it to its end)."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, _FILTER)  # 200-odd bytes: far below a pipe's buffer
+    os.close(write_fd)
+    return read_fd
+
+
+def shares_of(job: dict[str, Any]) -> tuple[str, ...]:
+    """What the job's session opened up (`"share": ["network"]`), in a fixed order."""
+    return parse_mode(str(_spec(job).get("mode") or CONFINED))[1]
+
+
+def parse_mode(mode: str) -> tuple[str, tuple[str, ...]]:
+    """A `sandbox` setting as the config keeps it ("confined", "off", "confined+network") -> (mode, shares)."""
+    base, *rest = mode.split("+")
+    return (OFF if base == OFF else CONFINED), tuple(s for s in SHARES if s in rest)
+
+
+def mode_string(shares: list[str] | tuple[str, ...]) -> str:
+    """The setting of a confined session that opens `shares` up ("confined" when none)."""
+    return "+".join([CONFINED, *(s for s in SHARES if s in shares)])
 
 
 @dataclass(frozen=True)
@@ -50,13 +145,16 @@ class Confinement:
 
     `tree`: the job's own tree, its only writable place besides a private /tmp and, when `cache` is set
     (the tree is the baseline's), the compiler cache; otherwise the cache is read, never written.
-    `frozen`: the protected files of the tree (relative paths), each bound read-only over itself.
+    `frozen`: the protected paths of the tree (relative: folders holding only protected files, and files),
+    each bound read-only from `frozen_from` (the session's bytes of them, from its git objects) or, without
+    it (a cloud worker), over itself.
     `read_only`: the tree itself is read-only (a bench or checks command of a session whose benchmark and
     checks write nothing there): no state passes from one run to the next, nor from the checks to the pairs.
     `scripts`: the session's bytes (a file outside any worktree) of each script, bound read-only over
     the tree's copy. `readable`: paths the job reads that a private /tmp would hide (the baseline's
     tree, a holdout command). `off`: the user turned confinement off; the scripts are then written
-    back into the tree before each command instead of bound.
+    back into the tree before each command instead of bound. `share`: what the session opened up
+    (SHARES). `hidden`: folders the job must not see at all (the machine lock's, with the job files).
     """
 
     tree: str
@@ -66,6 +164,9 @@ class Confinement:
     cache: bool = False
     frozen: tuple[str, ...] = ()
     read_only: bool = False
+    share: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    frozen_from: str | None = None
 
 
 def _spec(job: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +176,7 @@ def _spec(job: dict[str, Any]) -> dict[str, Any]:
 
 def mode_of(job: dict[str, Any]) -> str:
     """The job's `sandbox` setting: confined unless the session turned it off."""
-    return OFF if _spec(job).get("mode") == OFF else CONFINED
+    return parse_mode(str(_spec(job).get("mode") or CONFINED))[0]
 
 
 def resolve(job: dict[str, Any], base_dir: str) -> None:
@@ -94,9 +195,12 @@ def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement
     readable = [*spec.get("readable", []), *([baseline] if baseline else [])]
     cache = bool(baseline) and _real(str(baseline)) == _real(tree)
     frozen = tuple(str(p) for p in spec.get("frozen") or [])
+    frozen_from = str(spec["frozen_from"]) if spec.get("frozen_from") else None
     read_only = phase != "build" and phase in (spec.get("read_only") or [])
+    lock = job.get("machine_lock")
+    hidden = (str(Path(lock).parent),) if lock and Path(lock).is_absolute() else ()
     return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache, frozen,
-                       read_only)
+                       read_only, shares_of(job), hidden, frozen_from)
 
 
 def unavailable(bwrap: str | None = None) -> str | None:
@@ -126,9 +230,114 @@ def unavailable(bwrap: str | None = None) -> str | None:
     return why
 
 
-def describe(off: bool) -> str:
+def _memory_root() -> tuple[Path, str] | None:
+    """Where a job's memory cgroup is made, and the file its limit is written to; None where neither cgroup
+    v2 (with the memory controller) nor v1's memory hierarchy lets this process make one."""
+    v2 = CGROUP_V2 / "cgroup.controllers"
+    with contextlib.suppress(OSError):
+        if "memory" in v2.read_text().split() and os.access(CGROUP_V2, os.W_OK):
+            return CGROUP_V2, "memory.max"
+    if (CGROUP_V1 / "memory.limit_in_bytes").exists() and os.access(CGROUP_V1, os.W_OK):
+        return CGROUP_V1, "memory.limit_in_bytes"
+    return None
+
+
+def memory_limit() -> int:
+    """A job's memory limit in bytes: MEMORY_SHARE of the machine's."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE)
+    except (ValueError, OSError):
+        return 0
+
+
+_groups = {"made": 0}
+
+
+def memory_group() -> str | None:
+    """A fresh memory cgroup of one command, limited to memory_limit() (None where none can be made). The
+    groups of earlier commands whose processes are gone are removed first."""
+    found = _memory_root()
+    limit = memory_limit()
+    if found is None or not limit:
+        return None
+    root, limit_file = found
+    _sweep_groups(root)
+    _groups["made"] += 1
+    group = root / f"{GROUP_PREFIX}{os.getpid()}-{_groups['made']}-{time.monotonic_ns()}"
+    try:
+        group.mkdir()
+        (group / limit_file).write_text(str(limit))
+        if limit_file == "memory.limit_in_bytes":  # v1: swap too, where the kernel accounts it
+            with contextlib.suppress(OSError):
+                (group / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return str(group)
+
+
+def _sweep_groups(root: Path) -> None:
+    """Remove the memory cgroups of commands that ended (a group with a process in it refuses rmdir)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if entry.name.startswith(GROUP_PREFIX) and entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    if not Path(entry.path, "cgroup.procs").read_text().strip():
+                        os.rmdir(entry.path)
+
+
+# The protections a machine may refuse although bubblewrap runs (an old kernel without seccomp, a container
+# that refuses a network namespace), probed one by one, and what a session then does not promise.
+OPTIONAL = {
+    "seccomp": (("--seccomp", "FD"), "no seccomp filter here: a job's processes may ptrace one another (the "
+                "session's scripts among them) and use the user's keyring"),
+    NETWORK: (NET_OPTIONS, "no network namespace here: a job shares the machine's network and its local services"),
+    "proc": (PROC_OPTIONS, "no read-only /proc here: a job's processes may write one another's memory through "
+             "/proc/PID/mem (the session's scripts' among them)"),
+    "tmp_size": (("--size", str(TMP_BYTES), "--tmpfs", TMP), "no sized tmpfs here: a job's private /tmp may "
+                 "fill the machine's memory"),
+}
+
+
+def lacking(bwrap: str | None = None) -> dict[str, str]:
+    """The OPTIONAL protections bubblewrap cannot give on this machine (probed once per process), each with
+    what the session then does not promise; empty where it gives them all (or cannot confine at all)."""
+    name = bwrap or BWRAP
+    if name in _lacking:
+        return _lacking[name]
+    out: dict[str, str] = {}
+    path = shutil.which(name)
+    if path is not None and unavailable(name) is None:
+        for key, (options, what) in OPTIONAL.items():
+            fd = filter_fd() if "FD" in options else None
+            argv = [path, *BASE_OPTIONS, *(str(fd) if o == "FD" else o for o in options), "/bin/sh", "-c", "exit 0"]
+            try:
+                ok = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False,
+                                    stdin=subprocess.DEVNULL, pass_fds=() if fd is None else (fd,)).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if not ok:
+                out[key] = what
+        group = memory_group()
+        if group is None:
+            out["memory"] = ("no memory cgroup can be made here (cgroup v2 with the memory controller, or v1's memory "
+                             "hierarchy, writable by this user): a job may use all of the machine's memory")
+        else:
+            with contextlib.suppress(OSError):
+                os.rmdir(group)
+    _lacking[name] = out
+    return out
+
+
+def describe(off: bool, share: tuple[str, ...] | list[str] = ()) -> str:
     """What a result says about how its commands ran."""
-    return OFF if off else f"{CONFINED} (bubblewrap)"
+    if off:
+        return OFF
+    return f"{CONFINED} (bubblewrap" + "".join(f"; {s} shared" for s in share) + ")"
 
 
 def prepare(c: Confinement) -> None:
@@ -152,27 +361,54 @@ def prepare(c: Confinement) -> None:
             target.chmod(mode)
         elif not target.exists():
             target.touch()
+    if not c.off and c.frozen_from:
+        for rel in c.frozen:
+            _mount_point(Path(c.tree), rel, Path(c.frozen_from, rel).is_dir())
 
 
-def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """`argv` as it runs in `c`, and its environment: bubblewrap's command line (argv itself when off), with
-    the session's scripts put in place first."""
+def _mount_point(tree: Path, rel: str, folder: bool) -> None:
+    """Make `rel` under `tree` a place of the right kind to bind over: every folder on the way a real folder
+    of the tree (a link the build left there, which would carry the bind elsewhere, is removed), and the
+    place itself a folder or a plain file. What a build moved aside stays where it put it."""
+    here = tree
+    parts = Path(rel).parts
+    for i, part in enumerate(parts):
+        here = here / part
+        last = i == len(parts) - 1
+        want_dir = folder or not last
+        if here.is_symlink() or (os.path.lexists(here) and here.is_dir() != want_dir):
+            subprocess.run(["rm", "-rf", "--", str(here)], capture_output=True, check=False)
+        if not os.path.lexists(here):
+            if want_dir:
+                here.mkdir()
+            else:
+                here.touch()
+
+
+def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str], list[int]]:
+    """`argv` as it runs in `c`, its environment, and the descriptors it must inherit (the seccomp
+    filter's, which the caller closes once it started the command): bubblewrap's command line (argv
+    itself when off)."""
     prepare(c)
-    return wrap(argv, c, env)
-
-
-def wrap(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """`command` without putting the scripts in place: what a runner prepares once for a command it runs
-    many times (the bench), calling `prepare` before each run."""
     if not c.cache:
         env = {**env, **CACHE_READ_ONLY}
     if c.off:
-        return list(argv), env
+        return list(argv), env, []
     path = shutil.which(BWRAP)
     if path is None:
         raise RuntimeError(unavailable() or "bubblewrap vanished")
     env = {**env, "TMPDIR": TMP}  # a TMPDIR under the real /tmp is read-only in the job
-    return [*_bwrap_args(path, c, env), "--chdir", str(_real(c.tree)), "--", *argv], env
+    missing = lacking()
+    fds = [] if "seccomp" in missing else [filter_fd()]
+    # The runner marks every process it starts (runner.JOB_ENV: the experiment's id in it) to find what
+    # escapes a command; confined, nothing escapes the PID namespace, so bubblewrap carries the mark and the
+    # job does not see it: no id that could tell one experiment, or one side, from another.
+    args = [*_bwrap_args(path, c, env, missing), "--unsetenv", JOB_MARK]
+    if fds:
+        args += ["--seccomp", str(fds[0])]
+    group = None if "memory" in missing else memory_group()
+    join = ["/bin/sh", "-c", JOIN_GROUP, group] if group else []
+    return [*join, *args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
 
 
 def _real(path: str | Path) -> Path:
@@ -244,7 +480,7 @@ def _run_options() -> list[str]:
     return ["--tmpfs", RUN, "--symlink", "/dev/shm", f"{RUN}/shm", "--dir", f"{RUN}/lock"]
 
 
-def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
+def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[str, str] | None = None) -> list[str]:
     """bubblewrap's options for `c`: a read-only root, a fresh /dev and /proc, a private /tmp and /run with
     the job's paths bound into them again, its tree (and the compiler cache for the baseline's build) writable,
     the scripts bound read-only, no capabilities (as root too) and a PID namespace that dies with the
@@ -270,16 +506,39 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str]) -> list[str]:
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
     for path in writable:
         binds.append((len(path.parts), 1, "--ro-bind" if c.read_only and path == tree else "--bind", path, path))
-    args = [bwrap, *BASE_OPTIONS, *_run_options()]
+    missing = missing or {}
+    args = [bwrap, *BASE_OPTIONS, *([] if "proc" in missing else PROC_OPTIONS)]
+    if NETWORK not in c.share and NETWORK not in missing:
+        args += NET_OPTIONS
+    args += [*([] if "tmp_size" in missing else ["--size", str(TMP_BYTES)]), "--tmpfs", TMP, *_run_options()]
+    # The machine lock's folder (the lock, its turn files, the job files with their pair-order seed) is an
+    # empty tmpfs: a job could probe the lock (taken shared for checks, exclusively for a bench) or read the
+    # seed. What the job needs under it (its trees, the cache) is bound again after it.
+    for folder in c.hidden:
+        real = _real(folder)
+        if real.is_dir() and not any(real == w or w in real.parents for w in writable):
+            binds.append((len(real.parts), -1, "--tmpfs", real, real))
+            kept_places: list[str | Path] = [*c.readable, *writable, *([] if c.cache else caches)]
+            for kept in kept_places:
+                kept_real = _real(kept)
+                if real in kept_real.parents and os.path.lexists(kept_real):
+                    writable_place = any(kept_real == w for w in writable)
+                    binds.append((len(kept_real.parts), 1 if writable_place else 0,
+                                  ("--ro-bind" if c.read_only and kept_real == tree else "--bind")
+                                  if writable_place else "--ro-bind", kept_real, kept_real))
     # parents before children, and a writable place after a read-only one that holds it
     for _depth, _order, option, source, target in sorted(set(binds)):
-        args += [option, str(source), str(target)]
+        args += [option, str(source)] if option == "--tmpfs" else [option, str(source), str(target)]
     for name, script in sorted(c.scripts.items()):
         args += ["--ro-bind", str(_real(script)), str(tree / name)]
-    for rel in c.frozen:  # as checked out: the launch checked they are the baseline's
+    for rel in c.frozen:
         path = tree / rel
-        if path.is_file() and not path.is_symlink() and tree in _real(path).parents:
-            args += ["--ro-bind", str(path), str(path)]
+        if c.frozen_from:  # the session's bytes, whatever the tree holds there now
+            source = Path(c.frozen_from, rel)
+            if os.path.lexists(source) and not source.is_symlink():
+                args += ["--ro-bind", str(source), str(path)]
+        elif (path.is_file() or path.is_dir()) and not path.is_symlink() and tree in _real(path).parents:
+            args += ["--ro-bind", str(path), str(path)]  # as checked out: the launch checked they are the baseline's
     git_file = tree / ".git"  # a worktree's link to its git directory, which the server's git follows later
     if git_file.is_file() and not git_file.is_symlink():
         args += ["--ro-bind", str(git_file), str(git_file)]

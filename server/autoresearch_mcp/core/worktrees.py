@@ -10,7 +10,10 @@ persistent candidate worktree at a fixed path that moves from candidate to candi
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,6 +22,11 @@ from filelock import FileLock
 
 from autoresearch_mcp.core import gitops, sandbox
 from autoresearch_mcp.core.runner import BUILT_MARKER
+
+log = logging.getLogger(__name__)
+# What a launch needs free where the worktrees are: two trees and their builds (a build that fills the disk
+# would leave the next experiment's real winner failing for want of space, never judged).
+MIN_FREE_BYTES = 2 << 30
 
 
 def repo_key(repo: gitops.Repo) -> str:
@@ -37,6 +45,16 @@ class Worktrees:
     def machine_lock(self) -> Path:
         """The lock file that keeps benchmarks of this machine from overlapping anything of ours."""
         return self.root.parent / "machine.lock"
+
+    def lacks_space(self) -> str | None:
+        """Why no experiment can start here now (too little free disk where the worktrees are), or None."""
+        place = self.root if self.root.exists() else next(p for p in self.root.parents if p.exists())
+        free = shutil.disk_usage(place).free
+        if free >= MIN_FREE_BYTES:
+            return None
+        return (f"only {free / 2**30:.2f} GiB free in {place}, where the worktrees are; an experiment needs at least "
+                f"{MIN_FREE_BYTES / 2**30:.2f} GiB there (two trees and their builds): free some space, or set "
+                "AUTORESEARCH_CACHE_DIR to a folder on a larger disk")
 
     def scripts(self, commit: str) -> dict[str, str]:
         """The session's scripts at `commit` (autoresearch.sh, and autoresearch.checks.sh when it has one),
@@ -57,6 +75,39 @@ class Worktrees:
                 part.replace(path)
             out[name] = str(path)
         return out
+
+    def frozen_store(self, commit: str, units: list[str]) -> str | None:
+        """The protected paths `units` (gitops.protected_files) of `commit`, written once from the session's
+        git objects into a read-only folder outside any worktree (and out of every job's sight): what each
+        command of a job binds over its tree, whatever the tree holds at those paths by then (a build may
+        have moved a protected folder aside and written its own). None when nothing is protected."""
+        if not units:
+            return None
+        digest = hashlib.sha256("\0".join([commit, *units]).encode()).hexdigest()[:24]
+        store = self.root.parent / "protected" / digest
+        if store.is_dir():
+            return str(store)
+        part = store.parent / f".{digest}.{os.getpid()}.{threading.get_ident()}"
+        remove_folder(part)
+        part.mkdir(parents=True)
+        entries = [e for unit in units for e in gitops.tree_entries(self.repo, commit, unit)
+                   if e.mode in ("100644", "100755", "120000")]
+        for entry, data in zip(entries, gitops.read_blobs(self.repo, [e.sha for e in entries]), strict=True):
+            target = part / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if entry.mode == "120000":
+                os.symlink(data, target)
+            else:
+                target.write_bytes(data)
+                target.chmod(0o555 if entry.mode == "100755" else 0o444)
+        for folder, _dirs, _files in os.walk(part, topdown=False):
+            os.chmod(folder, 0o555)
+        try:
+            part.replace(store)
+        except OSError:  # another job wrote the same bytes first
+            subprocess.run(["chmod", "-R", "u+w", "--", str(part)], capture_output=True, check=False)
+            remove_folder(part)
+        return str(store)
 
     # --- content-named worktrees ---------------------------------------------------------------------
 
@@ -96,9 +147,13 @@ class Worktrees:
                 (path / BUILT_MARKER).unlink(missing_ok=True)
 
     def release(self, path: Path) -> None:
-        """Done with `path`; drop the least recently used builds nobody uses beyond the limit."""
+        """Done with `path`; drop it if its build never finished (a failed build's objects and whatever it
+        wrote only take disk space), and the least recently used builds nobody uses beyond the limit."""
         with self._lock:
             self._users[path] = max(0, self._users.get(path, 0) - 1)
+            if self._users[path] == 0 and path.parent == self.root and path.name.startswith("tree-") \
+                    and not (path / BUILT_MARKER).exists():
+                self._remove(path)
             idle = [p for p in self._trees() if self._users.get(p, 0) == 0]
             idle.sort(key=lambda p: p.stat().st_mtime, reverse=True)
             for stale in idle[self.keep:]:
@@ -141,9 +196,30 @@ class Worktrees:
     # --- removal -------------------------------------------------------------------------------------
 
     def _remove(self, path: Path) -> None:
-        if path.exists():
-            gitops.worktree_remove(self.repo, path)
+        """Remove a worktree whatever its build left in it: folders nested deeper than a path may be long
+        (`git worktree remove` fails with "File name too long") or than Python recurses (shutil.rmtree),
+        folders without write permission. A removal that still fails is logged, never raised: it must not
+        turn the experiment that used the tree into a failure after its result."""
+        if os.path.lexists(path):
+            remove_folder(path)
+            try:
+                gitops.worktree_prune(self.repo)
+            except gitops.GitError as exc:
+                log.warning("git worktree prune failed after removing %s: %s", path, exc)
         for suffix in (".lock", ".build.lock"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         self._users.pop(path, None)
+
+
+def remove_folder(path: Path) -> bool:
+    """Remove `path` and everything under it, of any depth, iteratively (GNU rm walks with descriptors, not
+    paths); folders a build made unwritable are opened up first. Whether `path` is gone."""
+    for attempt in range(2):
+        if attempt:
+            subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True, check=False)
+        subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, check=False)
+        if not os.path.lexists(path):
+            return True
+    log.warning("could not remove %s", path)
+    return False
 

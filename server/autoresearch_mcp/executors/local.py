@@ -169,6 +169,11 @@ class LocalExecutor(Executor):
 
     def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
+        full = self.worktrees.lacks_space()
+        if full is not None:
+            sink(job.experiment_id, {"event": "result", "outcome": {
+                "experiment_id": job.experiment_id, "status": "failed", "phase": "disk", "error": full}})
+            return
         variant = job.spec.get("worktree_variant")
         base = self.worktrees.acquire(job.base_commit, variant)
         incremental = bool(job.spec.get("incremental"))
@@ -177,7 +182,9 @@ class LocalExecutor(Executor):
         # the session's scripts: the base commit's, which a candidate cannot change (protected)
         spec = jobs.placed(job, baseline_dir=str(base), candidate_dir=str(cand), log_path=str(job.log_path),
                            machine_lock=str(self.worktrees.machine_lock()),
-                           scripts=self.worktrees.scripts(job.base_commit))
+                           scripts=self.worktrees.scripts(job.base_commit),
+                           # the protected paths' bytes from the base commit's objects, bound over the trees
+                           frozen_from=self.worktrees.frozen_store(job.base_commit, jobs.frozen(job.spec)))
         script = RUNNER
         if job.spec.get("profile"):  # profiler.py beside the runner: the profiled tree is its own baseline
             script, spec = PROFILER, jobs.profile_placed(job, spec, str(cand), str(job.spec.get("profile_data")))
@@ -231,9 +238,12 @@ class LocalExecutor(Executor):
             # nothing the experiment started outlives it, even if the runner itself was killed
             runner.kill_marked(marker)
             job_file.unlink(missing_ok=True)
-            self.worktrees.release(base)
-            if not incremental:
-                self.worktrees.release(cand)
+            # what cleaning up fails at is logged: the experiment's result is given, and stays its result
+            for tree in (base, *(() if incremental else (cand,))):
+                try:
+                    self.worktrees.release(tree)
+                except Exception:
+                    log.exception("could not release the worktree %s of experiment %s", tree, job.experiment_id)
 
     def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink, secret: str) -> dict[str, Any] | None:
         assert proc.stdout is not None

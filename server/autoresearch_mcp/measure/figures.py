@@ -159,6 +159,8 @@ def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Anal
 UNCONFINED_NOTE = ("ran unconfined (\"sandbox\": \"off\" in .autoresearch/config.json): its build, bench and "
                    "checks could write anywhere you can, read other processes and outlive the run, so nothing "
                    "protected its result from the candidate")
+SHARED_NOTE = ("ran with the network open (\"sandbox\": {\"share\": [\"network\"]}): a candidate could reach "
+               "the machine's local services and leave one slow for the baseline")
 
 
 def unconfined(exps: Iterable[ExperimentState]) -> list[str]:
@@ -167,10 +169,16 @@ def unconfined(exps: Iterable[ExperimentState]) -> list[str]:
 
 
 def unconfined_warning(exps: Iterable[ExperimentState]) -> list[str]:
-    """The warning every listing of these experiments carries when any of them ran unconfined."""
+    """The warnings every listing of these experiments carries when any of them ran unconfined or with
+    the network shared."""
     mine = list(exps)
     off = unconfined(mine)
-    if not off:
-        return []
-    return [f"sandbox off: {len(off)} of {len(mine)} experiments {UNCONFINED_NOTE} "
-            f"({', '.join(off[:10])}{', ...' if len(off) > 10 else ''})"]
+    shared = [e.experiment_id for e in mine if "network shared" in (e.outcome.sandbox or "")]
+    out = []
+    if off:
+        out.append(f"sandbox off: {len(off)} of {len(mine)} experiments {UNCONFINED_NOTE} "
+                   f"({', '.join(off[:10])}{', ...' if len(off) > 10 else ''})")
+    if shared:
+        out.append(f"sandbox shares the network: {len(shared)} of {len(mine)} experiments {SHARED_NOTE} "
+                   f"({', '.join(shared[:10])}{', ...' if len(shared) > 10 else ''})")
+    return out
