@@ -656,8 +656,9 @@ def prepare_bench(job: dict[str, Any], tree: str) -> Bench:
 def _bench(bench: Bench, role: str, index: int, position: int, log: Any) -> Sample:
     log.write(f"[autoresearch] bench {role} run {index}\n")
     log.flush()
-    res = run_command(["bash", "./autoresearch.sh", "bench"], bench.tree, bench.timeout_s, env=bench.env, log=log,
-                      confine=bench.confine)
+    # a copy: a run's environment is its own (what one run adds to it must not reach the next)
+    res = run_command(["bash", "./autoresearch.sh", "bench"], bench.tree, bench.timeout_s, env=dict(bench.env),
+                      log=log, confine=bench.confine)
     spec = bench.spec
     parsed = parse_metrics(res.output)
     problems = list(parsed.problems)
