@@ -17,9 +17,41 @@ fi
 home="$(mktemp -d)"
 work="$(mktemp -d)"
 trap 'rm -rf "$home" "$work"' EXIT
+# PATH without any autoresearch-mcp, and a data folder the install cannot use (so it ends at once)
+bare_path="$(tr ':' '\n' <<<"$PATH" | while read -r d; do [ -e "$d/autoresearch-mcp" ] || printf '%s:' "$d"; done)"
+: > "$work/not-a-folder"
 
 echo "check_plugin: claude plugin validate --strict" >&2
 HOME="$home" "$tools/node_modules/.bin/claude" plugin validate --strict "$root"
+
+echo "check_plugin: claude plugin validate --strict plugin (the folder the marketplace ships)" >&2
+HOME="$home" "$tools/node_modules/.bin/claude" plugin validate --strict "$root/plugin"
+
+echo "check_plugin: install from a local marketplace (a clone with a developer's .venv)" >&2
+# Claude Code copies the marketplace's plugin source into its cache: the source is plugin/, so a checkout's
+# .venv and build outputs stay out of it, while the links in plugin/ bring what the launcher installs.
+git clone -q "$root" "$work/clone"
+if [ -n "$(git -C "$root" status --porcelain -- plugin .claude-plugin)" ]; then  # test the tree as it is
+  rm -rf "$work/clone/plugin" "$work/clone/.claude-plugin" && cp -a "$root/plugin" "$root/.claude-plugin" "$work/clone/"
+fi
+mkdir -p "$work/clone/.venv/lib" && head -c 50000000 /dev/zero > "$work/clone/.venv/lib/stand-in"
+mhome="$(mktemp -d)"
+trap 'rm -rf "$home" "$work" "$mhome"' EXIT
+HOME="$mhome" "$tools/node_modules/.bin/claude" plugin marketplace add "$work/clone" >&2
+HOME="$mhome" "$tools/node_modules/.bin/claude" plugin install autoresearch@autoresearch >&2
+cached="$(echo "$mhome"/.claude/plugins/cache/autoresearch/autoresearch/*)"
+for want in .claude-plugin/plugin.json .mcp.json bin/autoresearch-mcp-launch hooks/run hooks/hooks.json \
+            skills/autoresearch/SKILL.md agents/change-reviewer.md pyproject.toml \
+            server/autoresearch_mcp/bootstrap.py instructions.md autoresearch.sh.template examples/normsoft/Makefile; do
+  [ -f "$cached/$want" ] && [ ! -L "$cached/$want" ] || { echo "check_plugin: the installed plugin lacks $want" >&2; exit 1; }
+done
+[ ! -e "$cached/.venv" ] || { echo "check_plugin: the installed plugin holds the checkout's .venv" >&2; exit 1; }
+size_kb="$(du -sk "$cached" | cut -f1)"
+[ "$size_kb" -lt 20000 ] || { echo "check_plugin: the installed plugin is ${size_kb} KB" >&2; exit 1; }
+out="$(cd "$work" && HOME="$mhome" PATH="${bare_path%:}" AUTORESEARCH_PLUGIN_DATA="$work/not-a-folder" timeout 180 \
+       "$tools/node_modules/.bin/claude" mcp list 2>&1)"
+echo "$out"
+grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
 
 echo "check_plugin: claude --plugin-dir . mcp list" >&2
 out="$(cd "$work" && HOME="$home" timeout 180 "$tools/node_modules/.bin/claude" --plugin-dir "$root" mcp list 2>&1)"
@@ -29,8 +61,6 @@ grep -q "plugin:autoresearch:autoresearch.*Connected" <<<"$out"
 echo "check_plugin: claude --plugin-dir . mcp list before anything is installed (the bootstrap answers)" >&2
 # No autoresearch-mcp on PATH and a data folder the install cannot use (so it ends at once, leaving nothing
 # running): Claude Code connects all the same, and each tool call would say what to fix.
-bare_path="$(tr ':' '\n' <<<"$PATH" | while read -r d; do [ -e "$d/autoresearch-mcp" ] || printf '%s:' "$d"; done)"
-: > "$work/not-a-folder"
 out="$(cd "$work" && HOME="$home" PATH="${bare_path%:}" AUTORESEARCH_PLUGIN_DATA="$work/not-a-folder" timeout 180 \
        "$tools/node_modules/.bin/claude" --plugin-dir "$root" mcp list 2>&1)"
 echo "$out"

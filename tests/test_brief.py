@@ -136,3 +136,15 @@ def test_skills_and_agents_follow_claude_codes_conventions() -> None:
     assert set(agents) == {"researcher", "change-reviewer"}
     for name, meta in agents.items():
         assert meta["name"] == name and meta["description"] and meta["tools"], name
+
+
+def test_the_advice_for_noisy_can_be_followed_and_the_review_comes_before_the_commit() -> None:
+    """The scripts are protected and hand commits refused: the way out of `noisy` is the config's threads and
+    start_session again; the candidate is reviewed (base..candidate) before commit_winner, not after."""
+    brief = resources.brief("claude-code")
+    noisy = brief[brief.index("  - `noisy`"):brief.index("  - `invalid`")]
+    assert "`threads`" in noisy and "start_session" in noisy and "steady the machine or the\n    benchmark" not in noisy
+    assert brief.index("git diff <base_commit> <candidate_commit>") < brief.index("- `commit_winner(")
+    skill = (ROOT / "skills" / "review-before-commit" / "SKILL.md").read_text()
+    assert skill.index("git diff <base_commit> <candidate_commit>") < skill.index("`commit_winner(experiment_id")
+    assert "git show" not in (ROOT / "agents" / "change-reviewer.md").read_text()

@@ -161,3 +161,16 @@ def test_a_job_that_takes_more_memory_than_its_limit_is_stopped(tmp_path: Path,
     assert not res.ok and "took" not in res.output
     control = confined(tmp_path, "python3 -c 'x = bytearray(8 << 20); print(\"took\", len(x))'")
     assert control.ok and "took" in control.output
+
+
+@pytest.mark.skipif(sandbox.memory_group() is None, reason="no memory cgroup can be made on this machine")
+def test_a_command_keeps_its_memory_group_while_others_start(tmp_path: Path) -> None:
+    # another command (of this process or another) sweeps ended groups: never one made a moment ago
+    group = sandbox.memory_group()
+    assert group is not None
+    try:
+        for _ in range(3):
+            assert confined(tmp_path, "true").ok
+        assert Path(group).is_dir()
+    finally:
+        os.rmdir(group)

@@ -11,8 +11,13 @@ from autoresearch_mcp import demo
 
 def test_demo_runs_the_whole_loop(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NORMSOFT_ITERS", "10")  # shorter runs; the demo's server inherits the environment
-    assert demo.main() == 0
-    out = capfd.readouterr().out
+    assert demo.main(delete=True) == 0
+    captured = capfd.readouterr()
+    out = captured.out
+    # the report is written and its path printed; refusals the demo shows are not logged as failures
+    report = re.search(r"^report: (\S+index\.html)$", out, re.MULTILINE)
+    assert report is not None, out
+    assert "Tool 'commit_winner' failed" not in captured.err
     assert out.count("launched ") == 3 and "summary: 3 experiments" in out
     # the no-op and the slower change are never committed, whatever the machine's noise
     for title in ("Reword a comment", "Exponentials in double precision"):

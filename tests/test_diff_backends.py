@@ -7,6 +7,7 @@ the llama-cpp-python sdist (downloaded once and cached; see realtree.py).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -526,3 +527,133 @@ def test_real_current_ggml_every_backend_that_fuses_rms_norm_mul_has_it(ggml_cur
             f.startswith("RMS_NORM+MUL+") for f in b.fusions))
     assert {b.name for b in ggml_current.backends if fuses(b)} >= {
         "cpu", "cuda", "et", "hexagon", "hip", "metal", "musa", "opencl", "sycl", "vulkan", "webgpu"}
+
+
+# --- issue 33 item 13: fusion names, case groups and lists that are no chains ------------------------
+
+def test_a_fusion_name_splits_into_the_most_ops_not_into_a_private_fused_op(tmp_path: Path) -> None:
+    """A backend-private enum may name a fused op (Hexagon's HTP_OP_RMS_NORM_MUL): the Vulkan-like fusion
+    string RMS_NORM_MUL_ROPE is still RMS_NORM+MUL+ROPE (before: RMS_NORM_MUL+ROPE, and RMS_NORM_MUL alone
+    became a fusion of its own name)."""
+    tree = write_tree(tmp_path / "p", {
+        "include/toy.h": HEADER,
+        "src/toy-cpu/toy-cpu.c": CPU,
+        "src/toy-hexagon/htp-ops.h": "enum htp_op { HTP_OP_ADD, HTP_OP_MUL, HTP_OP_RMS_NORM_MUL, HTP_OP_COUNT };\n",
+        "src/toy-hexagon/main.c": ("int run(int op) { switch (op) { case HTP_OP_ADD: case HTP_OP_MUL: "
+                                   "case HTP_OP_RMS_NORM_MUL: return 1; } return TOY_OP_ADD; }\n"),
+        "src/toy-vulkan/toy-vulkan.cpp": """\
+            static void toy_vk_build(struct toy_graph * g, int i) {
+                const char * fusion_string = "";
+                if (toy_vk_fuse(g, i, 3)) {
+                    fusion_string = "RMS_NORM_MUL_ROPE";
+                } else if (toy_vk_fuse(g, i, 2)) {
+                    fusion_string = "RMS_NORM_MUL";
+                }
+                switch (g->nodes[i]->op) { case TOY_OP_RMS_NORM: case TOY_OP_ROPE: case TOY_OP_MUL: break; }
+            }
+            """,
+    })
+    result = compare_backends(str(tree))
+    assert "HTP_OP_" in result.op_families
+    vulkan = backend(result, "vulkan")
+    assert set(vulkan.fusions) == {"RMS_NORM+MUL+ROPE", "RMS_NORM+MUL"}
+    assert gap(result, "RMS_NORM+MUL").present_in == ["vulkan"]
+
+
+def test_every_label_of_the_calling_case_group_starts_a_fusion(tmp_path: Path) -> None:
+    """Metal's norm function fuses `fops[0] = op->op; fops[1] = MUL; fops[2] = ADD` and is called from
+    `case NORM: case RMS_NORM:`: both NORM+MUL+ADD and RMS_NORM+MUL+ADD (before: only the last label)."""
+    header = HEADER.replace("TOY_OP_SCALE,", "TOY_OP_SCALE, TOY_OP_NORM,")
+    tree = write_tree(tmp_path / "p", {
+        "include/toy.h": header,
+        "src/toy-cpu/toy-cpu.c": CPU,
+        "src/toy-metal/toy-metal-ops.cpp": """\
+            int toy_metal_op_norm(struct ctx * ctx, int idx) {
+                enum toy_op fops[8];
+                fops[0] = ctx->node(idx)->op;
+                fops[1] = TOY_OP_MUL;
+                fops[2] = TOY_OP_ADD;
+                int n_fuse = 0;
+                while (ctx->can_fuse(idx + n_fuse, fops + n_fuse, 2)) { n_fuse++; }
+                return n_fuse;
+            }
+            static int toy_metal_encode(struct ctx * ctx, int idx) {
+                int n_fuse = 1;
+                switch (ctx->node(idx)->op) {
+                    case TOY_OP_SOFT_MAX:
+                        break;
+                    case TOY_OP_NORM:
+                    case TOY_OP_RMS_NORM:
+                        {
+                            n_fuse = toy_metal_op_norm(ctx, idx);
+                        } break;
+                    case TOY_OP_ADD: case TOY_OP_MUL:
+                        break;
+                }
+                return n_fuse;
+            }
+            """,
+    })
+    metal = backend(compare_backends(str(tree)), "metal")
+    assert set(metal.fusions) == {"NORM+MUL+ADD", "RMS_NORM+MUL+ADD"}
+
+
+def test_a_range_for_over_ops_and_a_list_of_sub_ops_are_no_fusions(tmp_path: Path) -> None:
+    """`for (op : { MUL_MAT, MUL_MAT_ID })` tries each op on its own and `{ SWIGLU, GEGLU }` lists the
+    variants one GLU node may be: neither is a chain of graph nodes (before: MUL+SCALE and SILU+GELU)."""
+    tree = write_tree(tmp_path / "p", {
+        "include/toy.h": HEADER,
+        "src/toy-cpu/toy-cpu.c": CPU,
+        "src/toy-cuda/toy-cuda.cu": """\
+            static bool toy_cuda_should_fuse(const struct toy_graph * g, int i) {
+                static const enum toy_unary_op valid_unary_ops[] = { TOY_UNARY_OP_SILU, TOY_UNARY_OP_GELU };
+                for (enum toy_op op : { TOY_OP_MUL, TOY_OP_SCALE }) {
+                    if (toy_cuda_can_fuse(g, i, { TOY_OP_RMS_NORM, TOY_OP_MUL }, {})) { return true; }
+                }
+                return valid_unary_ops[0] == 0;
+            }
+            """,
+    })
+    cuda = backend(compare_backends(str(tree)), "cuda")
+    assert cuda.fusions == ["RMS_NORM+MUL"]
+
+
+# --- every llama-cpp-python release 0.3.16 .. 0.3.36 (issue 33 item 13) --------------------------------
+
+RELEASES = [f"0.3.{n}" for n in range(16, 37)]  # all of them exist on PyPI (pip index versions)
+
+
+def rms_norm_mul_fusers(version: str) -> set[str]:
+    """Which backends fuse RMS_NORM+MUL in each release, read from the sources (grep): the CUDA, Metal,
+    OpenCL and Vulkan backends in all of them; HIP and MUSA compile CUDA's sources (their CMakeLists.txt)."""
+    n = int(version.rsplit(".", 1)[1])
+    out = {"cuda", "hip", "musa", "metal", "opencl", "vulkan"}
+    out |= {"webgpu"} if n >= 21 else set()  # ggml-webgpu.cpp: ggml_can_fuse(cgraph, node_idx, { RMS_NORM, MUL })
+    out |= {"cpu"} if n >= 23 else set()  # ggml-cpu.c: fuse_ops[] = { RMS_NORM, MUL }
+    out |= {"hexagon"} if n >= 24 else set()  # ggml-hexagon.cpp: HTP_OP_RMS_NORM_MUL
+    out |= {"et"} if n >= 34 else set()
+    out |= {"sycl"} if n >= 35 else set()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_real_ggml_rms_norm_mul_on_every_release(version: str) -> None:
+    tree = real_tree(version)
+    expected = rms_norm_mul_fusers(version)
+    # the CPU is the usual target; once it fuses RMS_NORM+MUL itself, BLAS (which fuses nothing) is
+    target = "cpu" if "cpu" not in expected else "blas"
+    result = compare_backends(str(tree), target=target, max_gaps=300)
+    rms = gap(result, "RMS_NORM+MUL")
+    assert set(rms.present_in) == expected
+    assert {b.name: b.built_from for b in result.backends if b.built_from} == {"hip": ["cuda"], "musa": ["cuda"]}
+    calls = {"vulkan": ("ggml-vulkan.cpp", "ggml_vk_can_fuse("), "opencl": ("ggml-opencl.cpp", "ggml_opencl_can_fuse("),
+             "cuda": ("ggml-cuda.cu", "ggml_cuda_can_fuse(")}
+    by_backend = {e.backend: e for e in rms.evidence}
+    for name, (file, call) in calls.items():
+        ev = by_backend[name]
+        line = (tree / ev.file).read_text().split("\n")[ev.line - 1].strip()
+        assert ev.file.endswith(file) and ev.snippet.startswith(line[:157]), (name, ev)
+        assert call in line and re.search(r"\{\s*GGML_OP_RMS_NORM\s*,\s*GGML_OP_MUL\s*\}", line), (name, line)
+    assert by_backend["cuda"].snippet.endswith("(also compiled into hip, musa)")
+    assert not [k for b in result.backends for k in b.fusions if "RMS_NORM_MUL" in k]  # names split into ops

@@ -130,3 +130,38 @@ def test_a_one_pass_rms_norm_is_faster_on_its_focus_and_not_on_the_controls(shar
     controls = {name: value for name, value in change.items() if name.startswith("control.")}
     assert change["focus.RMS_NORM"] < 0.95, change
     assert all(0.92 < value < 1.08 and value - change["focus.RMS_NORM"] > 0.03 for value in controls.values()), change
+
+
+def marked(text: str, signature: str, label: str) -> str:
+    """`text` with a line that says `label` on stderr, once, at the start of the function at `signature`."""
+    start = text.index(signature)
+    body = text.index("{\n", start) + 2
+    say = ("    { static bool said = false; if (!said) { said = true; "
+           f'fprintf(stderr, "autoresearch-test: {label}\\n"); }} }}\n')
+    return text[:body] + say + text[body:]
+
+
+def test_the_flash_attention_focus_runs_the_tiled_path_the_prompt_batch_takes(shared: dict[str, Path]) -> None:
+    # ggml-cpu takes its tiled flash attention (where the fusion of scale, mask and max over a KQ tile lives)
+    # for 64 query rows or more: the prompt batch's; one query row (text generation) takes the one-chunk path
+    tree = recipe_tree(shared["source"], shared["root"] / "marked")
+    ops = tree / OPS
+    text = marked(ops.read_text(), "static void ggml_compute_forward_flash_attn_ext_tiled(", "tiled flash attention")
+    text = marked(text, "static void ggml_compute_forward_flash_attn_ext_f16_one_chunk(", "one-chunk flash attention")
+    ops.write_text(text)
+    build(tree)
+    done = subprocess.run([str(tree / "build-autoresearch/bin/autoresearch-opbench"), "--model", str(shared["wide"]),
+                           "--focus", "FLASH_ATTN_EXT", "--threads", "1", "--tokens", "128"], capture_output=True,
+                          text=True, timeout=300, check=True)
+    assert "autoresearch-test: tiled flash attention" in done.stderr, done.stderr[-2000:]
+    assert "autoresearch-test: one-chunk flash attention" not in done.stderr
+    assert "head_dim=64" in done.stderr and "tokens=128 n_kv=256" in done.stderr  # TinyLlama's widths
+    assert "METRIC focus.FLASH_ATTN_EXT=" in done.stdout
+    # the recipe's default prompt is that batch: the bench times the tiled path, not a shape llama-bench never runs
+    assert recipes.get("llama.cpp").settings["LLAMA_BENCH_PROMPT"] == "128"
+    # text generation's shape (one query row) takes the other path: the tiled fusion cannot move tg_tps
+    one = subprocess.run([str(tree / "build-autoresearch/bin/autoresearch-opbench"), "--model", str(shared["wide"]),
+                          "--focus", "FLASH_ATTN_EXT", "--threads", "1", "--tokens", "1"], capture_output=True,
+                         text=True, timeout=300, check=True)
+    assert "autoresearch-test: one-chunk flash attention" in one.stderr
+    assert "autoresearch-test: tiled flash attention" not in one.stderr

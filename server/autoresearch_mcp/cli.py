@@ -16,7 +16,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("serve", help="run the MCP server over stdio (the default)")
     demo = sub.add_parser("demo", help="run the whole loop on the bundled example (local, no network)")
-    demo.add_argument("--keep", action="store_true", help="keep the demo repository afterwards")
+    demo.add_argument("--delete", action="store_true", help="delete the demo repository at the end (kept by default)")
+    demo.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
     report = sub.add_parser("report", help="write .autoresearch/report/ (index.html, progress.png, results.tsv)")
     report.add_argument("repo", nargs="?", default=".", help="the session's repository (default: here)")
     report.add_argument("--secondary", action="append", default=[], metavar="METRIC",
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from autoresearch_mcp import demo
 
-        return demo.main(keep=args.keep)
+        return demo.main(delete=args.delete)
     if args.command == "hook" and args.name == "guard":
         from autoresearch_mcp import guard
 

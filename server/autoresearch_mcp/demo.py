@@ -22,6 +22,9 @@ from autoresearch_mcp import resources
 from autoresearch_mcp.core import gitops
 
 DEADLINE_S = 1200
+# The refusals the demo exists to show are logged by the MCP SDK at INFO ("Tool 'commit_winner' failed"):
+# its server logs warnings and errors only, and the demo prints each refusal itself.
+DEMO_LOG = ["--log-level", "WARNING"]
 CANDIDATES = [
     ("Fuse RMS_NORM and MUL in the CPU backend", "fuse-rms-norm-mul",
      "The accel backend fuses RMS_NORM+MUL; doing the same on the CPU removes a pass over memory.",
@@ -58,7 +61,7 @@ async def run_demo(workdir: Path) -> int:
     _say(f"demo repository: {repo}")
     # The demo's worktrees and caches live in its own temporary directory, removed at the end.
     env = {**os.environ, "AUTORESEARCH_CACHE_DIR": str(workdir / "cache")}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", "serve"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "autoresearch_mcp", *DEMO_LOG, "serve"],
                                    cwd=str(repo), env=env)
     t0 = time.monotonic()
     async with Client(params) as client:
@@ -90,24 +93,23 @@ async def run_demo(workdir: Path) -> int:
             ids[title] = launched["experiment_id"]
             _say(f"launched {launched['experiment_id']}: {title}")
         results: dict[str, dict[str, Any]] = {}
-        last = ""
+        seen: dict[str, str] = {}  # each experiment's last status: a line per change, not per poll
         deadline = time.monotonic() + DEADLINE_S
         while len(results) < len(ids):
             if time.monotonic() > deadline:
                 _say(f"the experiments did not finish within {DEADLINE_S // 60} minutes; giving up")
                 return 1
             await anyio.sleep(1.0)
-            states = []
             for title, exp_id in ids.items():
+                if title in results:
+                    continue
                 ok, res = await _call(client, "fetch_sky_logs", experiment_id=exp_id, tail_lines=0)
                 assert ok and isinstance(res, dict)
-                states.append(f"{exp_id}:{res['status']}({res['pairs_done']} pairs)")
+                if seen.get(exp_id) != res["status"]:
+                    seen[exp_id] = res["status"]
+                    _say(f"  {exp_id} {res['status']} ({res['pairs_done']} pairs): {title}")
                 if res["status"] in ("done", "failed", "checks_failed", "cancelled", "lost"):
                     results[title] = res
-            line = "  " + "  ".join(states)
-            if line != last:
-                _say(line)
-                last = line
         _say("")
         for title, res in results.items():
             m = res["metrics"].get("rows_per_s") or {}
@@ -123,20 +125,27 @@ async def run_demo(workdir: Path) -> int:
                 _say(f"  commit_winner refused: {str(out).removeprefix('Error executing tool commit_winner: ')}")
         ok, listing = await _call(client, "list_experiments")
         assert ok and isinstance(listing, dict)
+        ok, report = await _call(client, "report", repo=str(repo))
     _say("")
     _say(f"summary: {len(ids)} experiments, {listing['kept']} kept, {listing['discarded']} discarded, "
          f"{time.monotonic() - t0:.0f} s")
     for commit in gitops.log(gitops.repo_at(repo), "autoresearch/demo", limit=3):
         _say(f"{commit.sha[:12]} {commit.subject}")
+    if ok and isinstance(report, dict):
+        _say(f"report: {report['html_path']}")
+    else:
+        _say(f"report: not written ({report})")
     return 0
 
 
-def main(keep: bool = False) -> int:
+def main(delete: bool = False) -> int:
+    """Run the demo; its repository (session branch, .autoresearch/, report) is kept unless `delete`."""
     workdir = Path(tempfile.mkdtemp(prefix="autoresearch-demo-"))
     try:
         return anyio.run(run_demo, workdir)
     finally:
-        if keep:
-            _say(f"kept {workdir}")
-        else:
+        if delete:
             shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            _say(f"kept {workdir / 'normsoft'} (the session branch autoresearch/demo, .autoresearch/ and the "
+                 f"report; caches in {workdir / 'cache'}); `autoresearch-mcp demo --delete` removes it at the end")

@@ -135,6 +135,13 @@ class ComparisonResult(BaseModel):
     tail_pct: float | None = Field(None, description="the change of each side's worst 5% of runs")
     equivalence_pct: float | None = Field(None, description="no_change: no change beyond +- this")
     note: str | None = Field(None, description="why not improved, or why noisy")
+    measure: str | None = Field(None, description="how it was measured: as the bench printed it, or the harness's "
+                                "own outside time of each run (harness.*); how many processes a sample")
+    bound_pct: float | None = Field(None, description="guards and a session total's objectives: the worst change "
+                                    "their one-sided bounds leave, % (+ is better), at claim_level")
+    margin_pct: float | None = Field(None, description="the slowdown it was judged against, %")
+    claim_level: float | None = None
+    claim: str | None = Field(None, description="what was shown of it, in one line")
 
 
 class ChecksResult(BaseModel):
@@ -192,6 +199,8 @@ class FetchResult(BaseModel):
     noise_note: str | None = Field(None, description="how noisy and why the budget cannot decide; a bimodal or "
                                    "tail-heavy side")
     focus: list[str] = Field(default_factory=list, description="what the experiment was judged on, if a focus")
+    claims: list[str] = Field(default_factory=list, description="what was shown, each at its level: the focus, "
+                              "each end-to-end guard (this experiment), a session total's tolerances")
     layout_pct: float | None = Field(None, description="focus: the most the untouched controls moved, % (a focus "
                                      "win must exceed it)")
     error: str | None = None
@@ -250,6 +259,7 @@ class ExperimentSummary(BaseModel):
     focus: list[str] = Field(default_factory=list, description="what a focus experiment was judged on")
     focus_delta_pct: float | None = Field(None, description="the focus metric's change, % (its own value)")
     source: str | None = Field(None, description="session: the measured total of the session's commits")
+    claims: list[str] = Field(default_factory=list, description="what was shown, each at its level")
 
 
 class ListExperimentsResult(BaseModel):
@@ -257,6 +267,9 @@ class ListExperimentsResult(BaseModel):
     best: ExperimentSummary | None = Field(None, description="the largest significant improvement so far")
     session_total: ExperimentSummary | None = Field(
         None, description="the latest measurement of the session head against its start (source='session')")
+    session_claim: str | None = Field(
+        None, description="what the session's measured total showed of each objective's tolerance, or that it was "
+        "not measured yet")
     estimated_total_pct: float | None = Field(
         None, description="the kept commits' estimates chained together, % of the primary metric: compare with "
         "session_total")

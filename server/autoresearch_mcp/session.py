@@ -43,7 +43,7 @@ from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
-from autoresearch_mcp.measure import figures, summary
+from autoresearch_mcp.measure import figures, stats, summary
 from autoresearch_mcp.models import (
     BenchRun,
     Direction,
@@ -232,6 +232,7 @@ def _apply_recipe(config: SessionConfig, recipe: recipes.Recipe) -> SessionConfi
         "recipe": recipe.name, "protected": protected,
         "objectives": config.objectives or list(recipe.objectives),
         "focus_tolerance_pct": {**recipe.focus_tolerance_pct, **config.focus_tolerance_pct},
+        "harness_share": {**recipe.harness_share, **config.harness_share},
         "env": {**recipe.settings, **config.env}})  # the person's values win
 
 
@@ -373,7 +374,13 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
         if max(noise.values()) <= limit or threads == 1:
             break
         threads //= 2
-    trial, kept = min(tried, key=lambda t: max(t[0].noise_pct.values()))  # on a tie the first: more threads
+    # The fewest threads tried, unless more were steadier beyond what the noise of those few runs explains: two
+    # noisy runs a count cannot tell a single-threaded benchmark's 2 threads from 1.
+    fewest = tried[-1]
+    steadier = [t for t in tried[:-1] if stats.clearly_steadier(
+        max(t[0].noise_pct.values()) / 100, len(t[1].runs), max(fewest[0].noise_pct.values()) / 100,
+        len(fewest[1].runs))]
+    trial, kept = min(steadier, key=lambda t: max(t[0].noise_pct.values())) if steadier else fewest
     warnings = list(kept.warnings)
 
     def noisiest(t: ThreadsTrial) -> str:

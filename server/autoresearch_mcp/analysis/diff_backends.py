@@ -48,7 +48,7 @@ from autoresearch_mcp.models import (
 )
 
 LIST_LIMIT = 20  # items per backend list in the output; counts give the rest
-EVIDENCE_LIMIT = 6
+EVIDENCE_LIMIT = 10  # places shown per gap, one each: 9 backends fuse RMS_NORM+MUL in llama.cpp 0.3.36
 NOTES_LIMIT = 20
 PARALLEL_MIN_BYTES = 8_000_000  # below this a process pool costs more than it saves
 

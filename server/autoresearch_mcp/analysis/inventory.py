@@ -52,8 +52,11 @@ _ELEM_NAME = re.compile(r"([A-Za-z_]\w*)\s*\Z")
 _FUSION_STRING = re.compile(r"\b\w*fus\w*\s*(?:=|\()\s*\"([A-Za-z][A-Za-z0-9_]*)\"", re.IGNORECASE)
 _SUPPORTS_FN = re.compile(r"(?i)supports?_?op|op_?supported|is_?supported_?op")
 _REJECT = re.compile(r"((?:\bcase\s+[A-Za-z_][\w:]*\s*:\s*)+)\{?\s*return\s+false\s*;")
+_CASE_ONLY = re.compile(r"case\s+[A-Za-z_]\w*(?:::\w+)*\s*:\s*")
 _DEFAULT = re.compile(r"\bdefault\s*:\s*\{?\s*return\s+(true|false)\s*;")
 _STMT_START = re.compile(r"[;{}][^;{}]*$")
+# `for (ggml_op op : { A, B })`: the list is iterated, each op on its own, not matched as a chain
+_RANGE_FOR = re.compile(r"\bfor\s*\([^;{}]*[^:]:\s*$")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _ENUM = re.compile(r"enum\s+(class\s+|struct\s+)?(\w*)\s*(?::\s*[\w: ]+)?\{([^{}]*)\}")
 
@@ -375,6 +378,13 @@ class Extractor:
         self._categories = {f.category for f in families if f.category}
         shorts = {m for f in families for m in f.members}
         self._shorts = sorted(shorts, key=len, reverse=True)
+        self._upper_shorts: dict[str, str] = {}
+        for s in self._shorts:
+            self._upper_shorts.setdefault(s.upper(), s)
+        # families of sub-ops (GGML_UNARY_OP_, GGML_GLU_OP_): their category is an op of another family
+        # (GGML_OP_UNARY); a graph node is never one of them, so a list of them alone is no chain
+        self._sub_families = {f.prefix for f in families if f.category and any(
+            f.category in g.members for g in families if g is not f)}
         named = [re.escape(s.lower()) for s in self._shorts if len(s) > 3]
         self._op_named = re.compile("|".join(["forward", "kernel", *named]))
 
@@ -465,14 +475,15 @@ class Extractor:
             before = code[max(0, m.start() - 400): m.start()]
             stmt = _STMT_START.search(before)
             head = stmt.group()[1:] if stmt else before
+            if _RANGE_FOR.search(head):
+                continue
             if not (file_says_fusion or "fus" in head.lower() or self._in_fusion_function(scan, m.start())
                     or _callee_around(code, m.start()) in self.helpers):
                 named = _LIST_NAME.search(head)
                 if not (named and self._used_in_fusion(named.group(1), scan, scans, m.end(), head)):
                     continue
             sub = _SUBLIST.match(code, m.end())
-            seq = self._sequence(items, sub.group(1).split(",") if sub else [], scan, scans, m.start())
-            if seq:
+            for seq in self._sequences(items, sub.group(1).split(",") if sub else [], scan, scans, m.start()):
                 inv.fusions.setdefault("+".join(seq), scan.evidence(m.start()))
         self._element_arrays(scan, scans, inv)
         if "fus" in code or "FUS" in code:
@@ -480,8 +491,8 @@ class Extractor:
                 line = scan.file.text.count("\n", 0, m.start()) + 1
                 if not self._line_has_code(scan, line, m.group().split('"')[0].rstrip(" =(")):
                     continue
-                seq = self._split_name(m.group(1))
-                key = "+".join(seq) if seq else m.group(1)
+                chain = self._split_name(m.group(1))
+                key = "+".join(chain) if chain else m.group(1)
                 inv.fusions.setdefault(key, Evidence(scan.file, line))
 
     def _element_arrays(self, scan: Scan, scans: list[Scan], inv: Inventory) -> None:
@@ -495,8 +506,7 @@ class Extractor:
                 items = [by_index.get(i, "") for i in range(max(by_index) + 1)]
                 start, end = run[0][3], run[-1][4]
                 if self._used_nearby(run[0][0], code[end: end + 3000]) or self._in_fusion_function(scan, start):
-                    seq = self._sequence(items, [], scan, scans, start)
-                    if seq:
+                    for seq in self._sequences(items, [], scan, scans, start):
                         inv.fusions.setdefault("+".join(seq), scan.evidence(start))
             run.clear()
 
@@ -510,35 +520,42 @@ class Extractor:
             run.append(item)
         flush()
 
-    def _sequence(self, items: list[str], sub_ops: list[str], scan: Scan, scans: list[Scan],
-                  offset: int) -> list[str] | None:
-        """Op short names of a fusion; the first op may come from the dispatch (case label) around it."""
+    def _sequences(self, items: list[str], sub_ops: list[str], scan: Scan, scans: list[Scan],
+                   offset: int) -> list[list[str]]:
+        """Op short names of a fusion. The first op may come from the dispatch around the code or calling its
+        function (`fops[0] = op->op`): every label of that `case` group starts a chain of its own
+        (`case NORM: case RMS_NORM:` fuses NORM+MUL and RMS_NORM+MUL)."""
         if not items or not all(self.is_op(t) for t in items[1:]):
-            return None
-        first = items[0] if self.is_op(items[0]) else self._dispatch_op(scan, scans, offset)
-        if first is None:
-            return None
-        seq = [first, *items[1:]]
-        subs = [s.strip() for s in sub_ops if self.is_op(s.strip())]
+            return []
+        firsts = [items[0]] if self.is_op(items[0]) else self._dispatch_ops(scan, scans, offset)
         out = []
-        for tok in seq:
-            short = self.short(tok)
-            if short in self._categories and subs:
-                short = self.short(subs.pop(0))
-            out.append(short)
-        return out if len(out) >= 2 else None
+        for first in firsts:
+            seq = [first, *items[1:]]
+            if all(self.family_of(tok) in self._sub_families for tok in seq):
+                continue  # sub-ops alone (SWIGLU, GEGLU): alternatives of one node, not a chain of nodes
+            subs = [s.strip() for s in sub_ops if self.is_op(s.strip())]
+            names = []
+            for tok in seq:
+                short = self.short(tok)
+                if short in self._categories and subs:
+                    short = self.short(subs.pop(0))
+                names.append(short)
+            if len(names) >= 2:
+                out.append(names)
+        return out
 
-    def _dispatch_op(self, scan: Scan, scans: list[Scan], offset: int) -> str | None:
-        """The op of the `case` the code sits in, or of the `case` whose body calls its function."""
+    def _dispatch_ops(self, scan: Scan, scans: list[Scan], offset: int) -> list[str]:
+        """The ops of the `case` group the code sits in, or of the `case` group whose body calls its function."""
         fn = scan.function_at(offset)
         fn_start = fn[0] if fn else 0
-        for pos, label in reversed(scan.cases):
+        for k in range(len(scan.cases) - 1, -1, -1):
+            pos, label = scan.cases[k]
             if fn_start <= pos < offset and self.is_op(label):
-                return label
+                return self._case_group(scan, k)
             if pos < fn_start:
                 break
         if fn is None:
-            return None
+            return []
         call = re.compile(r"\b" + re.escape(fn[1]) + r"\s*\(")
         for other in scans:
             if fn[1] not in other.code:
@@ -546,20 +563,34 @@ class Extractor:
             for m in call.finditer(other.code):
                 if other is scan and m.start() == fn[0]:
                     continue
-                found = self._case_before(other, m.start())
+                found = self._cases_before(other, m.start())
                 if found:
                     return found
-        return None
+        return []
 
-    def _case_before(self, scan: Scan, offset: int) -> str | None:
+    def _cases_before(self, scan: Scan, offset: int) -> list[str]:
         fn = scan.function_at(offset)
         fn_start = fn[0] if fn else 0
-        for pos, label in reversed(scan.cases):
+        for k in range(len(scan.cases) - 1, -1, -1):
+            pos, label = scan.cases[k]
             if pos < max(fn_start, offset - 1500):
-                return None
+                return []
             if pos < offset and self.is_op(label):
-                return label
-        return None
+                return self._case_group(scan, k)
+        return []
+
+    def _case_group(self, scan: Scan, k: int) -> list[str]:
+        """The op labels of the `case` at index k and of those next to it with no code between
+        (`case A: case B: {`), in source order."""
+        def adjacent(i: int) -> bool:  # case i is followed by case i + 1 directly
+            between = scan.code[scan.cases[i][0]: scan.cases[i + 1][0]]
+            return _CASE_ONLY.fullmatch(between) is not None
+        lo, hi = k, k
+        while lo > 0 and adjacent(lo - 1):
+            lo -= 1
+        while hi + 1 < len(scan.cases) and adjacent(hi):
+            hi += 1
+        return [label for _, label in scan.cases[lo: hi + 1] if self.is_op(label)]
 
     def _in_fusion_function(self, scan: Scan, offset: int) -> bool:
         fn = scan.function_at(offset)
@@ -590,19 +621,22 @@ class Extractor:
         )
 
     def _split_name(self, name: str) -> list[str] | None:
-        """`RMS_NORM_MUL_ADD` -> [RMS_NORM, MUL, ADD] using the known op names (longest first)."""
-        out: list[str] = []
-        rest = name.upper()
-        while rest:
-            for s in self._shorts:
-                su = s.upper()
-                if rest == su or rest.startswith(su + "_"):
-                    out.append(s)
-                    rest = rest[len(su) + 1:]
-                    break
-            else:
-                return None
-        return out if len(out) >= 2 else None
+        """`RMS_NORM_MUL_ADD` -> [RMS_NORM, MUL, ADD] using the known op names: the split into the most ops,
+        so a fused op of a backend's private enum (`HTP_OP_RMS_NORM_MUL`) does not swallow the chain it
+        names (`RMS_NORM_MUL_ROPE` is RMS_NORM+MUL+ROPE, not RMS_NORM_MUL+ROPE)."""
+        words = name.upper().split("_")
+        n = len(words)
+        best: list[list[str] | None] = [None] * n + [[]]  # best[i]: the finest split of words[i:]
+        for i in range(n - 1, -1, -1):
+            for j in range(n, i, -1):  # longest first: it wins a tie
+                rest = best[j]
+                op = self._upper_shorts.get("_".join(words[i:j])) if rest is not None else None
+                if op is not None and rest is not None:
+                    current = best[i]
+                    if current is None or len(rest) + 1 > len(current):
+                        best[i] = [op, *rest]
+        out = best[0]
+        return out if out is not None and len(out) >= 2 else None
 
     @staticmethod
     def _line_has_code(scan: Scan, line: int, ident: str) -> bool:

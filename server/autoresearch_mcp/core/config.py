@@ -249,6 +249,10 @@ class SessionConfig(BaseModel):
     focus_tolerance_pct: dict[str, float] = Field(
         default_factory=dict, description="per objective: how much worse it may get in a focus experiment (percent)")
     focus_default_tolerance_pct: float = Field(2.0, description="the same, for an objective not listed")
+    focus_guard_ceiling_pct: float = Field(
+        5.0, gt=0, description="a focus experiment proves each objective no worse than what its pairs can resolve, "
+        "never looser than this: an end-to-end slowdown of this much is always refused (the tolerances themselves "
+        "are proven by the session's total, source='session')")
     sandbox: str = Field(
         "confined", description="confined: every build, bench and checks command runs under bubblewrap, sharing "
                                 "no IPC, network, keyring or process with anything outside it; {\"share\": "
@@ -281,6 +285,15 @@ class SessionConfig(BaseModel):
     def _sandbox_form(self, value: str) -> Any:
         shares = sandbox.parse_mode(value)[1]
         return {"share": list(shares)} if shares else value
+    processes_per_sample: int = Field(
+        1, ge=1, le=9, description="bench runs (each its own process) per sample, each metric their median: the "
+                                   "noise between processes (layout, page placement) is what a pair suffers most")
+    harness_share: dict[str, float] = Field(
+        default_factory=dict, description="per improving metric: the least share (0-1) of each bench run's time "
+                                          "its timed work takes; the harness's CPU and wall time of the same runs "
+                                          "must then show a claimed change by that share (0: direction only)")
+    default_harness_share: float = Field(
+        0.25, ge=0, le=1, description="the same, for an objective not listed (a focus metric counts at 0)")
 
     @field_validator("protected")
     @classmethod
@@ -306,7 +319,8 @@ class SessionConfig(BaseModel):
 # change. start_session records them in the ledger; a resume refuses a config that differs from the record.
 GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
                "default_repeats", "warmup", "holdout", "protected", "sandbox", "focus_direction", "focus_min_effect",
-               "focus_tolerance_pct", "focus_default_tolerance_pct")
+               "focus_tolerance_pct", "focus_default_tolerance_pct", "harness_share", "default_harness_share",
+               "focus_guard_ceiling_pct")
 
 
 def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
@@ -335,7 +349,8 @@ KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs"
          "build_parallelism", "threads", "read_only_runs", "env", "drift_limit", "warmup", "default_repeats",
          "incremental",
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
-         "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct"}
+         "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct", "processes_per_sample",
+         "harness_share", "default_harness_share", "focus_guard_ceiling_pct"}
 
 
 def state_dir(repo_root: Path) -> Path:

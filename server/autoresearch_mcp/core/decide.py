@@ -31,6 +31,7 @@ noise; `undecided` otherwise.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
@@ -172,6 +173,11 @@ class Plan:
     tail_share: float = 0.05
     tail_tolerance: float = math.log1p(0.05)
     noisy_from: int = 20
+    # A focus experiment's end-to-end guards also show, over every look where they may hold, that no slowdown of
+    # the ceiling or more is left: per look, a level and the signed-rank bound at it (their levels add up to
+    # guard_level: a union bound); 0 where a guard cannot hold (before min_pairs_improved). Empty: no ceiling.
+    ceiling_levels: list[float] = field(default_factory=list)
+    ceiling_bounds: list[int] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -203,10 +209,13 @@ class MetricLook:
     mean: float | None = None  # the average run's relative change (oriented)
     mean_low: float | None = None  # at the plan's mean level (one-sided each)
     mean_high: float | None = None
+    fit: MeanFit | None = None  # the average run's fit, for its bounds at other levels
     tail: float | None = None  # worst runs: candidate minus baseline (log, oriented)
     spread: float | None = None  # per-pair spread of the contrasts as the statistic sees them (log)
     floor: float = 0.0  # the printed resolution, where ties show it is what limits the data
     guard_low: float | None = None  # non-inferiority bound of the typical run (guard level)
+    ceiling_low: float | None = None  # at a look: the typical run's bound at the plan's ceiling level there
+    ceiling_level: float = 0.0  # that level (0: none at this look)
     verdict: str = "undecided"
     invalid: bool = False
 
@@ -226,12 +235,25 @@ def _between(sorted_values: list[float], bound: int) -> tuple[float, float] | No
     return sorted_values[total - bound], sorted_values[bound - 1]
 
 
-def _mean_change(base: list[float], cand: list[float], signs: list[int], sign: float,
-                 level: float) -> tuple[float, float, float] | None:
-    """The order-adjusted mean of the linear differences relative to the baseline mean (oriented), with its
-    one-sided-`level` bounds: least squares of d_i = (c_i - b_i) / mean(b) on [1, s_i]."""
+@dataclass(frozen=True)
+class MeanFit:
+    """The order-adjusted mean of the linear differences relative to the baseline mean (oriented): least
+    squares of d_i = (c_i - b_i) / mean(b) on [1, s_i], fitted once; its bounds at any level from its t."""
+
+    change: float
+    se: float
+    df: int
+
+    def bounds(self, level: float) -> tuple[float, float]:
+        """The one-sided-`level` bounds (each side)."""
+        half = t_quantile(level, self.df) * self.se
+        return self.change - half, self.change + half
+
+
+def mean_fit(base: list[float], cand: list[float], signs: list[int], sign: float) -> MeanFit | None:
+    """The average run's fit (None below 3 pairs, or when every pair ran in the same order)."""
     n = len(base)
-    scale = math.fsum(base) / n
+    scale = math.fsum(base) / n if n else 0.0
     if n < 3 or scale <= 0:
         return None
     d = [sign * (c - b) / scale for b, c in zip(base, cand, strict=True)]
@@ -243,9 +265,7 @@ def _mean_change(base: list[float], cand: list[float], signs: list[int], sign: f
     slope = (math.fsum(s * x for s, x in zip(signs, d, strict=True)) / n - sbar * dbar) / var_s
     intercept = dbar - slope * sbar
     rss = math.fsum((x - intercept - slope * s) ** 2 for s, x in zip(signs, d, strict=True))
-    se = math.sqrt(rss / (n - 2) / (n * var_s))
-    half = t_quantile(level, n - 2) * se
-    return intercept, intercept - half, intercept + half
+    return MeanFit(intercept, math.sqrt(rss / (n - 2) / (n * var_s)), n - 2)
 
 
 def _worst(values: list[float], share: float) -> float:
@@ -295,6 +315,9 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
                     low, high = min(x[0] for x in found), max(x[1] for x in found)
                 out.low, out.high = widened((low, high))
                 out.look = m
+            ceiling = _between(walsh, plan.ceiling_bounds[k]) if k < len(plan.ceiling_bounds) else None
+            if ceiling is not None:
+                out.ceiling_low, out.ceiling_level = widened(ceiling)[0], plan.ceiling_levels[k]
     if eq and n >= 2:
         bounds = _between(walsh, plan.eq_bounds[n] if n < len(plan.eq_bounds) else 0)
         if bounds is not None:
@@ -304,19 +327,21 @@ def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -
         guard = _between(walsh, plan.guard_bounds[n] if n < len(plan.guard_bounds) else 0)
         if guard is not None:
             out.guard_low = widened(guard)[0]
-    mean = _mean_change(base, cand, s, sign, plan.mean_level)
-    if mean is not None:
-        out.mean, out.mean_low, out.mean_high = mean
+    out.fit = mean_fit(base, cand, s, sign)
+    if out.fit is not None:
+        out.mean = out.fit.change
+        out.mean_low, out.mean_high = out.fit.bounds(plan.mean_level)
     oriented_b = [sign * math.log(v) for v in base]
     oriented_c = [sign * math.log(v) for v in cand]
     out.tail = _worst(oriented_c, plan.tail_share) - _worst(oriented_b, plan.tail_share)
     return out
 
 
-def _mean_bounds_at(p: Pairs, n: int, direction: str, level: float) -> tuple[float, float, float] | None:
-    sign = 1.0 if direction == "higher" else -1.0
-    s = [1 if second else -1 for second in p.second[:n]]
-    return _mean_change(p.base[:n], p.cand[:n], s, sign, level)
+def mean_bounds(look: MetricLook, level: float) -> tuple[float, float, float] | None:
+    """The average run's change with its one-sided-`level` bounds, or None without a fit."""
+    if look.fit is None:
+        return None
+    return (look.fit.change, *look.fit.bounds(level))
 
 
 # --- roles and verdicts ----------------------------------------------------------------------------
@@ -331,7 +356,9 @@ class MetricRule:
     role: str  # objective, guard, focus or control
     direction: str
     min_effect: float
-    tolerance: float | None = None
+    tolerance: float | None = None  # guards; a session total's objectives (the tolerance it proves)
+    ceiling: float | None = None  # a focus experiment's end-to-end guard: its margin grows with the noise up to this
+    adaptive: bool = False  # no_change against what the round can resolve (up to EQ_CAP x the minimum effect)
 
 
 @dataclass(frozen=True)
@@ -349,6 +376,16 @@ class Spec:
     focus_min_effect: float = 0.02
     objective_tolerance_pct: dict[str, float] = field(default_factory=dict)  # a focus experiment's objectives
     default_tolerance_pct: float = 2.0
+    # Launches recorded before these rules carry none of them, so their verdicts are recomputed as judged then.
+    guard_ceiling_pct: float | None = None  # focus: an end-to-end slowdown of this or more is always refused
+    adaptive_equivalence: bool = False  # no_change within what the round can resolve, stated as a number
+    prove_tolerance: bool = False  # the session's total: each objective is shown within its tolerance
+    # The least share of a bench run's time that each improving metric's timed work takes (outside_refutes):
+    # a metric not listed whose name says it is a time or a rate (TIMED_NAME) counts at `default_harness_share`;
+    # any other (a score, a size, a focus metric that an op benchmark times for a fixed budget) is not checked.
+    harness_share: dict[str, float] = field(default_factory=dict)
+    default_harness_share: float = 0.25
+    processes_per_sample: int = 1  # how the runner measures: each sample the median of this many bench runs
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
@@ -365,20 +402,25 @@ class Spec:
     def rules(self, names: list[str]) -> dict[str, MetricRule]:
         """How each of `names` (the metrics the runs printed) is judged; names not judged are left out."""
         out: dict[str, MetricRule] = {}
+        adaptive = self.adaptive_equivalence
         for name in names:
             guard = self.guards.get(name)
+            pct = self.objective_tolerance_pct.get(name, self.default_tolerance_pct)
             if self.focus and name.startswith(FOCUS_PREFIX):
-                out[name] = MetricRule("focus", self.focus_direction, math.log1p(self.focus_min_effect))
+                out[name] = MetricRule("focus", self.focus_direction, math.log1p(self.focus_min_effect),
+                                       adaptive=adaptive)
             elif self.focus and name.startswith(CONTROL_PREFIX):
                 out[name] = MetricRule("control", self.focus_direction, math.log1p(self.focus_min_effect))
             elif guard is not None:
                 tolerance = math.log1p(float(guard["tolerance_pct"]) / 100)
                 out[name] = MetricRule("guard", str(guard["direction"]), tolerance, tolerance)
             elif name in self.objective_names and self.focus:
-                pct = self.objective_tolerance_pct.get(name, self.default_tolerance_pct)
-                out[name] = MetricRule("guard", self.direction, math.log1p(pct / 100), math.log1p(pct / 100))
+                ceiling = None if self.guard_ceiling_pct is None else math.log1p(self.guard_ceiling_pct / 100)
+                out[name] = MetricRule("guard", self.direction, math.log1p(pct / 100), math.log1p(pct / 100),
+                                       ceiling=ceiling)
             elif name in self.objective_names:
-                out[name] = MetricRule("objective", self.direction, math.log1p(self.min_effect))
+                out[name] = MetricRule("objective", self.direction, math.log1p(self.min_effect),
+                                       math.log1p(pct / 100) if self.prove_tolerance else None, adaptive=adaptive)
         return out
 
 
@@ -391,6 +433,7 @@ class Judgement:
     verdict: str  # improved / regressed / no_change / noisy / undecided / invalid
     judgement: str | None  # objective and focus: improved / regressed / held; guard: held / regressed / undecided
     reason: str | None = None  # why a metric whose typical run improved is not `improved`
+    claim: Claim | None = None  # a guard's, or a session total objective's: what was shown of it, at which level
 
 
 @dataclass
@@ -405,19 +448,39 @@ class Decision:
     blocking: list[str] = field(default_factory=list)
     layout: float | None = None  # what the untouched controls moved (log), which a focus win must exceed
     problems: list[str] = field(default_factory=list)
+    disagreement: str | None = None  # a focus and the end-to-end objectives that tell different stories
 
 
-def _reach(spread: float, plan: Plan, n_final: int) -> float:
-    """The half-width of the decision interval at the last look of n_final pairs, at this spread."""
+POWER_Z = z_quantile(0.2)  # the 80% power pairs_needed plans for
+GUARD_POWER_Z = z_quantile(0.1)  # the 90% power a guard's margin plans for (two guards: 81% both)
+EQ_CAP = 3.0  # no_change is never judged against more than this many minimum effects
+
+
+def reach(spread: float, plan: Plan, n_final: int) -> float:
+    """The half-width of the decision interval at the last look of n_final pairs, at this spread: the smallest
+    change those pairs resolve (the one home of this figure)."""
     k = plan.last_look(n_final)
     level = plan.levels[k] if k is not None else plan.levels[0]
     return z_quantile(level) * spread / math.sqrt(max(n_final, 1))
 
 
+def equivalence_margin(look: MetricLook, rule: MetricRule, plan: Plan, final_n: int) -> float:
+    """What `no_change` is judged against (log): the minimum effect, or, for a rule that adapts to the noise, the
+    margin the round's pairs reach with 80% probability when nothing changed (both 80% bounds inside it), if
+    that is wider; never more than EQ_CAP minimum effects."""
+    if not rule.adaptive or look.spread is None:
+        return rule.min_effect
+    z = z_quantile(plan.eq_level)
+    resolvable = (z + z) * look.spread / math.sqrt(max(final_n, 1)) + look.floor
+    return min(EQ_CAP * rule.min_effect, max(rule.min_effect, resolvable))
+
+
 def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, final_n: int,
-                   layout: float = 0.0) -> tuple[str, str | None]:
+                   layout: float = 0.0, start_n: int = 0) -> tuple[str, str | None]:
     """The verdict of one metric against its minimum effect, and, when its typical run improved but the
-    metric is not `improved`, why. `final_n`: the last pair count of this round (`noisy` is judged there)."""
+    metric is not `improved`, why. `final_n`: the last pair count of this round (`noisy` is judged there);
+    `start_n`: the pairs earlier rounds measured (a round that continues an experiment is not cut short as
+    `noisy` before its end: it was continued to measure a round more)."""
     me = rule.min_effect
     lin = math.expm1(me)
     n, est = look.n, look.estimate
@@ -431,7 +494,7 @@ def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, fin
         assert k is not None
         if look.high < 0 and est <= -me:
             return "regressed", None
-        mean = _mean_bounds_at(p, n, rule.direction, plan.levels[k])
+        mean = mean_bounds(look, plan.levels[k])
         if mean is not None and mean[2] < 0 and mean[0] <= -lin:
             return "regressed", "the average run is worse"
         if look.low > 0 and est >= me:
@@ -448,45 +511,88 @@ def metric_verdict(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs, fin
                        f"{math.expm1(layout) * 100:.1f}%): layout alone could do it")
             else:
                 return "improved", None
+    eq = equivalence_margin(look, rule, plan, final_n)
     if (n >= plan.eq_from and look.eq_low is not None and look.eq_high is not None
-            and -me < look.eq_low and look.eq_high < me):
-        mean_eq = _mean_bounds_at(p, n, rule.direction, plan.eq_level)
-        if mean_eq is not None and -lin < mean_eq[1] and mean_eq[2] < lin:
+            and -eq < look.eq_low and look.eq_high < eq):
+        mean_eq = mean_bounds(look, plan.eq_level)
+        if mean_eq is not None and -math.expm1(eq) < mean_eq[1] and mean_eq[2] < math.expm1(eq):
             return "no_change", None
     if look.spread is not None and n >= min(plan.noisy_from, final_n):
-        reach = _reach(look.spread, plan, final_n) + look.floor
+        reachable = reach(look.spread, plan, final_n) + look.floor
         if n >= final_n:
-            return ("noisy" if reach >= me else "undecided"), why
+            return ("noisy" if reachable >= me else "undecided"), why
         se = look.spread / math.sqrt(n)
         eq_reach = z_quantile(plan.eq_level) * look.spread / math.sqrt(final_n) + look.floor
-        if eq_reach >= me and abs(est) + 2 * se < reach:
+        if start_n == 0 and eq_reach >= eq and abs(est) + 2 * se < reachable:
             return "noisy", why  # neither no_change nor a change this round could show is within reach
     return "undecided", why
 
 
-def guard_judgement(look: MetricLook, rule: MetricRule, plan: Plan, p: Pairs) -> str:
-    """held / regressed / undecided of a metric that must not get worse beyond its tolerance."""
+@dataclass
+class Claim:
+    """What a guard (or a session total's objective) was shown to be, as numbers (log units, + is better):
+    `bound`, the worst change its one-sided bounds (typical and average run) leave, at `level` (log of the
+    typical run's, or of the average run's relative bound when lower); `margin`, the slowdown it was judged
+    against."""
+
+    judgement: str  # held / regressed / undecided
+    bound: float | None
+    margin: float
+    level: float
+    n: int
+
+
+def guard_margin(look: MetricLook, rule: MetricRule, plan: Plan, final_n: int) -> float:
+    """What a guard must exclude (log): its tolerance; for a focus experiment's end-to-end guard (`ceiling`), the
+    slowdown this round's pairs can exclude with 90% power when nothing changed, if wider, up to the ceiling."""
     tol = rule.tolerance if rule.tolerance is not None else rule.min_effect
+    if rule.ceiling is None or look.spread is None:
+        return tol
+    resolvable = (z_quantile(plan.guard_level) + GUARD_POWER_Z) * look.spread / math.sqrt(max(final_n, 1)) + look.floor
+    return min(rule.ceiling, max(tol, resolvable))
+
+
+def guard_judgement(look: MetricLook, rule: MetricRule, plan: Plan, final_n: int | None = None) -> Claim:
+    """held / regressed / undecided of a metric that must not get worse beyond its margin (`guard_margin`), with
+    the worst change its bounds leave. `held` needs both the typical and the average run's one-sided bound
+    (guard level) above -margin and, with a ceiling, both bounds at the plan's ceiling level of the look above
+    -ceiling (a union bound over every look where a guard may hold: a slowdown of the ceiling or more holds
+    with probability at most guard_level, whatever the noise)."""
+    margin = guard_margin(look, rule, plan, final_n or plan.budget)
+    claim = Claim("undecided", None, margin, plan.guard_level, look.n)
     est = look.estimate
     if look.invalid:
-        return "regressed"
+        claim.judgement = "regressed"
+        return claim
     if est is None:
-        return "undecided"
+        return claim
+    mean = mean_bounds(look, plan.guard_level)
+    if look.guard_low is not None and mean is not None:
+        claim.bound = min(look.guard_low, math.log1p(max(mean[1], -0.999999)))
+    tol = rule.tolerance if rule.tolerance is not None else rule.min_effect
     if look.look == look.n and look.high is not None and look.high < 0 and est <= -tol:
-        return "regressed"
-    mean = _mean_bounds_at(p, look.n, rule.direction, plan.guard_level)
-    if look.guard_low is not None and look.guard_low > -tol and mean is not None and mean[1] > -math.expm1(tol):
-        return "held"
-    return "undecided"
+        claim.judgement = "regressed"
+        return claim
+    if look.guard_low is None or look.guard_low <= -margin or mean is None or mean[1] <= -math.expm1(margin):
+        return claim
+    if rule.ceiling is not None and plan.ceiling_levels:
+        at_ceiling = mean_bounds(look, look.ceiling_level) if look.ceiling_level > 0 else None
+        if (look.ceiling_low is None or look.ceiling_low <= -rule.ceiling or at_ceiling is None
+                or at_ceiling[1] <= -math.expm1(rule.ceiling)):
+            return claim
+    claim.judgement = "held"
+    return claim
 
 
 def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None = None,
-          final_n: int | None = None) -> Decision:
+          final_n: int | None = None, start_n: int = 0) -> Decision:
     """Every judged metric at n pairs (all complete pairs by default) and the experiment's verdict.
 
     Without a focus: a winner improves an objective, regresses none and holds every guard. With a focus: a
     winner improves a focus metric beyond what the untouched controls moved, and holds every objective and
-    guard within its tolerance. A judged metric missing from a run makes the experiment invalid.
+    guard within its margin (`guard_margin`). A session's total (`prove_tolerance`) also shows each objective
+    within its tolerance: it is not final until each is shown held or regressed. A judged metric missing from a
+    run makes the experiment invalid. `start_n`: the pairs of the rounds before this one.
     """
     names = sorted({name for s in samples for name in (s.get("metrics") or {})})
     rules = spec.rules(names)
@@ -515,15 +621,20 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     for name, rule in rules.items():
         look = looks[name]
         layout = (decision.layout or 0.0) if rule.role == "focus" else 0.0
-        verdict, why = metric_verdict(look, rule, plan, pairs[name], final, layout)
+        verdict, why = metric_verdict(look, rule, plan, pairs[name], final, layout, start_n)
+        claim = None
         if name in improving:
             judgement = verdict if verdict in ("improved", "regressed") else "held"
+            if rule.tolerance is not None:  # a session total's objective: is it within its tolerance?
+                claim = guard_judgement(look, rule, plan, final)
         elif name in held:
-            judgement = guard_judgement(look, rule, plan, pairs[name])
+            claim = guard_judgement(look, rule, plan, final)
+            judgement = claim.judgement
         else:
             judgement = None
-        decision.metrics[name] = Judgement(look, rule, verdict, judgement, why)
+        decision.metrics[name] = Judgement(look, rule, verdict, judgement, why, claim)
     judged = decision.metrics
+    refute_by_outside(decision, samples, spec, plan, improving)
     decision.won = [name for name in improving if judged[name].verdict == "improved"]
     decision.blocking = [name for name in held if judged[name].judgement in ("regressed", "undecided")]
     regressed = ([name for name in improving if judged[name].verdict == "regressed"]
@@ -542,7 +653,151 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     elif lead is not None and lead.verdict == "noisy":
         decision.verdict = "noisy"
     decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
+    claims = [j.claim for j in judged.values() if j.rule.role != "guard" and j.claim is not None]
+    if claims and decision.verdict != "regressed":
+        # a session's total goes on until every objective's tolerance is shown held too (or one regressed)
+        if any(c.judgement == "regressed" for c in claims):
+            decision.verdict, decision.final = "regressed", True
+        elif not all(c.judgement == "held" for c in claims):
+            decision.verdict, decision.final = "inconclusive", False  # measure it further: pairs_to_hold
+    if focus:
+        decision.disagreement = focus_disagreement(decision, focus[0], spec.objective_names)
     return decision
+
+
+def focus_disagreement(decision: Decision, focus: str, objectives: list[str]) -> str | None:
+    """When the focus moved (improved or regressed at the op) while every end-to-end objective is shown not to
+    have moved beyond its tolerance, or an objective moved beyond its tolerance while the focus did not: what
+    each showed. Neither refuses anything (a small op's win need not show end to end); it tells the agent
+    that the op benchmark's case and the program may not be running the same code, or not at the same weight."""
+    f = decision.metrics.get(focus)
+    ends = [(name, decision.metrics[name]) for name in objectives if name in decision.metrics]
+    if f is None or not ends or f.look.estimate is None:
+        return None
+
+    def pct(j: Judgement) -> str:
+        sign = 1.0 if j.rule.direction == "higher" else -1.0
+        est = j.look.estimate or 0.0
+        return f"{math.expm1(sign * est) * 100:+.1f}%"
+
+    def flat(j: Judgement) -> bool:
+        tol = j.rule.tolerance if j.rule.tolerance is not None else j.rule.min_effect
+        return j.look.eq_low is not None and j.look.eq_high is not None and -tol < j.look.eq_low \
+            and j.look.eq_high < tol
+
+    def moved(j: Judgement) -> bool:
+        tol = j.rule.tolerance if j.rule.tolerance is not None else j.rule.min_effect
+        return j.look.look == j.look.n and j.look.low is not None and j.look.high is not None \
+            and j.look.estimate is not None and (j.look.low > 0 or j.look.high < 0) and abs(j.look.estimate) >= tol
+
+    ended = ", ".join(f"{name} {pct(j)}" for name, j in ends)
+    if f.verdict in ("improved", "regressed") and all(flat(j) for _, j in ends):
+        return (f"the focus and the program disagree: {focus} {f.verdict} {pct(f)} at the op while end to end "
+                f"{ended} did not move beyond tolerance (the op's share of the run is small, or the op "
+                "benchmark's case runs other code than the program at its shapes)")
+    shown = [(name, j) for name, j in ends if moved(j)]
+    if shown and (f.verdict == "no_change" or flat(f)):
+        return (f"the focus and the program disagree: end to end {', '.join(f'{n} {pct(j)}' for n, j in shown)} "
+                f"moved beyond tolerance while {focus} did not ({pct(f)}): the change acts beyond its focus")
+    return None
+
+
+# --- the harness's own measure: time taken from outside the bench, which no candidate reaches ----------
+
+HARNESS_PREFIX = "harness."
+HARNESS_WALL, HARNESS_CPU = "harness.wall_s", "harness.cpu_s"  # seconds per sample, lower is better
+# A metric whose name says it is a time or a rate of the bench's work (ms_per_row, rows_per_s, tg_tps,
+# latency_us): the one kind outside_refutes checks unless the session's harness_share names it.
+TIMED_NAME = re.compile(r"(?:^|[._/-])(?:s|ms|us|ns|sec|secs|seconds|time|latency|tps|fps|qps|rps|throughput)$"
+                        r"|_per_(?:s|sec|second)$|(?:^|[._/-])per_s$", re.IGNORECASE)
+
+
+def measure_of(name: str, spec: Spec) -> str:
+    """How a metric of the samples was measured, as a result says it."""
+    k = max(1, int(spec.processes_per_sample))
+    per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
+    if name == HARNESS_CPU:
+        return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
+    if name == HARNESS_WALL:
+        return "wall time of the whole bench run, taken by the harness from outside" + per
+    return "as the bench printed it" + per
+
+
+def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook | None,
+                    cpu: MetricLook | None) -> str | None:
+    """Why the outside time of the same runs contradicts `name`'s improvement (look: oriented, at a look), or None.
+
+    A metric that times (or counts the rate of) work inside the bench runs cannot get better while those runs,
+    timed from outside, get clearly slower; and where the timed work is at least `share` of each run's time, a
+    change of c (log) must shorten the run by at least -log(1 - share + share * exp(-c)), c being the least
+    change the metric's interval allows. Clearly slower: its interval below 0 and its estimate at least 1%
+    worse; clearly faster: its interval above 0. The wall time decides the direction of the program as the
+    user sees it (a change that adds threads may spend more CPU time and still be faster); the CPU time, which a
+    neighbour's turn does not inflate, shows the share, unless the wall time already shows it.
+    """
+    def shown(o: MetricLook | None) -> bool:
+        return o is not None and o.look == look.n and o.low is not None and o.high is not None \
+            and o.estimate is not None
+
+    def pct(x: float) -> str:
+        return f"{math.expm1(-x) * 100:+.1f}%"  # as a change of the time (lower is better)
+
+    def bounds(o: MetricLook) -> str:
+        assert o.low is not None and o.high is not None
+        return f"[{pct(o.high)}, {pct(o.low)}]"
+
+    if look.low is None or look.estimate is None or not (shown(wall) or shown(cpu)):
+        return None
+    claim = (f"{name} claims {math.expm1(look.estimate) * 100:+.1f}% better "
+             f"(at least {math.expm1(look.low) * 100:+.1f}%)")
+    worse = math.log1p(0.01)
+    faster = shown(wall) and wall is not None and wall.low is not None and wall.low > 0
+    for label, o in (("wall time", wall), ("CPU time", cpu)):
+        if label == "CPU time" and faster:
+            break
+        if shown(o) and o is not None and o.high is not None and o.estimate is not None \
+                and o.high < 0 and o.estimate <= -worse:
+            return (f"{claim}, but the same runs timed from outside took {pct(o.estimate)} {label} {bounds(o)}: the "
+                    "harness's measure moved the other way")
+    if share <= 0:
+        return None
+    need = -math.log1p(share * math.expm1(-look.low))
+    ok_cpu = shown(cpu) and cpu is not None and cpu.high is not None and cpu.high >= need
+    ok_wall = faster and wall is not None and wall.high is not None and wall.high >= need
+    if ok_cpu or ok_wall or not shown(cpu):
+        return None
+    assert cpu is not None and cpu.estimate is not None
+    return (f"{claim}, but the same runs timed from outside took {pct(cpu.estimate)} CPU time {bounds(cpu)}"
+            + (f" and {pct(wall.estimate)} wall time {bounds(wall)}" if shown(wall) and wall is not None
+               and wall.estimate is not None else "")
+            + f": work that is at least {share:.0%} of each run (harness_share) would have made them at least "
+            f"{pct(need)}; the harness's measure does not show the claimed change")
+
+
+def refute_by_outside(decision: Decision, samples: list[dict[str, Any]], spec: Spec, plan: Plan,
+                      improving: list[str]) -> None:
+    """Each improved metric of `improving` that the harness's outside time of the same runs contradicts
+    (outside_refutes) is not improved: its judgement holds, its reason and the decision's problems say why."""
+    outside: dict[str, MetricLook | None] = {}
+    for name in (HARNESS_WALL, HARNESS_CPU):
+        p = pairs_of(samples, name)
+        outside[name] = metric_look(p, decision.n, "lower", plan, eq=False) if len(p) >= decision.n > 0 else None
+    if outside[HARNESS_WALL] is None and outside[HARNESS_CPU] is None:
+        return
+    for name in improving:
+        j = decision.metrics.get(name)
+        if j is None or j.verdict != "improved" or name.startswith(HARNESS_PREFIX):
+            continue
+        if name in spec.harness_share:
+            share = float(spec.harness_share[name])
+        elif TIMED_NAME.search(name) and not name.startswith(FOCUS_PREFIX):
+            share = spec.default_harness_share
+        else:
+            continue  # not a time or a rate of the runs (a score, a size), or an op benchmark's fixed budget
+        why = outside_refutes(name, j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU])
+        if why is not None:
+            j.verdict, j.judgement, j.reason = "undecided", "held", why
+            decision.problems.append(why)
 
 
 def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
@@ -554,6 +809,16 @@ def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
     effect = abs(look.estimate)
     target = effect if effect >= margin else max(margin - effect, margin / 4)
     k = plan.last_look(plan.budget)
-    z = z_quantile(plan.levels[k if k is not None else -1]) + z_quantile(0.2)
+    z = z_quantile(plan.levels[k if k is not None else -1]) + POWER_Z
     needed = max(look.n + 1, plan.min_pairs_improved, math.ceil((z * look.spread / target) ** 2))
     return next((m for m in plan.looks if m >= needed), needed)
+
+
+def pairs_to_hold(look: MetricLook, margin: float, plan: Plan) -> int | None:
+    """Pairs in all that would show a guard within `margin` with 80% power at this spread: at its estimate, or,
+    where that is worse than a quarter of the margin short of it, at that (as `pairs_needed` plans)."""
+    if look.spread is None or look.estimate is None:
+        return None
+    z = z_quantile(plan.guard_level) + POWER_Z
+    room = max(margin + min(look.estimate, 0.0), margin / 4)
+    return max(look.n + 1, math.ceil((z * look.spread / room) ** 2))

@@ -22,6 +22,7 @@ import os
 import platform
 import random
 import re
+import resource
 import select
 import signal
 import socket
@@ -179,6 +180,11 @@ class CommandResult:
     timed_out: bool
     output: str
     dropped_metric_lines: int = 0  # METRIC lines beyond what is kept of a huge output
+    # Taken from outside the command (its reaping by this process), where nothing it runs can reach: the
+    # wall time from its start to its end, and the CPU time (user + system) of every process of its tree
+    # that was waited for (under bubblewrap, every process of the job: its PID namespace's init reaps them).
+    wall_s: float | None = None
+    cpu_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -361,6 +367,7 @@ def run_command(
     argv = [*(outside or []), *argv]
     capture = Capture()
     read_fd, write_fd = os.pipe()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN) if _subreaper else None
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -375,26 +382,29 @@ def run_command(
     reader = threading.Thread(target=_drain, args=(read_fd, capture, stop), daemon=True)
     reader.start()
     _current_pgid = proc.pid
+    reaped = _Reaper(proc, start)
     timed_out = False
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, stop_signal)
-        # reap the leader as soon as it goes: an unreaped leader keeps its group alive
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
+        if not reaped.wait(timeout_s):
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, stop_signal)
+            # reap the leader as soon as it goes: an unreaped leader keeps its group alive
+            reaped.wait(grace_s)
     finally:
         # Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not
         # disturb later runs, nor write to the output once it is read.
         kill_group(proc.pid, grace_s=0.5)
-        proc.wait()
+        reaped.wait(None)
         _current_pgid = None
         kill_marked(marker)
         stop.set()
         reader.join()
         os.close(read_fd)
+    cpu_s = reaped.cpu_s if confine is None or confine.off else None
+    if before is not None and _reap_orphans():
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     duration = time.monotonic() - start
     text = capture.text()
     if log is not None:
@@ -403,7 +413,76 @@ def run_command(
             log.write(f"\n[autoresearch] timed out after {timeout_s:g} s; process group killed\n")
         log.flush()
     return CommandResult(list(argv), None if timed_out else proc.returncode, duration, timed_out, text,
-                         capture.dropped)
+                         capture.dropped, reaped.wall_s, cpu_s)
+
+
+# Set in a runner process (become_subreaper): every process its commands leave is reparented to it, and
+# reaped by it, so RUSAGE_CHILDREN holds the CPU time of each command's whole tree. bubblewrap's outer process
+# exits without reaping the PID namespace's init (which reaped the job's every process): the init comes here.
+_subreaper = False
+PR_SET_CHILD_SUBREAPER = 36
+ORPHANS_WAIT_S = 5.0
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of whatever its commands leave (Linux); whether it now is. Only for a
+    process whose only children are its commands (the runner's): it reaps every child that ends."""
+    global _subreaper
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+            _subreaper = True
+    return _subreaper
+
+
+def _reap_orphans() -> bool:
+    """Reap every child this process still has (what a command left, reparented here), waiting up to
+    ORPHANS_WAIT_S for them to end; whether none is left (then RUSAGE_CHILDREN counts the whole tree)."""
+    deadline = time.monotonic() + ORPHANS_WAIT_S
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+
+
+class _Reaper:
+    """Reaps a command's leader with wait4 in a thread of its own, so the wall time ends when the command
+    does and the CPU time is the kernel's account of its whole waited-for tree (not this process's
+    RUSAGE_CHILDREN, which other commands of the same process, run at the same time, would add to)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], start: float) -> None:
+        self.proc, self.start = proc, start
+        self.wall_s: float | None = None
+        self.cpu_s: float | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            while True:
+                try:
+                    _, status, usage = os.wait4(self.proc.pid, 0)
+                    break
+                except InterruptedError:
+                    continue
+            self.wall_s = time.monotonic() - self.start
+            self.cpu_s = usage.ru_utime + usage.ru_stime
+            self.proc.returncode = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                                    else os.WEXITSTATUS(status) if os.WIFEXITED(status) else status)
+        except ChildProcessError:  # reaped elsewhere (it never is here): no measure, the status as Popen has it
+            self.proc.wait()
+        finally:
+            self.done.set()
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Whether the leader has ended within `timeout_s` (None: wait for it)."""
+        return self.done.wait(timeout_s)
 
 
 def run_env(job: dict[str, Any], tree: str | os.PathLike[str]) -> dict[str, str]:
@@ -433,6 +512,7 @@ class Sample:
     metrics: dict[str, float]
     problems: list[str] = field(default_factory=list)
     steps: dict[str, float] = field(default_factory=dict)  # printed resolution of each metric
+    processes: int = 1  # the bench runs (processes) whose median each metric is
 
 
 @dataclass
@@ -635,38 +715,56 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-@dataclass(frozen=True)
-class Bench:
-    """A tree's bench as the job runs it, prepared once per job (pyperf's way: what does not change between
-    runs is not rebuilt while the machine is held): its environment, its confinement and the judging spec.
-    sandbox.command still wraps each run (its seccomp descriptor and memory group are the run's own)."""
+def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any], log: Any) -> Sample:
+    """One sample: `processes_per_sample` runs of the bench (each its own process), each metric the median of
+    its runs, beside the harness's outside measures of the same runs (HARNESS_WALL, HARNESS_CPU)."""
+    spec = decide.Spec.from_dict(job["judging"])
+    k = max(1, int(spec.processes_per_sample))
+    runs: list[tuple[CommandResult, ParsedMetrics, list[str]]] = []
+    for r in range(k):
+        log.write(f"[autoresearch] bench {role} run {index}" + (f" (process {r + 1} of {k})" if k > 1 else "") + "\n")
+        log.flush()
+        res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
+                          env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree, "bench"))
+        parsed = parse_metrics(res.output)
+        problems = _bench_problems(res, parsed, spec, job)
+        runs.append((res, parsed, problems))
+        if problems:
+            break
+    res, parsed, problems = runs[-1]
+    values: dict[str, float] = {}
+    steps: dict[str, float] = {}
+    if not problems:
+        names = set.intersection(*(set(p.values) for _, p, _ in runs))
+        for name in sorted(names, key=list(parsed.values).index):
+            values[name] = _median([p.values[name] for _, p, _ in runs])
+            if any(name in p.steps for _, p, _ in runs):
+                steps[name] = max(p.steps.get(name, 0.0) for _, p, _ in runs)
+        walls = [r.wall_s for r, _, _ in runs]
+        cpus = [r.cpu_s for r, _, _ in runs]
+        if all(w is not None and w > 0 for w in walls) and all(c is not None and c > 0 for c in cpus):
+            values[decide.HARNESS_WALL] = round(_median([float(w) for w in walls if w is not None]), 6)
+            values[decide.HARNESS_CPU] = round(_median([float(c) for c in cpus if c is not None]), 6)
+            steps[decide.HARNESS_WALL] = steps[decide.HARNESS_CPU] = 1e-6
+    return Sample(index, role, position, res.exit_code, round(sum(r.duration_s for r, _, _ in runs), 4), res.timed_out,
+                  values, problems, steps, len(runs))
 
-    tree: str
-    env: dict[str, str]
-    confine: sandbox.Confinement
-    timeout_s: float
-    spec: decide.Spec
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def prepare_bench(job: dict[str, Any], tree: str) -> Bench:
-    return Bench(tree, run_env(job, tree), sandbox.for_job(job, tree, "bench"), float(job["timeouts"]["bench"]),
-                 decide.Spec.from_dict(job["judging"]))
-
-
-def _bench(bench: Bench, role: str, index: int, position: int, log: Any) -> Sample:
-    log.write(f"[autoresearch] bench {role} run {index}\n")
-    log.flush()
-    # a copy: a run's environment is its own (what one run adds to it must not reach the next)
-    res = run_command(["bash", "./autoresearch.sh", "bench"], bench.tree, bench.timeout_s, env=dict(bench.env),
-                      log=log, confine=bench.confine)
-    spec = bench.spec
-    parsed = parse_metrics(res.output)
+def _bench_problems(res: CommandResult, parsed: ParsedMetrics, spec: decide.Spec, job: dict[str, Any]) -> list[str]:
+    """What makes one bench run unusable: its exit, a metric a verdict needs missing or not positive, or a
+    metric in the harness's own names (which only the harness measures)."""
     problems = list(parsed.problems)
     if res.dropped_metric_lines:
         problems.append(f"{res.dropped_metric_lines} METRIC lines beyond the {METRIC_BYTES} bytes kept of a huge "
                         "output were dropped")
     if res.timed_out:
-        problems.append(f"bench timed out after {bench.timeout_s:g} s")
+        problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
     elif res.exit_code != 0:
         problems.append(f"bench exited with status {res.exit_code}")
     elif spec.metric not in parsed.values:
@@ -684,8 +782,11 @@ def _bench(bench: Bench, role: str, index: int, position: int, log: Any) -> Samp
             if not parsed.values[name] > 0:
                 problems.append(f"metric {name!r} is {parsed.values[name]!r}: the comparison is a ratio, so the "
                                 "value must be positive")
-    return Sample(index, role, position, res.exit_code, round(res.duration_s, 4), res.timed_out,
-                  parsed.values, problems, parsed.steps)
+    own = [name for name in parsed.values if name.startswith(decide.HARNESS_PREFIX)]
+    if own:
+        problems.append(f"the bench printed {', '.join(own[:3])}: {decide.HARNESS_PREFIX}* metrics are the harness's "
+                        "own measures of each run, taken from outside it")
+    return problems
 
 
 # How many pairs an experiment measures in one turn of the machine before another experiment waiting for it
@@ -826,8 +927,6 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if measured:
         emit("status", status="running")
     lock = job.get("machine_lock") if measured else None
-    # prepared before the machine is taken, once for every pair
-    benches = {"baseline": prepare_bench(job, base), "candidate": prepare_bench(job, cand)} if measured else {}
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -837,15 +936,15 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             waited += time.monotonic() - t_wait  # lock wait is not bench time
             if i == first:
                 for w in range(plan.warmup):
-                    for role in ("baseline", "candidate"):
-                        out.warmup.append(_bench(benches[role], role, -1 - w, 0, log))
+                    for role, tree in (("baseline", base), ("candidate", cand)):
+                        out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
             turn_end = min(stops[-1], i + TURN_PAIRS)
             while i < turn_end and out.stop_reason is None:
-                order = ["baseline", "candidate"]
+                order = [("baseline", base), ("candidate", cand)]
                 if rng.random() < 0.5:
                     order.reverse()
-                for pos, role in enumerate(order):
-                    s = _bench(benches[role], role, i, pos, log)
+                for pos, (role, tree) in enumerate(order):
+                    s = _bench(tree, role, i, pos, job, log)
                     out.samples.append(s)
                     emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
                     if s.problems:
@@ -858,7 +957,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                 i += 1
                 if out.stop_reason is None and i in stops:
                     decision = decide.judge(prior + [asdict(x) for x in out.samples], spec, plan, n=i,
-                                            final_n=stops[-1])
+                                            final_n=stops[-1], start_n=first)
                     lead = next((j for j in decision.metrics.values() if j.rule.role == "focus"),
                                 decision.metrics.get(spec.metric))
                     out.look = {"pairs": i, "verdict": decision.verdict, "final": decision.final,
@@ -961,6 +1060,7 @@ def start_job(job_file: str, what: str) -> dict[str, Any]:
     os.environ.setdefault(JOB_ENV, f"{job.get(what, 'job')}.{os.getpid()}.{time.time_ns()}")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
+    become_subreaper()
     return job
 
 

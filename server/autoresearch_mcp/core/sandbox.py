@@ -62,7 +62,9 @@ TMP_BYTES = 1 << 30
 # Not an rlimit: an address-space or data limit stops sanitizer builds, whose shadow memory is reserved.
 MEMORY_SHARE = 0.75
 CGROUP_V2, CGROUP_V1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
-GROUP_PREFIX = "autoresearch-job-"
+GROUP_PREFIX = "autoresearch-mem-"
+# the groups of the first release, whose sweep removed any empty group: a name it does not touch
+SWEPT_PREFIXES = (GROUP_PREFIX, "autoresearch-job-")
 # Joins the memory cgroup ($0) before bubblewrap starts, so every process of the job is in it.
 JOIN_GROUP = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
 # A build that may not store into the compiler cache is told so (and cannot anyway, confined): ccache
@@ -277,14 +279,22 @@ def memory_group() -> str | None:
     return str(group)
 
 
+GROUP_GRACE_NS = 60 * 10**9  # a group this young may be one whose command has not joined it yet
+
+
 def _sweep_groups(root: Path) -> None:
-    """Remove the memory cgroups of commands that ended (a group with a process in it refuses rmdir)."""
+    """Remove the memory cgroups of commands that ended: empty, and made long enough ago that their command
+    has joined and left (the name holds the system-wide monotonic time it was made at; a group with a
+    process in it refuses rmdir anyway). Any process's: one that died leaves its last group behind."""
+    now = time.monotonic_ns()
     with contextlib.suppress(OSError):
         for entry in os.scandir(root):
-            if entry.name.startswith(GROUP_PREFIX) and entry.is_dir(follow_symlinks=False):
-                with contextlib.suppress(OSError):
-                    if not Path(entry.path, "cgroup.procs").read_text().strip():
-                        os.rmdir(entry.path)
+            made = entry.name.rsplit("-", 1)[-1]
+            if not (entry.name.startswith(SWEPT_PREFIXES) and made.isdigit() and now - int(made) > GROUP_GRACE_NS):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False) and not Path(entry.path, "cgroup.procs").read_text().strip():
+                    os.rmdir(entry.path)
 
 
 # The protections a machine may refuse although bubblewrap runs (an old kernel without seccomp, a container

@@ -219,7 +219,26 @@ class LocalExecutor(Executor):
                                                  "prepare_s": round(prep_s, 3)}})
             if running.cancelled:
                 self._stop(proc, marker)
-            outcome = self._read(proc, job.experiment_id, sink, secret)
+        except BaseException:
+            self._cleanup(marker, job_file, base, cand, incremental)
+            raise
+        # A job that measures no longer needs its slot (benches take the machine in turns, never side by
+        # side): the rest of it is followed by a thread of its own, so the next job's build and checks start
+        # now instead of after this job's last pair. An incremental job keeps its slot (its tree is the slot's).
+        measuring = threading.Event()
+        follow = threading.Thread(target=self._follow, name=f"autoresearch-follow-{job.experiment_id}",
+                                  args=(job, sink, proc, running, secret, prep_s, marker, job_file, base, cand,
+                                        incremental, None if incremental else measuring), daemon=True)
+        follow.start()
+        while follow.is_alive() and not measuring.wait(0.2):
+            pass
+
+    def _follow(self, job: Job, sink: EventSink, proc: subprocess.Popen[str], running: _Running, secret: str,
+                prep_s: float, marker: str, job_file: Path, base: Path, cand: Path, incremental: bool,
+                measuring: threading.Event | None) -> None:
+        """Read a started runner to its end and report its result; `measuring` is set once it measures."""
+        try:
+            outcome = self._read(proc, job.experiment_id, sink, secret, measuring)
             proc.wait()
             if proc.returncode != 0:
                 outcome = None  # only a runner that finished gives a result
@@ -234,18 +253,29 @@ class LocalExecutor(Executor):
             else:
                 outcome.setdefault("durations", {})["prepare"] = round(prep_s, 3)
                 sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
+        except Exception as exc:  # a job must always end with an event
+            log.exception("experiment %s crashed in the local executor", job.experiment_id)
+            sink(job.experiment_id, {"event": "result", "outcome": {
+                "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
+                "error": f"{type(exc).__name__}: {exc}"}})
         finally:
-            # nothing the experiment started outlives it, even if the runner itself was killed
-            runner.kill_marked(marker)
-            job_file.unlink(missing_ok=True)
-            # what cleaning up fails at is logged: the experiment's result is given, and stays its result
-            for tree in (base, *(() if incremental else (cand,))):
-                try:
-                    self.worktrees.release(tree)
-                except Exception:
-                    log.exception("could not release the worktree %s of experiment %s", tree, job.experiment_id)
+            with self._lock:
+                self._running.pop(job.experiment_id, None)
+            self._cleanup(marker, job_file, base, cand, incremental)
 
-    def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink, secret: str) -> dict[str, Any] | None:
+    def _cleanup(self, marker: str, job_file: Path, base: Path, cand: Path, incremental: bool) -> None:
+        # nothing the experiment started outlives it, even if the runner itself was killed
+        runner.kill_marked(marker)
+        job_file.unlink(missing_ok=True)
+        # what cleaning up fails at is logged: the experiment's result is given, and stays its result
+        for tree in (base, *(() if incremental else (cand,))):
+            try:
+                self.worktrees.release(tree)
+            except Exception:
+                log.exception("could not release the worktree %s (job file %s)", tree, job_file.name)
+
+    def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink, secret: str,
+              measuring: threading.Event | None = None) -> dict[str, Any] | None:
         assert proc.stdout is not None
         outcome = None
         for line in proc.stdout:
@@ -253,6 +283,8 @@ class LocalExecutor(Executor):
                 event = parse_event(line, secret)
                 if event is not None:
                     sink(exp_id, event)
+                    if measuring is not None and event.get("event") == "status" and event.get("status") == "running":
+                        measuring.set()
             elif line.startswith(runner.RESULT_PREFIX):
                 outcome = runner.parse_result_line(line, secret)
         return outcome

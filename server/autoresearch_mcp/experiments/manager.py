@@ -357,8 +357,8 @@ class ExperimentManager:
             for other in self._mine():
                 if other.launch.source == "session" and self._measured(other, start, tree, False):
                     raise RefusedError(_duplicate(other))
-            design = self._design(repeats)
-            spec = self.spec([])
+            design = self._design(repeats, session=True)
+            spec = self.spec([], session=True)
             launch = LaunchRecord(
                 experiment_id=exp_id, session_id=self.config.session_id,
                 title=one_line(title or "session total", "title"),
@@ -464,18 +464,26 @@ class ExperimentManager:
             raise InputError(f"repeats must be between 1 and max_pairs={self.config.max_pairs} (or 'auto'), not {n}")
         return n
 
-    def spec(self, focus: list[str]) -> decide.Spec:
-        """What a new launch is judged on: the session's metrics, guards and focus settings."""
+    def spec(self, focus: list[str], session: bool = False) -> decide.Spec:
+        """What a new launch is judged on: the session's metrics, guards and focus settings; the session's total
+        (`session`) also proves each objective within its tolerance."""
         c = self.config
         return decide.Spec(c.metric, c.direction, c.min_effect, c.objective_metrics(),
                            {name: g.model_dump() for name, g in c.guards.items()}, focus, c.focus_direction,
-                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct)
+                           c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct,
+                           harness_share=dict(c.harness_share), default_harness_share=c.default_harness_share,
+                           processes_per_sample=c.processes_per_sample,
+                           guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
+                           prove_tolerance=session)
 
-    def _design(self, repeats: int | str) -> stats.Design:
+    def _design(self, repeats: int | str, session: bool = False) -> stats.Design:
+        """An experiment's design; the session's total gets the largest budget (it proves the objectives'
+        tolerances end to end, which at a shared machine's noise takes hundreds of pairs)."""
         c = self.config
+        budget = max(c.max_pairs, stats.SESSION_PAIRS) if session else c.max_pairs
         try:
             return stats.make_design(repeats, alpha=c.alpha, min_effect=c.min_effect, noise_limit=c.noise_limit,
-                                     max_pairs=c.max_pairs, warmup=c.warmup)
+                                     max_pairs=budget, warmup=c.warmup)
         except InputError as exc:
             raise InputError(f"repeats={repeats!r}: {exc}") from None
 
@@ -537,7 +545,8 @@ class ExperimentManager:
                 outcome.update(status="failed", phase="server", error=tampered)
             if exp.continued is not None:
                 outcome = figures.pooled(exp, outcome)
-            analysis = figures.analyze(outcome, exp.launch, figures.round_end(exp)) if not tampered else Analysis()
+            analysis = (figures.analyze(outcome, exp.launch, figures.round_end(exp), figures.round_start(exp))
+                        if not tampered else Analysis())
             # A host winner goes to the other platforms; they are queued before the result is visible, so
             # nobody ever sees a winner that is not (yet) being checked there.
             elsewhere = (len(self.platforms) > 1 and outcome.get("status") == "done"
@@ -694,28 +703,22 @@ class ExperimentManager:
             else figures.pair_count(outcome),
             stop_reason=outcome.stop_reason, durations_s=outcome.durations,
             build=outcome.build, host=outcome.host, noise_cv=exp.analysis.noise_cv,
-            noise_note=noise_note, focus=list(exp.launch.focus),
+            noise_note=noise_note, focus=list(exp.launch.focus), claims=_claims(exp),
             layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
             error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
-            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]), next_step=self._next_step(exp),
+            warnings=self._drift_warnings(exp) + figures.unconfined_warning([exp]) + _disagreement(exp),
+            next_step=self._next_step(exp),
             platforms=[platforms_.result_of(p, exp.platforms.get(p.name), exp.launch.incremental)
                        for p in self.platforms[1:]],
         )
 
     def _drift_warnings(self, exp: ExperimentState) -> list[str]:
         primary = exp.metric(self.config.metric)
-        if not primary or not primary.baseline.mean:
-            return []
-        reference = figures.baseline_mean(self.view.sessions, self.config.session_id, self.config.metric,
-                                          head=exp.launch.base_commit)
-        if not reference:
-            return []
-        drift = primary.baseline.mean / reference - 1
-        if abs(drift) <= self.config.drift_limit:
-            return []
-        return [f"baseline drift: the baseline measured {drift * 100:+.1f}% against start_session's validation "
-                f"(limit {self.config.drift_limit * 100:g}%): the machine or the benchmark changed; check "
-                "both before trusting small effects"]
+        reference = figures.validation_runs(self.view.sessions, self.config.session_id, self.config.metric,
+                                            exp.launch.base_commit)
+        warning = figures.drift_warning(reference, list(primary.baseline.samples) if primary else [],
+                                        self.config.drift_limit)
+        return [warning] if warning else []
 
     def _next_step(self, exp: ExperimentState) -> str | None:
         verdict = exp.verdict
@@ -775,6 +778,7 @@ class ExperimentManager:
         chained = figures.chained_pct(mine, self.config.metric)
         return ListExperimentsResult(experiments=items, best=best and self._summary(best), kept=kept,
                                      session_total=self._summary(totals_measured[-1]) if totals_measured else None,
+                                     session_claim=self.session_claim(),
                                      estimated_total_pct=chained,
                                      discarded=discarded, running=running,
                                      cost_usd=round(figures.session_cost(mine, profiles=self._profiles()), 4),
@@ -792,8 +796,19 @@ class ExperimentManager:
             kept=exp.commit is not None, commit=exp.commit.commit if exp.commit else None,
             cost_usd=figures.experiment_cost(exp), focus=list(exp.launch.focus),
             focus_delta_pct=exp.metric(_lead_metric(exp)).delta_pct if exp.launch.focus else None,
-            source=exp.launch.source,
+            source=exp.launch.source, claims=_claims(exp),
         )
+
+    def session_claim(self) -> str:
+        """What the session's latest measured total showed of each objective's tolerance, and at which head."""
+        totals = [e for e in self._mine() if e.launch.source == "session" and e.result is not None]
+        if not totals:
+            return ("session total not yet measured: launch_experiment(source='session') proves the objectives' "
+                    "tolerances end to end")
+        latest = totals[-1]
+        shown = "; ".join(_claims(latest)) or f"session total {latest.verdict or latest.status}"
+        head = latest.launch.candidate_commit
+        return shown + ("" if head == self.session_head() else f" (measured at {head[:12]}, before later commits)")
 
     # --- control ---------------------------------------------------------------------------------
 
@@ -916,8 +931,10 @@ class ExperimentManager:
         parts = []
         for name in blocking:
             m = exp.metric(name)
+            claim = (m.model_extra or {}).get("claim")
             what = (f"{m.role} {name} {m.judgement}: {_figure(m)}"
-                    + (f", tolerance {m.tolerance_pct:g}%" if m.tolerance_pct is not None else ""))
+                    + (f", tolerance {m.tolerance_pct:g}%" if m.tolerance_pct is not None else "")
+                    + (f" ({claim})" if claim else ""))
             if m.judgement == "undecided":
                 what += (" (its interval reaches beyond the tolerance: launch again with more pairs"
                          + (f", about {m.pairs_needed}" if m.pairs_needed else "") + ")")
@@ -979,14 +996,18 @@ class ExperimentManager:
             layout = (exp.analysis.model_extra or {}).get("layout_pct")
             lines.append(f"Focus: {', '.join(launch.focus)} (the op level; end to end below)"
                          + (f"; untouched controls moved at most {layout:.2f}%" if layout is not None else ""))
+        claims = _claims(exp)
+        if launch.focus:
+            lines.append("Claims: " + "; ".join([*claims, self.session_claim()]))
         won = exp.analysis.won
         if won and not launch.focus:
             objectives = exp.launch.objectives or [c.metric]
             lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
         for name, other in sorted(exp.metrics.items()):
             if name != lead and other.delta_pct is not None:
+                margin = (other.model_extra or {}).get("margin_pct") or other.tolerance_pct
                 role = (f" ({other.role}, {other.judgement}"
-                        + (f" within {other.tolerance_pct:g}%" if other.tolerance_pct is not None else "")
+                        + (f" within {round(margin, 1):g}%" if margin is not None else "")
                         + ")") if other.role else ""
                 lines.append(f"  {'end to end' if launch.focus and other.role == 'guard' else 'also'} {name}: "
                              f"{_figure(other)}{role}")
@@ -1018,6 +1039,7 @@ class ExperimentManager:
                   "candidate_mean": m.candidate.mean, "verdict": exp.verdict, "won": won,
                   "base_commit": launch.base_commit}
         if launch.focus:
+            result["claims"] = [*claims, self.session_claim()]
             result["focus"] = list(launch.focus)
             result["end_to_end"] = {name: {"delta_pct": o.delta_pct, "ci_low_pct": o.ci_low_pct,
                                            "ci_high_pct": o.ci_high_pct, "judgement": o.judgement}
@@ -1050,6 +1072,11 @@ def _quoted(text: str) -> str:
     """Free text for a commit message: a line that looks like one of the server's trailers is quoted, so
     only the server writes Autoresearch-* trailers."""
     return _TRAILER_LIKE.sub(r"\1> \2", text)
+
+
+def _claims(exp: ExperimentState) -> list[str]:
+    """What an experiment showed, each claim at its level (measure/metrics.py `analyze`)."""
+    return [str(c) for c in (exp.analysis.model_extra or {}).get("claims") or []]
 
 
 def _lead_metric(exp: ExperimentState) -> str:
@@ -1161,3 +1188,9 @@ def _tail(path: Path, lines: int) -> str:
         text = fh.read().decode("utf-8", errors="replace")
     cut = "[... earlier output cut]\n" if size > TAIL_BYTES else ""
     return cut + "\n".join(text.splitlines()[-lines:])
+
+
+def _disagreement(exp: ExperimentState) -> list[str]:
+    """A focus and the end-to-end objectives that tell different stories (decide.focus_disagreement)."""
+    said = (exp.analysis.model_extra or {}).get("disagreement")
+    return [said] if isinstance(said, str) and said else []

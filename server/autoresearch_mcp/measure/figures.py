@@ -34,6 +34,51 @@ def baseline_mean(sessions: Iterable[SessionRecord], session_id: str, metric: st
     return None
 
 
+def validation_runs(sessions: Iterable[SessionRecord], session_id: str, metric: str, head: str) -> list[float]:
+    """The values of `metric` of the newest validation start_session recorded for the session at `head`."""
+    for rec in reversed([s for s in sessions if s.session_id == session_id and s.head == head]):
+        values = rec.baseline.get(metric)
+        if values:
+            return [float(v) for v in values]
+    return []
+
+
+DRIFT_CONFIDENCE = 0.99
+
+
+def baseline_drift(reference: list[float], runs: list[float],
+                   confidence: float = DRIFT_CONFIDENCE) -> tuple[float, float, float] | None:
+    """How far `runs` (an experiment's baseline) sit from `reference` (start_session's validation runs of the same
+    tree), as a log-ratio with its `confidence` interval: the difference of the mean logs, its spread pooled
+    from both sides (the same tree on the same machine), Student's t. None with fewer than 2 runs a side or a
+    value that is not positive. Two reference runs carry little: the interval says how little."""
+    if len(reference) < 2 or len(runs) < 2 or min(*reference, *runs) <= 0:
+        return None
+    a, b = [math.log(v) for v in reference], [math.log(v) for v in runs]
+    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+    df = len(a) + len(b) - 2
+    pooled = (math.fsum((x - ma) ** 2 for x in a) + math.fsum((x - mb) ** 2 for x in b)) / df
+    half = decide.t_quantile((1 - confidence) / 2, df) * math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
+    return mb - ma, mb - ma - half, mb - ma + half
+
+
+def drift_warning(reference: list[float], runs: list[float], limit: float) -> str | None:
+    """The warning for an experiment's baseline `runs` that moved from start_session's validation runs of the same
+    tree by more than `limit` (a fraction) beyond what their noise explains: the drift's whole interval past the
+    limit. None otherwise (at 15% noise per run, two validation runs leave an interval of about +-30%)."""
+    drift = baseline_drift(reference, runs)
+    if drift is None:
+        return None
+    change, low, high = drift
+    bound = math.log1p(limit)
+    if -bound <= high and low <= bound:
+        return None  # a drift the noise of these runs explains
+    return (f"baseline drift: the baseline measured {math.expm1(change) * 100:+.1f}% against start_session's "
+            f"validation ({DRIFT_CONFIDENCE:.0%} interval {math.expm1(low) * 100:+.1f}% to "
+            f"{math.expm1(high) * 100:+.1f}%; limit {limit * 100:g}%), beyond what the runs' noise explains: the "
+            "machine or the benchmark changed; check both before trusting small effects")
+
+
 # --- noise -----------------------------------------------------------------------------------------
 
 
@@ -82,12 +127,19 @@ def best(experiments: Iterable[ExperimentState], metric: str, direction: str) ->
     return max(winners, key=lambda e: sign * (e.metric(metric).delta_pct or 0.0), default=None)
 
 
+def chained_log(changes_pct: Iterable[float | None]) -> float:
+    """Kept commits' changes (% of the metric's own value, each measured against its own base) chained: their
+    log-ratios added. The one rule of the session's estimated total (list_experiments and the report)."""
+    return math.fsum(math.log1p(pct / 100) for pct in changes_pct if pct is not None and pct > -100)
+
+
 def chained_pct(experiments: Iterable[ExperimentState], metric: str) -> float | None:
-    """The kept commits' estimates of `metric` chained (their log-ratios added), % of its own value: what the
-    session's measured total (a source='session' experiment) is compared with. None before any commit."""
+    """The kept commits' estimates of `metric` chained (`chained_log`), % of its own value: what the session's
+    measured total (a source='session' experiment) is compared with. None before any commit."""
     changes = [e.metric(metric).delta_pct for e in experiments if e.commit]
-    logs = [math.log1p(pct / 100) for pct in changes if pct is not None]
-    return round(math.expm1(math.fsum(logs)) * 100, 4) if logs else None
+    if not any(pct is not None for pct in changes):
+        return None
+    return round(math.expm1(chained_log(changes)) * 100, 4)
 
 
 # --- pairs -----------------------------------------------------------------------------------------
@@ -126,18 +178,25 @@ def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
 # --- comparisons and verdicts ----------------------------------------------------------------------
 
 
-def analyze(outcome: dict[str, Any], launch: LaunchRecord, final_n: int | None = None) -> Analysis:
+def analyze(outcome: dict[str, Any], launch: LaunchRecord, final_n: int | None = None,
+            start_n: int = 0) -> Analysis:
     """The comparisons of every metric and the verdict of a runner's outcome (as it wrote it; its
     refused values are dropped), judged as its launch recorded (metric, direction, objectives,
-    guards, focus, design): what the manager stores with a result. `final_n`: where its round ended."""
+    guards, focus, design): what the manager stores with a result. `final_n`: where its round ended;
+    `start_n`: where it started (the pairs of the rounds before)."""
     design = stats.load_design(launch.design)
-    return Analysis.model_validate(metrics.analyze(outcome, metrics.spec_of(launch), design, final_n))
+    return Analysis.model_validate(metrics.analyze(outcome, metrics.spec_of(launch), design, final_n, start_n))
 
 
 def round_end(exp: ExperimentState) -> int | None:
     """The last pair count of the experiment's latest round (None: as its design's first round)."""
     stops = exp.continued.stops if exp.continued else exp.launch.design.get("stops")
     return int(stops[-1]) if stops else None
+
+
+def round_start(exp: ExperimentState) -> int:
+    """The pairs the rounds before the experiment's latest one measured (0 in its first round)."""
+    return exp.continued.prior_pairs if exp.continued else 0
 
 
 def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Analysis:
@@ -151,7 +210,8 @@ def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Anal
         # the earlier t-test design: today's test would judge it otherwise
         return exp.result.analysis
     # analyze drops refused values from what it is given: a copy, the record stays as read
-    return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch, round_end(exp))
+    return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch, round_end(exp),
+                   round_start(exp))
 
 
 # --- confinement -----------------------------------------------------------------------------------

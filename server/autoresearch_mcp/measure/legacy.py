@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure.summary import Comparison, pct, summarize
 
@@ -26,14 +27,6 @@ def _normal_quantiles(levels: tuple[float, ...]) -> list[float]:
 
 
 FUTILITY_Z = 1.96  # a 95% range of the change, for the "the budget cannot decide" test
-
-
-def value_resolution(value: float) -> float:
-    """The step of the last printed digit of `value` (its shortest repr): 102.07 -> 0.01, 102.0 -> 1."""
-    text = repr(float(value)).lower()
-    mantissa, _, exponent = text.partition("e")
-    decimals = len(mantissa.partition(".")[2].rstrip("0"))
-    return float(10.0 ** (int(exponent or 0) - decimals))
 
 
 def log_ratios(pairs: list[tuple[float, float]], direction: str) -> list[float] | None:
@@ -56,7 +49,7 @@ def resolution_floor(pairs: list[tuple[float, float]]) -> float:
     values = [v for pair in pairs for v in pair]
     if not values:
         return 0.0
-    step = min(value_resolution(v) for v in values)
+    step = min(decide.float_step(v) for v in values)
     return step / min(values)
 
 

@@ -61,11 +61,11 @@ def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
-            final_n: int | None = None) -> dict[str, Any]:
+            final_n: int | None = None, start_n: int = 0) -> dict[str, Any]:
     """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the lead
     metric's pairs show. A run that is not `done`/`checks_failed` has no verdict; a sample without a judged
     metric (or with an unusable value) makes the whole experiment `invalid`, never a 0. `final_n`: the last
-    pair count of the round that produced `outcome` (where `noisy` is judged)."""
+    pair count of the round that produced `outcome` (where `noisy` is judged); `start_n`: where it started."""
     status = outcome.get("status")
     refused = screen(outcome)
     if isinstance(design, legacy.Design):
@@ -78,7 +78,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
         outcome["error"] = "; ".join(why for _, why in refused[:5])
     samples = outcome.get("samples", [])
     plan = design.plan()
-    decision = decide.judge(samples, spec, plan, final_n=final_n or design.budget)
+    decision = decide.judge(samples, spec, plan, final_n=final_n or design.budget, start_n=start_n)
     names = sorted({n for s in samples for n in s.get("metrics", {})})
     comparisons: dict[str, Any] = {}
     for name in names:
@@ -105,6 +105,8 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
             "judgement": judgement.judgement if judgement is not None else None, "log_se": cmp.log_se,
             "mean_pct": cmp.mean_pct, "mean_low_pct": cmp.mean_low_pct, "mean_high_pct": cmp.mean_high_pct,
             "tail_pct": cmp.tail_pct, "equivalence_pct": cmp.equivalence_pct, "note": cmp.note,
+            "measure": decide.measure_of(name, spec),
+            **claim_fields(name, judgement, plan),
         }
     lead_name = next((n for n, j in decision.metrics.items() if j.rule.role == "focus"), spec.metric)
     lead = comparisons.get(lead_name)
@@ -119,15 +121,67 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     notes = [n for n in (lead.get("note") if lead and verdict in ("noisy", "inconclusive") else None,
                          shape_note(samples, lead_name, spec)) if n]
     pairs_needed = lead.get("pairs_needed") if lead else None
+    # what would show each claim not shown yet: a blocking guard's margin, a session total's tolerance
+    to_hold = {name: decide.pairs_to_hold(j.look, j.claim.margin, plan) or 0 for name, j in decision.metrics.items()
+               if j.claim is not None and j.claim.judgement == "undecided"}
     if verdict == "inconclusive" and decision.won and decision.blocking:
-        pairs_needed = max((comparisons[n]["pairs_needed"] or 0 for n in decision.blocking if n in comparisons),
-                           default=0) or pairs_needed
+        pairs_needed = max((to_hold.get(n) or comparisons[n]["pairs_needed"] or 0 for n in decision.blocking
+                            if n in comparisons), default=0) or pairs_needed
+    elif verdict == "inconclusive" and spec.prove_tolerance and to_hold:
+        pairs_needed = max(max(to_hold.values()), pairs_needed or 0) or pairs_needed
     problems = [why for _, why in refused[:20]] + decision.problems
+    claims = [c["claim"] for c in comparisons.values() if c.get("claim")]
+    if lead is not None and lead_name.startswith(decide.FOCUS_PREFIX) and lead.get("delta_pct") is not None:
+        claims.insert(0, lead_claim(lead_name, lead))
     return {"metrics": comparisons, "verdict": verdict, "noise_cv": None if noise is None else noise / 100,
+            "claims": claims,
             "noise_note": "; ".join(notes) or None, "problems": problems, "pairs_needed": pairs_needed,
-            "won": decision.won, "blocking": decision.blocking,
+            "won": decision.won, "blocking": decision.blocking, "disagreement": decision.disagreement,
             "layout_pct": None if decision.layout is None or not math.isfinite(decision.layout)
             else round(math.expm1(decision.layout) * 100, 4)}
+
+
+def lead_claim(name: str, cmp: dict[str, Any]) -> str:
+    """`focus.RMS_NORM -10.1% [98% CI -14.8%, -7.5%]`: what a focus experiment showed where the change acts."""
+    level = cmp.get("ci_level")
+    shown = f"{round(level * 100):g}% CI " if level else ""
+    if cmp.get("ci_low_pct") is None or cmp.get("ci_high_pct") is None:
+        return f"{name} {cmp['delta_pct']:+.1f}% (no interval)"
+    return f"{name} {cmp['delta_pct']:+.1f}% [{shown}{cmp['ci_low_pct']:+.1f}%, {cmp['ci_high_pct']:+.1f}%]"
+
+
+def claim_fields(name: str, judgement: decide.Judgement | None, plan: decide.Plan) -> dict[str, Any]:
+    """A guard's (or a session total objective's) claim as numbers and one line: the worst change its one-sided
+    bounds leave (`bound_pct`, + is better), what it was judged against (`margin_pct`), at `claim_level`."""
+    claim = judgement.claim if judgement is not None else None
+    if claim is None or judgement is None:
+        return {}
+    rule = judgement.rule
+    bound = None if claim.bound is None else round(math.expm1(claim.bound) * 100, 4)
+    margin = round(math.expm1(claim.margin) * 100, 4)
+    level = f"{(1 - claim.level) * 100:g}%"
+    worst = f"no worse than {bound:+.1f}%" if bound is not None else "no bound yet"
+    look = judgement.look
+    if rule.role != "guard":  # the session's total: the objective's real tolerance
+        tol = f"{margin:g}%"
+        if claim.judgement == "held":
+            text = f"session: {name} within {tol} ({level}) at {claim.n} pairs"
+        elif claim.judgement == "regressed":
+            text = f"session: {name} regressed beyond {tol} at {claim.n} pairs"
+        else:
+            more = decide.pairs_to_hold(look, claim.margin, plan)
+            text = (f"session: {name} not yet shown within {tol} at {claim.n} pairs ({worst}, {level})"
+                    + (f"; about {more} pairs in all would show it" if more else ""))
+    elif claim.judgement == "held":
+        scope = "this experiment" if rule.ceiling is not None else f"within {margin:g}%"
+        text = f"{name} {worst} ({level}, {scope})"
+    elif claim.judgement == "regressed":
+        text = f"{name} regressed (beyond its tolerance of {math.expm1(rule.tolerance or 0) * 100:g}%)"
+    else:
+        more = decide.pairs_to_hold(look, claim.margin, plan)
+        text = (f"{name} not shown within {margin:.1f}% ({worst}, {level})"
+                + (f"; about {more} pairs in all would show it" if more else ""))
+    return {"bound_pct": bound, "margin_pct": margin, "claim_level": round(1 - claim.level, 4), "claim": text}
 
 
 def shape_note(samples: list[dict[str, Any]], metric: str, spec: decide.Spec) -> str | None:

@@ -24,6 +24,7 @@ from autoresearch_mcp.measure.summary import Comparison as Comparison  # the fig
 from autoresearch_mcp.measure.summary import pct as pct
 
 POWER = 0.8  # the power `pairs_needed` plans for
+SESSION_PAIRS = 200  # the first round of a session's total (source='session'): the largest design
 
 
 @cache
@@ -41,6 +42,25 @@ def _bounds_table(level: float, limit: int) -> tuple[int, ...]:
             if math.isclose(data[at], level) and len(data[key]) > limit:
                 return tuple(int(b) for b in data[key][: limit + 1])
     return tuple(calibrate.rank_bound(n, level) if n else 1 for n in range(limit + 1))
+
+
+CEILING_AT_ROUND_ENDS = 0.8  # the share of the ceiling's level spent where a round ends (the budget, the limit)
+
+
+@cache
+def _ceiling_table(looks: tuple[int, ...], level: float, min_pairs: int, budget: int
+                   ) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """The ceiling's level at each look and its signed-rank boundary there (level 0, boundary 0 where a guard
+    cannot hold: before `min_pairs`). The levels add up to `level` over every look where a guard may hold (a
+    union bound): most of it where the first round and the last end (the budget and the limit, where a guard
+    at a shared machine's noise can hold at all), the rest shared by the other looks."""
+    holding = [n for n in looks if n >= min_pairs]
+    ends = [n for n in holding if n in (budget, looks[-1])]
+    others = [n for n in holding if n not in ends]
+    at_end = level * (CEILING_AT_ROUND_ENDS if others else 1.0) / max(len(ends), 1)
+    at_other = level * (1 - CEILING_AT_ROUND_ENDS) / len(others) if others else 0.0
+    levels = tuple(0.0 if n < min_pairs else at_end if n in ends else at_other for n in looks)
+    return levels, tuple(calibrate.rank_bound(n, lv) if lv > 0 else 0 for n, lv in zip(looks, levels, strict=True))
 
 
 _PLAN_FIELDS = ("budget", "limit", "looks", "levels", "rank_bounds", "sign_bounds", "eq_level", "guard_level",
@@ -89,6 +109,8 @@ class Design:
         data = {k: getattr(self, k) for k in _PLAN_FIELDS}
         data["eq_bounds"] = list(_bounds_table(self.eq_level, self.limit))
         data["guard_bounds"] = list(_bounds_table(self.guard_level, self.limit))
+        levels, bounds = _ceiling_table(tuple(self.looks), self.guard_level, self.min_pairs_improved, self.budget)
+        data["ceiling_levels"], data["ceiling_bounds"] = list(levels), list(bounds)
         data["noise_limit"] = self.noise_limit
         return data
 
@@ -189,8 +211,7 @@ def comparison(p: decide.Pairs, n: int, judgement: decide.Judgement | None, rule
     mean = [None if x is None else round(sign * x * 100, 4) for x in (look.mean, look.mean_low, look.mean_high)]
     if sign < 0:
         mean[1], mean[2] = mean[2], mean[1]
-    reach = decide.z_quantile(plan.levels[plan.last_look(design.budget) or 0]) * (look.spread or 0) / math.sqrt(
-        design.budget)
+    reach = decide.reach(look.spread or 0.0, plan, design.budget)
     equivalence = (round(math.expm1(max(abs(look.eq_low), abs(look.eq_high))) * 100, 4)
                    if verdict == "no_change" and look.eq_low is not None and look.eq_high is not None else None)
     return Comparison(
@@ -257,8 +278,7 @@ def per_run_noise(spread: float) -> float:
 def noisy_note(look: decide.MetricLook, design: Design, plan: decide.Plan) -> str:
     """How noisy, and why the budget cannot decide (figures as the metric's own % change)."""
     spread = (look.spread or 0.0) * 100
-    reach = decide.z_quantile(plan.levels[plan.last_look(design.budget) or 0]) * (look.spread or 0.0) / math.sqrt(
-        design.budget)
+    reach = decide.reach(look.spread or 0.0, plan, design.budget)
     floor = f" (the printed resolution alone is {look.floor * 100:.2f}%)" if look.floor else ""
     return (f"the paired log-ratios spread by about {spread:.1f}% (about {per_run_noise(spread):.1f}% per run): "
             f"{design.budget} pairs resolve only changes beyond ±{reach * 100:.1f}%, and neither no change within "
@@ -299,3 +319,19 @@ def combined_half_width(errors: list[tuple[float, int]], confidence: float) -> f
         return 0.0
     df = variance**2 / sum(se**4 / d for se, d in errors if se > 0)
     return float(sps.t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(variance)
+
+
+STEADIER_CONFIDENCE = 0.95
+
+
+def clearly_steadier(noise: float, runs: int, other: float, other_runs: int,
+                     confidence: float = STEADIER_CONFIDENCE) -> bool:
+    """Whether runs of per-run noise `noise` (a cv) are steadier than `other`'s beyond what their own noise explains:
+    the one-sided F test of the variances at `confidence`. Two runs a side cannot show it short of a factor of
+    about 13 in noise (the F quantile of 1 and 1 degrees of freedom is 161)."""
+    if runs < 2 or other_runs < 2 or other <= 0:
+        return False
+    if noise <= 0:
+        return True
+    return bool((other / noise) ** 2 > sps.f.ppf(confidence, other_runs - 1, runs - 1))
+

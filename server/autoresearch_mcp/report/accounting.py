@@ -200,6 +200,16 @@ class SessionData:
         return next((r for r in reversed(self.rows) if r.launch.source == "session" and r.verdict is not None), None)
 
     @property
+    def session_claim(self) -> str:
+        """What the latest measured total showed of each objective's tolerance (the session's claim), or that
+        it was not measured yet."""
+        total = self.session_total
+        claims = [str(m["claim"]) for m in (total.metrics.values() if total else []) if m.get("claim")]
+        if total is None:
+            return "session total not yet measured (launch_experiment(source='session') proves the tolerances)"
+        return "; ".join(claims) or f"session total {total.verdict}"
+
+    @property
     def best(self) -> Row | None:
         """The winner (improved, checks passed) with the largest change of the primary metric."""
         metric, sign = self.config.metric, 1.0 if self.config.direction == "higher" else -1.0
@@ -254,7 +264,7 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
     for position, link in enumerate(chain):
         for exp in link.experiments:
             shown = measured[exp.experiment_id]
-            level += _log(shown.comparison(metric).get("delta_pct"))
+            level += figures.chained_log([shown.comparison(metric).get("delta_pct")])
             if shown.error is not None:
                 errors.append(shown.error)
         for exp in link.experiments:

@@ -36,6 +36,8 @@ def summarize(data: SessionData) -> str:
         lines.append(f"Measured together (the head against the start, {cmp.get('n_pairs', 0)} pairs): "
                      f"{pct(cmp.get('delta_pct'))} ({f'{level:.0%} CI ' if level else ''}{pct(cmp.get('ci_low_pct'))} "
                      f"to {pct(cmp.get('ci_high_pct'))}), {total.verdict}; compare with the chained total.")
+    if data.count(KEPT):
+        lines.append(f"End to end: {data.session_claim}.")
     best = data.best
     if best is not None:
         lines.append(f"Best single experiment: {best.exp.title!r} "

@@ -13,8 +13,11 @@
 #                              harness for launch_experiment(focus=[...]); `autoresearch-opbench --list`)
 #   LLAMA_BENCH_FA=1           flash attention on (the CPU fusions that matter most show only with -fa 1)
 #   LLAMA_BENCH_PROMPT=128     prompt tokens of the prompt-processing test (pp_tps); also the rows of the
-#                              op benchmark's graphs (64 or more: ggml-cpu's tiled flash attention)
+#                              op benchmark's graphs (64 or more: ggml-cpu's tiled flash attention, the path
+#                              the prompt's batch takes; text generation's single query row takes the
+#                              one-chunk or split-KV path, so a change to the tiled path shows in pp_tps only)
 #   LLAMA_BENCH_GEN=128        generated tokens of the text-generation test (tg_tps)
+#   LLAMA_OPBENCH_PROCESSES=1  op benchmark processes per run; each focus and control metric is their median
 #   LLAMA_AMX=0                1: keep llama.cpp's AMX kernels in a native build (they crash on some machines)
 #   LLAMA_CMAKE_ARGS           extra CMake arguments for the build
 #   LLAMA_CHECK_BACKEND_OPS=0  1: also build test-backend-ops (the checks run it where a second backend exists)
@@ -174,8 +177,21 @@ bench() {
       echo "autoresearch.sh: AUTORESEARCH_FOCUS=$AUTORESEARCH_FOCUS, but the op benchmark was not built (see the build's output)" >&2
       exit 1
     fi
-    "${EMULATOR[@]}" "$BUILD_DIR/bin/autoresearch-opbench" --model "$m" --focus "$AUTORESEARCH_FOCUS" \
-      --threads "$threads" --tokens "${LLAMA_BENCH_PROMPT:-128}"
+    # Several processes, each metric their median: the op's time moves more from one process to the next
+    # (layout, page placement) than within one, so more processes steady it where more evaluations cannot.
+    local k="${LLAMA_OPBENCH_PROCESSES:-1}" i ops=""
+    for ((i = 0; i < k; i++)); do
+      ops+=$("${EMULATOR[@]}" "$BUILD_DIR/bin/autoresearch-opbench" --model "$m" --focus "$AUTORESEARCH_FOCUS" \
+             --threads "$threads" --tokens "${LLAMA_BENCH_PROMPT:-128}")$'\n'
+    done
+    python3 - "$ops" <<'PY'
+import re, statistics, sys
+runs = {}
+for name, value in re.findall(r"^METRIC (\S+)=(\S+)$", sys.argv[1], re.M):
+    runs.setdefault(name, []).append(float(value))
+for name, values in runs.items():
+    print(f"METRIC {name}={statistics.median(values):.4f}")
+PY
   fi
   out=$("${EMULATOR[@]}" "$BUILD_DIR/bin/llama-bench" -m "$m" -ngl 0 -t "$threads" \
         -fa "${LLAMA_BENCH_FA:-1}" -p "${LLAMA_BENCH_PROMPT:-128}" -n "${LLAMA_BENCH_GEN:-128}" -r 1 -o json)
