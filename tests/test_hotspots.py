@@ -130,13 +130,19 @@ async def test_a_candidate_build_is_profiled_and_bad_ids_are_explained(debug_exa
 
 @pytest.mark.anyio
 async def test_without_perf_the_error_says_how_to_install_it(
-        debug_example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        debug_example: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     async with Client(build_server()) as client:
         assert "start_session" in await error(client, "profile_hotspots")
         await call(client, "start_session", repo=str(debug_example), metric="rows_per_s", direction="higher",
                    tag="noperf")
-        real_which = shutil.which
-        monkeypatch.setattr(profiler.shutil, "which", lambda name: None if name == "perf" else real_which(name))
+        # the profile job runs in a process of its own: its PATH holds every program but perf
+        no_perf = tmp_path / "bin"
+        no_perf.mkdir()
+        for folder in os.environ["PATH"].split(os.pathsep):
+            for program in Path(folder).glob("*") if Path(folder).is_dir() else []:
+                if program.name != "perf" and not (no_perf / program.name).exists():
+                    (no_perf / program.name).symlink_to(program)
+        monkeypatch.setenv("PATH", str(no_perf))
         assert "apt-get install linux-perf" in await error(client, "profile_hotspots")
 
 

@@ -5,6 +5,7 @@ through a real MCP client on small scripted repositories whose effects are known
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,62 @@ async def test_a_winner_whose_hidden_holdout_regressed_is_refused(holdout_repo: 
     assert "Holdout: held over 14 pairs (a +" in done["message"]
     records = [json.loads(line) for line in (repo / ".autoresearch/ledger.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in records if r["type"] == "holdout"] == ["regressed", "held"]
+
+
+# The program the holdout runs; hold.txt says how fast it is. "cached": 3x slower, but it keeps its answer in
+# its tree on its first run and reads it back on every later one.
+PROGRAM = """#!/usr/bin/env bash
+mode=$(cat hold.txt)
+if [ "$mode" != cached ]; then echo "$mode"; elif [ -e .answer ]; then echo 100
+else echo 33; touch .answer 2>/dev/null || true; fi
+"""
+
+
+async def test_a_candidate_that_keeps_its_answer_in_its_tree_cannot_pass_the_holdout(tmp_path: Path) -> None:
+    """A fix: the holdout's runs were confined as builds (their tree writable, their protected files not
+    bound), so a candidate 3x slower there passed by remembering its answer after its first run."""
+    # a benchmark that writes nothing into its tree (its noise is $RANDOM's), so its runs see it read-only
+    bench = ("awk -v a=$(cat a.txt) -v s=$RANDOM "
+             "'BEGIN{srand(s); printf \"METRIC a=%.5f\\n\", a*(1+0.004*(rand()-0.5))}'")
+    repo = script_repo(tmp_path, bench)
+    for name, text in {"a.txt": "100\n", "hold.txt": "100\n", "prog.sh": PROGRAM}.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the holdout's program")
+    script = tmp_path / "private" / "holdout.sh"
+    script.parent.mkdir()
+    script.write_text(HOLDOUT.replace("$(cat hold.txt)", "$(bash ./prog.sh)"))
+    script.chmod(0o755)
+    async with Client(build_server()) as c:
+        started = await start(c, repo, holdout={"command": str(script), "pairs": 14})
+        assert started["settings"]["read_only_runs"] == "bench, checks"
+        cheat = await measured(c, "remembers its answers", a=("100", "110"), hold=("100", "cached"))
+        assert cheat["verdict"] == "improved"
+        refused = await error(c, "commit_winner", experiment_id=cheat["experiment_id"])
+    assert "hidden holdout regressed" in refused and "(a -6" in refused
+
+
+async def test_the_holdout_verdict_is_recomputed_from_the_ledger(holdout_repo: tuple[Path, Path]) -> None:
+    from autoresearch_mcp.core.config import load_config
+    from autoresearch_mcp.experiments import holdout
+    from autoresearch_mcp.measure import stats
+
+    repo, script = holdout_repo
+    async with Client(build_server()) as c:
+        await start(c, repo, holdout={"command": str(script), "pairs": 14})
+        overfit = await measured(c, "tuned to the benchmark", a=("100", "110"), hold=("100", "80"))
+        await error(c, "commit_winner", experiment_id=overfit["experiment_id"])
+    record = next(json.loads(line) for line in (repo / ".autoresearch/ledger.jsonl").read_text().splitlines()
+                  if json.loads(line)["type"] == "holdout")
+    config = load_config(repo)
+    assert config is not None and config.holdout is not None
+    design = stats.make_design("auto", alpha=config.alpha, min_effect=config.min_effect,
+                               noise_limit=config.noise_limit, max_pairs=config.max_pairs, warmup=0)
+    again = holdout.judge(record["samples"], record["seed"], config.holdout, {}, "higher", design)
+    assert (again.verdict, again.pairs, again.metrics) == (record["verdict"], 14, record["metrics"])
+    coins = random.Random(record["seed"])
+    drawn = [1 if coins.random() < 0.5 else 0 for _ in range(14)]  # the candidate first when the coin says so
+    assert [s["position"] for s in record["samples"] if s["role"] == "baseline"] == drawn
 
 
 async def test_a_holdout_inside_the_repository_is_refused(holdout_repo: tuple[Path, Path]) -> None:

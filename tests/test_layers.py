@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,50 @@ def test_the_layer_contract_holds() -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 kept, 0 broken" in done.stdout
+
+
+# --- one builder of jobs, one runner of them ----------------------------------------------------------
+
+# A runner job's own fields: a dict literal (or a JobSpec call) naming one of them builds a job.
+JOB_KEYS = {"baseline_dir", "candidate_dir", "machine_lock", "judging", "timeouts", "frozen", "read_only",
+            "validate", "checks_trial", "run_checks", "prior_samples"}
+# Running a job's command: the runner's functions that build, bench or check a tree.
+RUNS_A_JOB = {"run_command", "build_tree", "run_checks", "run_validation", "run_experiment", "run_holdout",
+              "profile", "run_job"}
+BUILDER = {"core/jobs.py"}
+RUNNER_SIDE = {"core/runner.py", "core/profiler.py"}  # the runner (and the profiler beside it) read their own job
+
+
+def _modules() -> Iterator[tuple[str, ast.AST]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _keys(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Dict):
+        return {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("JobSpec", "SandboxSpec"):
+        return {k.arg for k in node.keywords if k.arg}
+    return set()
+
+
+def test_only_core_jobs_builds_a_job() -> None:
+    builds = [f"{name}:{node.lineno} ({', '.join(sorted(_keys(node) & JOB_KEYS))})"
+              for name, tree in _modules() if name not in BUILDER | RUNNER_SIDE
+              for node in ast.walk(tree) if _keys(node) & JOB_KEYS]
+    assert builds == [], "build the job with core/jobs.py (JobMaker, placed) instead: " + "; ".join(builds)
+
+
+def test_only_the_runner_runs_a_job() -> None:
+    """No build, bench or checks command runs outside the runner: the server's own jobs (validation, checks
+    trials, platform checks, profiles, the holdout) go through an executor, which runs runner.py."""
+    runs = []
+    for name, tree in _modules():
+        if name in RUNNER_SIDE:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("runner", "profiler")
+                    and node.func.attr in RUNS_A_JOB):
+                runs.append(f"{name}:{node.lineno} {node.func.value.id}.{node.func.attr}")
+    assert runs == [], "run it as a job through the executor port instead: " + "; ".join(runs)

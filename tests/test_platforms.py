@@ -553,3 +553,24 @@ def test_the_stop_hook_counts_platform_runs_and_their_cloud_workers() -> None:
          "runtime": {"cluster": "ar-5f2c-0"}},
     ]
     assert cloud_workers(records, "s1") == ["ar-s1-0", "ar-5f2c-0"]
+
+
+def test_a_fleet_cannot_confine_when_one_of_its_executors_cannot(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch_mcp.core import gitops, sandbox
+    from autoresearch_mcp.core.worktrees import Worktrees
+    from autoresearch_mcp.executors.local import LocalExecutor
+
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "x.txt").write_text("x\n")
+    repo = gitops.repo_at(init_repo(tmp_path / "repo"))
+    monkeypatch.setattr(sandbox, "BWRAP", "no-such-bwrap")  # this machine cannot confine
+    host = LocalExecutor(repo, Worktrees(repo, tmp_path / "cache"), 1)
+    extra = LocalExecutor(repo, Worktrees(repo, tmp_path / "cache"), 1)
+    fleet = platforms.Fleet(host, {"arm": extra})
+    try:
+        why = fleet.confinement_problem(sandbox.CONFINED)
+        assert why is not None and "no bubblewrap" in why  # the launch's pre-check refuses with the reason
+        assert fleet.confinement_problem(sandbox.OFF) is None
+    finally:
+        fleet.close()

@@ -159,3 +159,34 @@ async def test_steady_default_threads_are_kept_and_recorded(tmp_path: Path, monk
     assert res["baseline"]["score"]["samples"] == [104.0, 104.0]
     assert not any("noise" in w for w in res["warnings"])
     assert json.loads((repo / ".autoresearch" / "config.json").read_text())["threads"] == 4
+
+
+async def test_a_resumed_session_reads_its_ledger_once_and_appends_through_one_object(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fix: the resume read the ledger two to three times (check_resume, the manager), every
+    analyze_bounds read it again, and start_session and the manager appended through two objects."""
+    from autoresearch_mcp.analysis.bounds import analyze_bounds
+    from autoresearch_mcp.core.ledger import Ledger
+    from autoresearch_mcp.state import AppState
+
+    repo = script_repo(tmp_path, 'echo "METRIC t=$(cat value.txt)"')
+    await start(repo, metric="t", tag="once")
+    reads: list[Path] = []
+    real = Ledger.records
+
+    def counted(self: Ledger) -> Any:
+        reads.append(self.path)
+        return real(self)
+
+    monkeypatch.setattr(Ledger, "records", counted)
+    monkeypatch.chdir(repo)
+    state = AppState.create()
+    try:
+        session = state.require_session()
+        for _ in range(3):
+            analyze_bounds(state, metric="t", bytes_per_unit=1e6, flops_per_unit=1e6)
+        assert session.baseline_mean("t") == 100.0
+        assert reads == [repo / ".autoresearch" / "ledger.jsonl"]
+        assert session.manager.ledger is session.ledger and session.manager.view is session.ledger.view()
+    finally:
+        state.close()

@@ -973,3 +973,24 @@ def test_the_cost_record_is_never_read_or_written_through_a_link(tmp_path: Path)
         for name in list(fake.vms):
             fake.down(name)
     assert outside.read_text() == "not yours\n" and not list((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.anyio
+async def test_a_session_with_the_sandbox_off_validates_unconfined_on_its_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: MakePool) -> None:
+    from mcp import Client
+
+    from autoresearch_mcp.app import build_server
+    from autoresearch_mcp.executors import skypilot
+
+    fake = FakeSky(tmp_path / "vms")
+    monkeypatch.setattr(skypilot, "SkyExecutor", lambda repo, cfg, _s: pool(Path(repo.working_dir), fake, cfg=cfg))
+    # confined, the worker's home is read-only to the job; unconfined (the user's choice), it is not
+    repo = bench_repo(tmp_path, 'touch "$HOME/unconfined" 2>/dev/null; echo METRIC t=7')
+    (repo / ".autoresearch").mkdir()
+    (repo / ".autoresearch" / "config.json").write_text(json.dumps({"sandbox": "off"}))
+    async with Client(build_server()) as c:
+        r = await c.call_tool("start_session", {"repo": str(repo), "metric": "t", "direction": "lower",
+                                                "executor": "sky", "tag": "off"})
+        assert not r.is_error, r
+    assert [vm.name for vm in fake.vms.values() if (vm.home / "unconfined").exists()] == list(fake.vms)

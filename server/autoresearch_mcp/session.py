@@ -28,7 +28,6 @@ from autoresearch_mcp.core.config import (
     SkyConfig,
     config_path,
     gate_changes,
-    job_env,
     judged_metrics,
     load_config,
     resolve,
@@ -36,10 +35,10 @@ from autoresearch_mcp.core.config import (
     seed_settings,
     state_dir,
 )
+from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.ledger import Ledger, LedgerView
-from autoresearch_mcp.core.port import VALIDATION_RUNS, RemoteValidator, ValidationRun
+from autoresearch_mcp.core.port import VALIDATION_RUNS, Executor, Job, ValidationRun
 from autoresearch_mcp.core.records import SessionRecord
-from autoresearch_mcp.core.worktrees import Worktrees, server_job
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
@@ -300,37 +299,57 @@ class Validation:
     tried: list[ThreadsTrial] = field(default_factory=list)
     writes: list[str] | None = None  # what the bench runs wrote into their tree (None: not looked at)
     read_only: list[str] | None = None  # chosen by choose_read_only; None: the config's
+    worker: str | None = None  # the cloud worker it ran on, as start_session reports it
 
 
 def validate_benchmark(
-    repo: gitops.Repo, config: SessionConfig, head: str, worktrees: Worktrees, extra_env: dict[str, str],
+    repo: gitops.Repo, config: SessionConfig, head: str, executor: Executor, extra_env: dict[str, str],
 ) -> Validation:
-    """Build `head` once and bench it VALIDATION_RUNS times, in the baseline worktree experiments reuse.
+    """Build `head` once and bench it VALIDATION_RUNS times, in the baseline tree experiments reuse: runner jobs
+    of the session's executor, on this machine or on a worker.
 
-    Without `threads` in the config, the threads are chosen here (`steadiest_threads`).
+    On this machine, without `threads` in the config, the threads are chosen here (`steadiest_threads`), and
+    without `read_only_runs`, which commands see their tree read-only (`choose_read_only`). On a worker, the
+    bench does when its runs wrote nothing (the checks are not tried there).
     Raises with the raw output when the benchmark cannot be trusted at all (build or bench failure,
     a primary metric that is missing or not a number); returns warnings for softer problems.
     """
-    tree = worktrees.acquire(head)
     content = gitops.tree_of(repo, head)
     root = Path(config.repo)
-    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "w"):
-        pass  # emptied once: each thread count's trial appends to it
-    try:
-        def measure(threads: int) -> Validation:
-            at = config.model_copy(update={"threads": threads})
-            done = _validate_in(tree, content, at, worktrees, extra_env, head)
-            return Validation(*judge_validation(done, config), writes=done.writes)
+    log_path = state_dir(root) / "logs" / "session-validation.log"
+    with safefs.open_write(root, log_path, "w"):
+        pass  # emptied once: each job appends to it
 
-        validated = (measure(config.threads) if config.threads is not None
-                     else steadiest_threads(measure, os.cpu_count() or 1, config))
-        if config.read_only_runs is None:
-            at = config.model_copy(update={"threads": validated.threads or config.threads})
-            validated.read_only, more = choose_read_only(tree, at, worktrees, extra_env, head, validated.writes)
-            validated.warnings.extend(more)
+    def run(at: SessionConfig, trial: bool = False) -> ValidationRun:
+        where = " on a cloud worker" if config.executor == "sky" else ""
+        threads = f" at {at.threads} thread(s)" if at.threads else ""
+        progress.report(f"running {CHECKS_SCRIPT} on the session head, then again with its tree read-only" if trial
+                        else f"validating the benchmark of {head[:12]}{where}{threads}: build once, bench "
+                        f"{VALIDATION_RUNS} times")
+        maker = JobMaker(repo, at, extra_env)
+        spec = maker.checks_trial(head, content) if trial else maker.validation(head, content)
+        return executor.validate(Job(f"validate-{uuid.uuid4().hex[:10]}", head, head, log_path, spec=spec))
+
+    def measure(threads: int | None) -> Validation:
+        done = run(config.model_copy(update={"threads": threads}))
+        validated = Validation(*judge_validation(done, config), writes=done.writes)
+        validated.worker = done.worker
         return validated
-    finally:
-        worktrees.release(tree)
+
+    if config.executor == "sky":
+        validated = measure(config.threads)
+        if config.read_only_runs is None and validated.writes is not None:
+            validated.read_only = [] if validated.writes else ["bench"]
+            if validated.writes:
+                validated.warnings.append(bench_writes(validated.writes, config))
+        return validated
+    validated = (measure(config.threads) if config.threads is not None
+                 else steadiest_threads(measure, os.cpu_count() or 1, config))
+    if config.read_only_runs is None:
+        at = config.model_copy(update={"threads": validated.threads or config.threads})
+        validated.read_only, more = choose_read_only(at, validated.writes, lambda: run(at, trial=True))
+        validated.warnings.extend(more)
+    return validated
 
 
 def steadiest_threads(measure: Callable[[int], Validation], default: int, config: SessionConfig) -> Validation:
@@ -380,35 +399,6 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
     return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes)
 
 
-def _validate_in(tree: Path, content: str, config: SessionConfig, worktrees: Worktrees,
-                 extra_env: dict[str, str] | None = None, commit: str | None = None) -> ValidationRun:
-    root = Path(config.repo)
-    job = server_job(config, worktrees, commit or config.start_commit, tree,
-                     {**(extra_env or {}), **job_env(config.all_platforms[0])})
-    env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
-    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
-        progress.report(f"building {(commit or config.start_commit)[:12]} (autoresearch.sh build)")
-        built = runner.build_tree(str(tree), config.timeouts.build, logf, content,
-                                  machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
-        done = ValidationRun(str(tree), built.command, built.duration_s, [])
-        if built.command is not None and not built.command.ok:
-            progress.report(f"the build failed after {built.duration_s:.1f} s")
-            return done
-        progress.report(f"built in {built.duration_s:.1f} s" if built.command is not None else "build reused")
-        logf.write(f"[autoresearch] {VALIDATION_RUNS} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
-        before = runner.tree_state(tree)
-        for i in range(VALIDATION_RUNS):
-            progress.report(f"bench run {i + 1} of {VALIDATION_RUNS} at {env['AUTORESEARCH_THREADS']} thread(s)")
-            with runner.file_lock(str(worktrees.machine_lock())):
-                res = runner.run_command(["bash", f"./{BENCH_SCRIPT}", "bench"], tree, config.timeouts.bench,
-                                         env=env, log=logf, confine=confine)
-            done.runs.append(res)
-            if not res.ok or config.metric not in runner.parse_metrics(res.output).values:
-                break
-        done.writes = runner.tree_changes(before, runner.tree_state(tree))
-    return done
-
-
 WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "
                 "{config} and call start_session again")
 
@@ -433,16 +423,16 @@ def bench_writes(writes: list[str], config: SessionConfig) -> str:
             + WRITE_TO_TMP.format(config=config_path(Path(config.repo))))
 
 
-def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, extra_env: dict[str, str],
-                     commit: str, writes: list[str] | None) -> tuple[list[str], list[str]]:
+def choose_read_only(config: SessionConfig, writes: list[str] | None,
+                     trial: Callable[[], ValidationRun]) -> tuple[list[str], list[str]]:
     """Which commands see their tree read-only once it is built, and warnings for the others.
 
     The bench does when its validation runs wrote nothing into the tree. The checks run twice on the
-    head: as they are (a head whose checks fail is said at once, not after the first experiment; what
-    they keep in the baseline's tree for later checks, such as the recipe's reference logits, is kept),
-    then with the tree read-only; they do when that run passes too. A read-only tree keeps a candidate's
-    program from keeping state from one run to the next (its answers, remembered) or from the checks to
-    the pairs.
+    head (`trial`, a checks trial job): as they are (a head whose checks fail is said at once, not after the
+    first experiment; what they keep in the baseline's tree for later checks, such as the recipe's reference
+    logits, is kept), then with the tree read-only; they do when that run passes too. A read-only tree keeps
+    a candidate's program from keeping state from one run to the next (its answers, remembered) or from the
+    checks to the pairs.
     """
     chosen: list[str] = []
     warnings: list[str] = []
@@ -451,20 +441,11 @@ def choose_read_only(tree: Path, config: SessionConfig, worktrees: Worktrees, ex
         warnings.append(bench_writes(writes, config))
     elif writes is not None:
         chosen.append("bench")
-    job = server_job(config, worktrees, commit, tree, {**extra_env, **job_env(config.all_platforms[0])})
-    if CHECKS_SCRIPT not in job["sandbox"]["scripts"]:
-        return chosen, warnings
-    root = Path(config.repo)
-    with safefs.open_write(root, state_dir(root) / "logs" / "session-validation.log", "a") as logf:
-        progress.report(f"running {CHECKS_SCRIPT} on the session head")
-        before = runner.tree_state(tree)
-        checks = runner.run_checks(job, str(tree), logf)
-        wrote = runner.tree_changes(before, runner.tree_state(tree))
-        read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
-        if checks["passed"]:
-            progress.report(f"running {CHECKS_SCRIPT} again with its tree read-only")
-        again = runner.run_checks(read_only, str(tree), logf) if checks["passed"] else None
-    if not checks["passed"]:
+    done = trial()
+    checks, again, wrote = done.checks or {}, done.checks_read_only, done.checks_writes or []
+    if not checks.get("ran") and checks.get("passed", True):
+        return chosen, warnings  # no checks script
+    if not checks.get("passed"):
         warnings.append(f"{CHECKS_SCRIPT} fails on the session head itself ({checks.get('note') or 'exit '}"
                         f"{checks.get('exit_code', '')}), so every candidate would fail it; fix the checks. Output "
                         f"tail:\n{checks.get('tail', '')}")
@@ -544,26 +525,26 @@ def compiler_cache() -> str | None:
     return None
 
 
-def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, worktrees: Worktrees,
+def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, executor: Executor,
                        extra_env: dict[str, str]) -> list[str]:
-    """Build the session head on every extra local platform and run the checks there, so a platform
-    where the unchanged code already fails is an error now, not a refused winner later."""
+    """Build the session head on every extra local platform and run the checks there (a head check job of
+    that platform's executor), so a platform where the unchanged code already fails is an error now, not a
+    refused winner later."""
     content = gitops.tree_of(repo, head)
+    maker = JobMaker(repo, config, extra_env)
+    root = Path(config.repo)
     lines = [config.all_platforms[0].label + ": validated above"]
     for p in config.all_platforms[1:]:
         if p.executor != "local":
             lines.append(f"{p.label}: checked on its workers once the host has a winner")
             continue
         progress.report(f"platform {p.label}: build and checks")
-        tree = worktrees.acquire(head, p.name)
-        try:
-            root = Path(config.repo)
-            # the head is its own baseline here: a comparing check compares it with itself
-            job = server_job(config, worktrees, head, tree, {**extra_env, **job_env(p)})
-            lines.append(platforms_.validate_head(
-                p, str(tree), content, job, root, state_dir(root) / "logs" / f"session-validation-{p.name}.log"))
-        finally:
-            worktrees.release(tree)
+        log_path = state_dir(root) / "logs" / f"session-validation-{p.name}.log"
+        with safefs.open_write(root, log_path, "w"):
+            pass
+        done = executor.validate(Job(f"check-{p.name}-{uuid.uuid4().hex[:8]}", head, head, log_path,
+                                     spec=maker.head_check(head, content, p)))
+        lines.append(platforms_.validate_head(p, done, log_path))
     return lines
 
 
@@ -583,17 +564,20 @@ def shown_settings(config: SessionConfig) -> dict[str, str]:
 
 def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
-    settings: Settings, platforms: list[Any] | None = None,
-    remote: Callable[[gitops.Repo, SessionConfig], RemoteValidator | None] | None = None,
-    recipe: str | None = None, model: str | None = None,
-) -> tuple[StartSessionResult, gitops.Repo, SessionConfig]:
-    """Open the session and validate its benchmark; `remote` gives, for a session whose host runs
-    elsewhere (the sky executor), what validates there, so the baseline is measured where it runs."""
+    settings: Settings, executor_for: Callable[[gitops.Repo, SessionConfig], Executor],
+    platforms: list[Any] | None = None, recipe: str | None = None, model: str | None = None,
+    ledger: Ledger | None = None,
+) -> tuple[StartSessionResult, gitops.Repo, SessionConfig, Ledger]:
+    """Open the session and validate its benchmark with the session's executor (`executor_for` makes it for
+    the planned session: the one it then keeps), so the baseline is measured where experiments run.
+    `ledger`: the bound session's, used again when it is this repository's (one object per ledger file)."""
     chosen = recipes.get(recipe) if recipe else None
     plan = plan_session(repo_path, metric, direction, executor, tag, platforms, chosen, model)
     repo, config, resumed, head = plan.repo, plan.config, plan.resumed, plan.head
     root = Path(repo.working_dir)
-    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    path = state_dir(root) / "ledger.jsonl"
+    ledger = ledger if ledger is not None and ledger.path == path else Ledger(path)
+    view, append = ledger.folding()
     changes: list[str] = []
     if resumed:
         branch.check(repo, config, view, append)  # before its head is validated and recorded as the session's
@@ -619,7 +603,7 @@ def start_session(
                 + (" and model=<path or URL of a GGUF file>" if known.needs_model else "")
                 + f": it commits {', '.join(known.files)} on {config.branch} and validates them.",
                 f"Or run `autoresearch-mcp recipe {known.name} {root}` to read the scripts first.",
-            ]), repo, config
+            ]), repo, config, ledger
     if plan.missing:
         created = apply_plan(plan)
         return StartSessionResult(
@@ -633,7 +617,7 @@ def start_session(
                 "git commit -m 'autoresearch: benchmark and checks'.",
                 f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
             ],
-        ), repo, config
+        ), repo, config, ledger
     env = script_env(config, settings)
     if config.recipe is not None and recipes.get(config.recipe).needs_model and model_file.ENV not in env:
         apply_plan(plan)
@@ -645,33 +629,21 @@ def start_session(
                 f"Call start_session again with tag={config.tag!r} and model=<path of a GGUF file, an http(s) URL "
                 "or hf:owner/name/file.gguf> (or set AUTORESEARCH_MODEL, or `model` / `model_url` in "
                 f"{config_path(root)}).",
-            ]), repo, config
+            ]), repo, config, ledger
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
-    worktrees = Worktrees(repo, settings.cache_dir, config.keep_builds)
-    validator = remote(repo, config) if remote is not None else None
-    if config.sandbox != sandbox.OFF and (validator is None or any(p.executor == "local" for p in config.platforms)):
-        unconfinable = sandbox.unavailable()
+    runs_on = executor_for(repo, config)
+    if config.sandbox != sandbox.OFF:
+        unconfinable = runs_on.confinement_problem(config.sandbox)
         if unconfinable:
             raise StateError(unconfinable)
-    worker = None
-    where = " on a cloud worker" if validator is not None else ""
-    progress.report(f"validating the benchmark of {head[:12]}{where}: build once, bench {VALIDATION_RUNS} times")
-    if validator is not None:
-        done = validator(head, gitops.tree_of(repo, head))
-        worker = done.worker
-        validated = Validation(*judge_validation(done, config))
-        if config.read_only_runs is None and done.writes is not None:  # the checks are not tried on a worker
-            config = plan.config = config.model_copy(update={"read_only_runs": [] if done.writes else ["bench"]})
-            if done.writes:
-                validated.warnings.append(bench_writes(done.writes, config))
-    else:
-        validated = validate_benchmark(repo, config, head, worktrees, env)
-        if validated.threads is not None:  # chosen now: every later run of the session uses it
-            config = plan.config = config.model_copy(update={"threads": validated.threads})
-        if validated.read_only is not None:
-            config = plan.config = config.model_copy(update={"read_only_runs": validated.read_only})
+    validated = validate_benchmark(repo, config, head, runs_on, env)
+    worker = validated.worker
+    if validated.threads is not None:  # chosen now: every later run of the session uses it
+        config = plan.config = config.model_copy(update={"threads": validated.threads})
+    if validated.read_only is not None:
+        config = plan.config = config.model_copy(update={"read_only_runs": validated.read_only})
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
-    platform_lines = validate_platforms(repo, config, head, worktrees, env) if config.platforms else []
+    platform_lines = validate_platforms(repo, config, head, runs_on, env) if config.platforms else []
     apply_plan(plan)
     summary = baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]
@@ -709,7 +681,7 @@ def start_session(
             "Then edit and launch_experiment(title, hypothesis, sources).",
         ],
     )
-    return result, repo, config
+    return result, repo, config, ledger
 
 
 # --- what a session is held to: the settings it recorded and its branch ------------------------------------
@@ -722,12 +694,12 @@ def recorded_gate(view: LedgerView, session_id: str) -> dict[str, Any] | None:
                 None)
 
 
-def check_resume(repo: gitops.Repo, config: SessionConfig) -> None:
+def check_resume(repo: gitops.Repo, config: SessionConfig, ledger: Ledger) -> None:
     """Refuse to resume (at the server's start) a session whose config changed behind the server's back in
     what decides a verdict, or whose branch is not where its ledger says; a commit_winner commit a crash
     left unrecorded is recorded (experiments/branch.py)."""
     root = Path(repo.working_dir)
-    view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
+    view, append = ledger.folding()
     recorded = recorded_gate(view, config.session_id)
     changes = gate_changes(config, recorded) if recorded is not None else []
     if changes:

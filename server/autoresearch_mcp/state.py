@@ -18,7 +18,7 @@ from autoresearch_mcp import session as sessions
 from autoresearch_mcp.core import gitops, runner
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import Ledger
-from autoresearch_mcp.core.port import Executor, RemoteValidator
+from autoresearch_mcp.core.port import Executor
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import AutoresearchError, StateError
 from autoresearch_mcp.experiments.manager import ExperimentManager
@@ -45,17 +45,15 @@ def make_executor(name: str, repo: gitops.Repo, config: SessionConfig, settings:
     return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
 
 
-def make_fleet(repo: gitops.Repo, config: SessionConfig, settings: Settings,
-               host: Executor | None = None) -> Executor:
-    """The host's executor (`host` when it exists already), plus one per other platform when the
-    session has any.
+def make_fleet(repo: gitops.Repo, config: SessionConfig, settings: Settings) -> Executor:
+    """The host's executor, plus one per other platform when the session has any.
 
     Local platforms share the host's worktrees (one LRU, builds in variant folders) and run one job
     at a time; a sky platform gets a worker pool of its own, with its own cluster names.
     """
     from autoresearch_mcp.executors.local import LocalExecutor
 
-    host = host or make_executor(config.executor, repo, config, settings)
+    host = make_executor(config.executor, repo, config, settings)
     extra: dict[str, Executor] = {}
     for p in config.all_platforms[1:]:
         if p.executor == "sky":
@@ -86,8 +84,9 @@ class AppState:
         if config is not None:
             try:
                 repo = gitops.repo_at(root)
-                sessions.check_resume(repo, config)
-                state._bind(repo, config)
+                ledger = Ledger(state_dir(Path(repo.working_dir)) / "ledger.jsonl")  # the session's one
+                sessions.check_resume(repo, config, ledger)
+                state._bind(repo, config, ledger)
                 log.info("resumed session %s of %s", config.tag, root)
             except StateError as exc:
                 state.unbound = f"the session {config.tag} in {root} was not resumed: {exc}"
@@ -96,14 +95,13 @@ class AppState:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
 
-    def _bind(self, repo: gitops.Repo, config: SessionConfig, host: Executor | None = None) -> None:
-        ledger = Ledger(state_dir(Path(repo.working_dir)) / "ledger.jsonl")
+    def _bind(self, repo: gitops.Repo, config: SessionConfig, ledger: Ledger, fleet: Executor | None = None) -> None:
         try:
             env = sessions.script_env(config, self.settings)
         except AutoresearchError as exc:  # experiments then fail with the script's own message
             log.warning("session %s: %s", config.tag, exc)
             env = {}
-        fleet = make_fleet(repo, config, self.settings, host)
+        fleet = fleet or make_fleet(repo, config, self.settings)
         first = fleet.host if isinstance(fleet, Fleet) else fleet
         # the holdout builds in the host's own worktrees, so neither drops the other's builds
         worktrees = getattr(first, "worktrees", None) or Worktrees(repo, self.settings.cache_dir, config.keep_builds)
@@ -145,20 +143,15 @@ class AppState:
         # the bound session stays usable if the new one cannot be opened or validated
         made: list[Executor] = []
 
-        def on_worker(git_repo: gitops.Repo, config: SessionConfig) -> RemoteValidator | None:
-            """A sky session validates on one of its own workers, which it then keeps."""
-            if config.executor != "sky":
-                return None
-            from autoresearch_mcp.executors import skypilot
-
-            pool = skypilot.SkyExecutor(git_repo, config, self.settings)
-            made.append(pool)
-            return pool.validate
+        def executor_for(git_repo: gitops.Repo, config: SessionConfig) -> Executor:
+            """The session's executors (a sky session's validate on one of its own workers, which it then keeps)."""
+            made.append(make_fleet(git_repo, config, self.settings))
+            return made[-1]
 
         try:
-            result, git_repo, config = sessions.start_session(repo, metric, direction, executor, tag,
-                                                              self.settings, platforms, remote=on_worker,
-                                                              recipe=recipe, model=model)
+            result, git_repo, config, ledger = sessions.start_session(
+                repo, metric, direction, executor, tag, self.settings, executor_for, platforms, recipe=recipe,
+                model=model, ledger=old.ledger if old is not None else None)
         except BaseException:
             for ex in made:  # the session is not bound: nothing could release its worker later
                 try:
@@ -174,7 +167,7 @@ class AppState:
                 result.warnings.append(
                     f"the session {old.config.tag} of {old.repo.working_dir} is no longer bound: experiment "
                     f"tools now act on {git_repo.working_dir} (start_session there again to switch back)")
-        self._bind(git_repo, config, made[0] if made else None)
+        self._bind(git_repo, config, ledger, made[0] if made else None)
         self.unbound = None
         return result
 

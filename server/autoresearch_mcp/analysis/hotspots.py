@@ -22,15 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import gitops, profiler, runner, sandbox
-from autoresearch_mcp.core.config import BENCH_SCRIPT, job_env, state_dir
-from autoresearch_mcp.core.port import Job, JobSpec
+from autoresearch_mcp.core import gitops, profiler
+from autoresearch_mcp.core.config import BENCH_SCRIPT, state_dir
+from autoresearch_mcp.core.jobs import JobMaker
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.core.records import ProfileRecord
-from autoresearch_mcp.core.worktrees import server_job
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.executors.local import LocalExecutor
-from autoresearch_mcp.executors.sky_pool import SkyPool
-from autoresearch_mcp.experiments import platforms
 from autoresearch_mcp.models import HotFunction, ProfileResult
 from autoresearch_mcp.session import Session
 
@@ -82,9 +79,6 @@ class _Run:
 
 def profile_hotspots(session: Session, experiment_id: str | None, top: int, lines: int) -> ProfileResult:
     """Run the benchmark once under perf record in the build of the session head or of a candidate."""
-    executor = session.manager.executor
-    if isinstance(executor, platforms.Fleet):  # other platforms: profile on the measured host
-        executor = executor.host
     repo, config = session.repo, session.config
     if experiment_id is None:
         head = gitops.branch_commit(repo, config.branch)
@@ -95,14 +89,7 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     root = Path(repo.working_dir)
     profile_id = uuid.uuid4().hex[:10]
     safefs.ensure_dir(root, profiles_dir(root))  # the server's files are never written through a link
-    if isinstance(executor, SkyPool):
-        progress.report(f"profiling {target.build} on a cloud worker: build, then the benchmark under perf record")
-        run = _on_worker(session, executor, target, profile_id)
-    elif isinstance(executor, LocalExecutor):
-        run = _here(session, executor, target, profile_id)
-    else:
-        raise StateError(f"profile_hotspots cannot run on the {executor.name} executor; resume the session with "
-                         "executor='local' or 'sky'")
+    run = _run(session, target, profile_id)
     hot = [HotFunction.model_validate(f) for f in run.raw["functions"]]
     report_path = profiles_dir(root) / f"{profile_id}.txt"
     safefs.write_text(root, report_path, run.raw.get("report") or "")
@@ -119,69 +106,30 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     return saved.model_copy(update={"functions": shown})
 
 
-def _here(session: Session, executor: LocalExecutor, target: _Target, profile_id: str) -> _Run:
-    """Build the target in the shared worktrees and profile it on this machine."""
-    perf, seen = profiler.find_perf()
-    if perf is None:
-        raise StateError(f"perf does not run here ({seen}): install it (Debian: apt-get install linux-perf; "
-                         "Ubuntu: apt-get install linux-tools-common linux-tools-$(uname -r)) and call "
-                         "profile_hotspots again")
+def _run(session: Session, target: _Target, profile_id: str) -> _Run:
+    """One profile job through the session's executor (on this machine, or alone on a worker of the pool):
+    it builds the target and profiles it; the hot files come from git."""
     repo, config = session.repo, session.config
     root = Path(repo.working_dir)
-    data = profiles_dir(root) / f"{profile_id}.perf.data"
-    worktrees = executor.worktrees
-    tree = worktrees.acquire(target.commit)
-    try:
-        # the session's scripts (the base's: a candidate cannot change them); the tree is its own baseline
-        job = server_job(config, worktrees, target.base, tree, _job_env(session))
-        env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
-        with safefs.open_write(root, state_dir(root) / "logs" / f"profile-{profile_id}.log", "w") as log:
-            progress.report(f"building {target.build} ({target.commit[:12]})")
-            built = runner.build_tree(str(tree), config.timeouts.build, log, gitops.tree_of(repo, target.commit),
-                                      machine_lock=str(worktrees.machine_lock()), env=env, confine=confine)
-            if built.command is not None and not built.command.ok:
-                raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed in {tree}:\n"
-                                 f"{built.command.tail(2000)}")
-            progress.report("running the benchmark once under perf record")
-            raw = profiler.profile(perf, tree, data, config.timeouts.bench, env, log, str(worktrees.machine_lock()),
-                                   confine)
-        run = _Run({**raw, "perf_data": str(data)}, "this machine")
-        _check(run, target, config.tag)
-        _keep_sources(run.raw["functions"], lambda rel: _read_small(tree / rel), root,
-                      sources_dir(root, profile_id))
-    finally:
-        worktrees.release(tree)
-    return run
-
-
-def _on_worker(session: Session, pool: SkyPool, target: _Target, profile_id: str) -> _Run:
-    """One job of the worker pool builds and profiles the target on a worker; the hot files come from git."""
-    repo, config = session.repo, session.config
-    root = Path(repo.working_dir)
+    maker = JobMaker(repo, config, session.manager.env)
+    spec = maker.profile(profile_id, target.base, gitops.tree_of(repo, target.base),
+                         gitops.tree_of(repo, target.commit), str(profiles_dir(root) / f"{profile_id}.perf.data"))
     job = Job(f"profile-{profile_id}", target.base, target.commit,
-              state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=JobSpec(
-                  profile=profile_id, timeouts=config.timeouts.for_job(), threads=config.threads,
-                  env=_job_env(session),
-                  baseline_tree=gitops.tree_of(repo, target.base),
-                  candidate_tree=gitops.tree_of(repo, target.commit)))
-    final = pool.run_first(job)
+              state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=spec)
+    progress.report(f"profiling {target.build}: build, then the benchmark once under perf record")
+    final = session.manager.executor.run_first(job)
     if final["event"] != "result" or "problem" not in final["outcome"]:
         why = (final["detail"] if final["event"] == "lost"
                else final["outcome"].get("error") if final["event"] == "result" else final["event"])
-        raise StateError(f"the profile job did not finish on a cloud worker: {why}. Its log: {job.log_path}")
+        raise StateError(f"the profile job did not finish: {why}. Its log: {job.log_path}")
     outcome, worker = final["outcome"], final.get("worker")
-    run = _Run({**outcome, "perf_data": f"{worker}:{outcome.get('perf_data')}"}, f"worker {worker}", worker,
-               final.get("cost_usd"))
+    remote = worker is not None and worker != "local"
+    run = (_Run({**outcome, "perf_data": f"{worker}:{outcome.get('perf_data')}"}, f"worker {worker}", worker,
+                final.get("cost_usd")) if remote else _Run(outcome, "this machine"))
     _check(run, target, config.tag)
     _keep_sources(run.raw["functions"], lambda rel: gitops.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
                   root, sources_dir(root, profile_id))
     return run
-
-
-def _job_env(session: Session) -> dict[str, str]:
-    """The environment an experiment's build, bench and checks get (the manager's: the benchmark's
-    settings and the recipe's model, then the host platform's), so the profiled run is a measured one."""
-    return {**session.manager.env, **job_env(session.config.all_platforms[0])}
 
 
 def _check(run: _Run, target: _Target, tag: str) -> None:
@@ -193,7 +141,11 @@ def _check(run: _Run, target: _Target, tag: str) -> None:
     on_worker = run.worker is not None
     relaunch = (f"; then stop_workers(mode='down') and start_session(..., tag='{tag}') again, so workers launch "
                 "anew with it (setup runs when a worker launches), and call profile_hotspots again")
-    if problem == "no_perf":  # only a worker gets here: this machine's perf is checked before the build
+    if problem == "no_perf" and not on_worker:
+        raise StateError(f"perf does not run here ({detail}): install it (Debian: apt-get install linux-perf; "
+                         "Ubuntu: apt-get install linux-tools-common linux-tools-$(uname -r)) and call "
+                         "profile_hotspots again")
+    if problem == "no_perf":
         setup = ", ".join(f'"{c}"' for c in [*WORKER_PERF_SETUP, WORKER_PARANOID_SETUP])
         raise StateError(f"perf does not run on {where} ({detail}). Add to `sky.setup` in .autoresearch/config.json: "
                          f"{setup}{relaunch}")
@@ -221,10 +173,6 @@ def _check(run: _Run, target: _Target, tag: str) -> None:
     if problem == "record":
         raise StateError(f"perf record wrote no data on {where}. Its output: {detail}")
     raise StateError(f"the profile failed on {where}: {detail}")
-
-
-def _read_small(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() and path.stat().st_size <= MAX_KEPT_BYTES else None
 
 
 def _keep_sources(functions: list[dict[str, Any]], read: Callable[[str], bytes | None], root: Path,

@@ -136,25 +136,30 @@ class LedgerView:
 
 
 class Ledger:
-    """Appends are serialized, flushed and fsynced, so a crash loses at most the record in flight."""
+    """The session's one ledger object: appends are serialized, flushed and fsynced, so a crash loses at most
+    the record in flight; the file is read once, and its fold kept up to date by every append."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._view: LedgerView | None = None
 
     def append(self, record: Record | dict[str, Any]) -> Record:
         """Write one record (a dict is read as the record its `type` names), stamped with the time
-        unless it carries its own."""
+        unless it carries its own, and fold it into the view once it is written."""
         if isinstance(record, dict):
             record = parse(record)
         if not record.carries("ts"):
             record = record.model_copy(update={"ts": round(time.time(), 3)})
         line = json.dumps(record.line(), separators=(",", ":"), allow_nan=False) + "\n"
         # the repository is the anchor: no link below it (.autoresearch, the ledger) is followed
-        with self._lock, safefs.open_write(self.path.parent.parent, self.path, "a") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with self._lock:
+            with safefs.open_write(self.path.parent.parent, self.path, "a") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if self._view is not None:
+                apply(self._view, record)
         return record
 
     def records(self) -> tuple[list[Record], list[str]]:
@@ -185,17 +190,20 @@ class Ledger:
         return out, warnings
 
     def view(self) -> LedgerView:
-        records, warnings = self.records()
-        return fold(records, warnings)
+        """The fold of every record: read from the file the first time, then kept by `append` (the one view
+        of the server: callers that change it hold the manager's lock)."""
+        with self._lock:
+            if self._view is None:
+                records, warnings = self.records()
+                self._view = fold(records, warnings)
+            return self._view
 
     def folding(self) -> tuple[LedgerView, Callable[[Record], None]]:
         """The ledger's view, and an append that folds each record it writes into that view."""
-        view = self.view()
-
         def append(record: Record) -> None:
-            apply(view, self.append(record))
+            self.append(record)
 
-        return view, append
+        return self.view(), append
 
 
 def fold(records: list[Record], warnings: list[str] | None = None) -> LedgerView:

@@ -7,6 +7,7 @@ they never judge results. The experiment manager owns the ledger and the verdict
 from __future__ import annotations
 
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from typing import (
 from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
+from autoresearch_mcp import progress
 from autoresearch_mcp.core import runner
+from autoresearch_mcp.errors import StateError
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +38,22 @@ class JobTimeouts(TypedDict):
     checks: float
 
 
+class SandboxSpec(TypedDict, total=False):
+    """How a job's commands are confined (core/sandbox.py reads it; core/jobs.py builds it)."""
+
+    mode: str  # the session's `sandbox` setting: confined or off
+    frozen: list[str]  # the protected files of the tree (relative paths), bound read-only over themselves
+    read_only: list[str]  # the commands (bench, checks) that see their tree read-only (config read_only_runs)
+    readable: list[str]  # paths a private /tmp would hide that the job reads (the holdout's command)
+    scripts: dict[str, str]  # the session's scripts as the executor stores them (added when it places the job)
+
+
 class JobSpec(TypedDict, total=False):
-    """The runner job fields the manager sets (core/runner.py reads them from job.json, beside the
-    paths an executor adds: experiment_id, baseline_dir, candidate_dir, log_path, machine_lock)."""
+    """A runner job's fields, as core/jobs.py builds them (core/runner.py reads them from job.json, beside
+    the paths an executor adds with jobs.placed: experiment_id, baseline_dir, candidate_dir, log_path,
+    machine_lock, the sandbox's scripts)."""
 
     metric: str
-    direction: str
     design: dict[str, Any]  # measure/stats.py Design.job(): the plan core/decide.py applies
     judging: dict[str, Any]  # core/decide.py Spec: the metrics judged, their roles, the focus
     stops: list[int]  # the pair counts this round judges at; the last ends it
@@ -51,17 +64,17 @@ class JobSpec(TypedDict, total=False):
     incremental: bool
     baseline_tree: str
     candidate_tree: str
-    required_metrics: list[str]
     env: dict[str, str]
     platform: str
     measure: bool
     worktree_variant: str | None
-    sandbox: str  # the session's `sandbox` setting (confined or off); executors add the scripts to bind
-    frozen: list[str]  # the protected files of the tree (relative paths), bound read-only over themselves
-    read_only: list[str]  # the commands (bench, checks) that see their tree read-only (config read_only_runs)
+    sandbox: SandboxSpec
     prior_samples: list[dict[str, Any]]  # a continuation: the earlier rounds' samples (complete pairs)
-    validate: int  # a validation run (start_session on a worker): how many benches
-    profile: str  # a profile run (profile_hotspots on a worker): the profile's id
+    validate: int  # a validation run (start_session): how many benches
+    checks_trial: bool  # a validation run also tries the checks as they are and with the tree read-only
+    profile: str  # a profile run (profile_hotspots): the profile's id
+    profile_data: str  # where a profile run on this machine writes its raw perf.data
+    holdout: dict[str, Any]  # a holdout run (commit_winner): its command, pairs and timeout
 
 
 # --- what an executor reports, in order: status..., samples..., exactly one final event -------------
@@ -81,6 +94,13 @@ class SampleEvent(TypedDict):
     role: str  # baseline or candidate
     metrics: dict[str, float]
     problems: list[str]
+
+
+class ProgressEvent(TypedDict):
+    """A step of a job the server waits for (a validation): told to the waiting call's client."""
+
+    event: Literal["progress"]
+    message: str
 
 
 class LookEvent(TypedDict):
@@ -111,7 +131,7 @@ class LostEvent(TypedDict):
     detail: str
 
 
-Event = Annotated[StatusEvent | SampleEvent | LookEvent | ResultEvent | CancelledEvent | LostEvent,
+Event = Annotated[StatusEvent | SampleEvent | LookEvent | ProgressEvent | ResultEvent | CancelledEvent | LostEvent,
                   Field(discriminator="event")]
 FINAL_EVENTS = ("result", "cancelled", "lost")
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
@@ -120,7 +140,7 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 EventSink = Callable[[str, Event], None]
 
 
-def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent | None:
+def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent | ProgressEvent | None:
     """A progress event the runner printed (`runner.EVENT_PREFIX` line with the job's `secret`); None, with
     a warning, if it is not one. Final events never come from these lines: the result line and the
     executor give them."""
@@ -183,6 +203,32 @@ class Executor(ABC):
     def recover(self, interrupted: list[Interrupted]) -> None:
         """After a restart: kill what is left of interrupted jobs and clean their files."""
 
+    def run_first(self, job: Job) -> Event:
+        """Run `job` (ahead of queued experiments, where the executor queues) and wait for its final event."""
+        final: list[Event] = []
+        done = threading.Event()
+        listener = progress.current()  # the waiting call's: events arrive on another thread
+
+        def sink(_exp_id: str, event: Event) -> None:
+            if event["event"] == "progress":
+                with progress.listening(listener):
+                    progress.report(event["message"])
+            if event["event"] in FINAL_EVENTS:
+                final.append(event)
+                done.set()
+
+        self.submit_first(job, sink)
+        done.wait()
+        return final[0]
+
+    def submit_first(self, job: Job, sink: EventSink) -> None:
+        """`submit`, ahead of the jobs already queued where the executor keeps a queue of its own."""
+        self.submit(job, sink)
+
+    def validate(self, job: Job) -> ValidationRun:
+        """Run a validation job (jobs.JobMaker.validation or head_check) and wait for its raw results."""
+        return validation_run(self.run_first(job), job)
+
     def confinement_problem(self, mode: str) -> str | None:
         """Why this executor cannot confine jobs as the session's `sandbox` setting asks (None: it can, or
         it learns so only on its workers, whose runner then refuses the job with the reason)."""
@@ -214,7 +260,36 @@ class ValidationRun:
     runs: list[runner.CommandResult]
     worker: str | None = None  # the cloud worker it ran on, as start_session reports it
     writes: list[str] | None = None  # what the bench runs wrote into the tree (None: not looked at)
+    checks: dict[str, Any] | None = None  # the checks as they are (a checks trial or a head check)
+    checks_writes: list[str] | None = None  # what they wrote into the tree
+    checks_read_only: dict[str, Any] | None = None  # the checks again with the tree read-only (a checks trial)
 
 
-# Runs the validation somewhere other than this machine: (head commit, its git tree) -> raw results.
-RemoteValidator = Callable[[str, str], ValidationRun]
+def _command(raw: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
+    return None if raw is None else runner.CommandResult(argv, raw["exit_code"], float(raw["duration_s"]),
+                                                         bool(raw["timed_out"]), str(raw["output"]))
+
+
+def validation_run(final: Event, job: Job) -> ValidationRun:
+    """What a validation job's final event says, or the error that says why it gave no result."""
+    outcome = final.get("outcome") if final["event"] == "result" else None
+    worker = final.get("worker")
+    if not isinstance(outcome, dict) or "runs" not in outcome:
+        why = (final.get("detail") if final["event"] == "lost" else (outcome or {}).get("error")
+               if final["event"] == "result" else final["event"])
+        if isinstance(outcome, dict) and "error" in outcome and "status" not in outcome:
+            raise StateError(f"the benchmark cannot be validated{f' on {worker}' if worker else ''}: {why}")
+        raise StateError(f"the validation job{f' on {worker}' if worker else ''} ended without its result ({why}); "
+                         f"read {job.log_path}")
+    host = outcome.get("host") or {}
+    where = str(outcome.get("tree") or "?")
+    if worker and worker != "local":
+        price = host.get("hourly_usd")
+        where = (f"{worker} ({host.get('cloud')}, {host.get('region')}, {host.get('instance_type')}"
+                 + (f", ${price:.3f}/h)" if price is not None else ", price unknown)"))
+    runs = [_command(r, ["bash", "./autoresearch.sh", "bench"]) for r in outcome["runs"]]
+    return ValidationRun(where, _command(outcome.get("build"), ["bash", "./autoresearch.sh", "build"]),
+                         float(outcome["build_s"]), [r for r in runs if r is not None],
+                         worker=where if worker and worker != "local" else None, writes=outcome.get("writes"),
+                         checks=outcome.get("checks"), checks_writes=outcome.get("checks_writes"),
+                         checks_read_only=outcome.get("checks_read_only"))

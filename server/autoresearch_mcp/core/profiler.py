@@ -211,13 +211,14 @@ def run_job(job: dict[str, Any], log: Any) -> dict[str, Any]:
         return {"status": "failed", "problem": "sandbox", "detail": refused}
     tree = Path(job["tree"]).resolve()
     job = {**job, "baseline_dir": str(tree)}  # a profiled tree is its own baseline
-    env, confine = runner.run_env(job, tree), sandbox.for_job(job, str(tree))
-    built = runner.build_tree(str(tree), float(job["build_timeout"]), log, job.get("content") or None,
-                              machine_lock=job.get("machine_lock"), env=env, confine=confine)
+    timeouts = job.get("timeouts") or {}
+    env = runner.run_env(job, tree)
+    built = runner.build_tree(str(tree), float(timeouts.get("build", 3600.0)), log, job.get("content") or None,
+                              machine_lock=job.get("machine_lock"), env=env, confine=sandbox.for_job(job, str(tree)))
     if built.command is not None and not built.command.ok:
         return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
-    result = profile(perf, tree, Path(job["data"]).expanduser().resolve(), float(job["bench_timeout"]), env, log,
-                     job.get("machine_lock"), confine)
+    result = profile(perf, tree, Path(job["data"]).expanduser().resolve(), float(timeouts.get("bench", 900.0)), env,
+                     log, job.get("machine_lock"), sandbox.for_job(job, str(tree), "bench"))
     return bounded({**result, "perf": seen, "perf_data": str(Path(job["data"]).expanduser().resolve())})
 
 

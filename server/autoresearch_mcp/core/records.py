@@ -263,13 +263,16 @@ class WorkersRecord(_Record):
 
 
 class HoldoutRecord(_Record):
-    """The hidden holdout's A/B at commit time: its verdict and per-metric change."""
+    """The hidden holdout's A/B at commit time: its verdict and per-metric change, with what they are recomputed
+    from (experiments/holdout.judge): every run's metric values and the seed that drew each pair's order."""
 
     type: Literal["holdout"] = "holdout"
     experiment_id: str
     verdict: str
     pairs: int = 0
     metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    seed: int | None = None
+    samples: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ProfileRecord(_Record):

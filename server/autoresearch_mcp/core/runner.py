@@ -44,7 +44,6 @@ else:  # run as a script (locally, or on a worker beside decide.py and sandbox.p
 METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:+]*)\s*=\s*(\S+)\s*$")
 RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
-VALIDATION_PREFIX = "AUTORESEARCH_VALIDATION "
 BUILT_MARKER = ".autoresearch-built"
 STATS_LOG = ".autoresearch-ccache-stats"
 TAIL_CHARS = 4000
@@ -853,13 +852,12 @@ def yield_turn(path: str | None, timeout_s: float = 3600.0) -> None:
         time.sleep(0.05)
 
 
-def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
-    out = Outcome(job["experiment_id"], host=host_info())
-    base, cand = job["baseline_dir"], job["candidate_dir"]
+def _build_both(job: dict[str, Any], log: Any, out: Outcome) -> bool:
+    """Build the job's baseline, then its candidate (each reused when built already); False, with the failure
+    in `out`, when one fails."""
     t0 = time.monotonic()
-
-    emit("status", status="building")
-    for role, tree in (("baseline", base), ("candidate", cand)):
+    for role in ("baseline", "candidate"):
+        tree = job[f"{role}_dir"]
         built = build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"),
                            run_env(job, tree), sandbox.for_job(job, tree))
         out.build[role] = built.record()
@@ -869,8 +867,43 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             out.status, out.phase = "failed", "build"
             out.error = f"{role} build {why}:\n{res.tail()}"
             out.durations["build"] = time.monotonic() - t0
-            return out
+            return False
     out.durations["build"] = round(time.monotonic() - t0, 3)
+    return True
+
+
+def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
+    """The hidden holdout's A/B (commit_winner): both trees built (reused from the experiment), then `pairs`
+    interleaved pairs of the holdout's command, confined as a bench is, each pair's order a coin of the job's
+    `seed`. Only the values of its METRIC lines come back; the server judges them."""
+    out = Outcome(job["experiment_id"], host=host_info())
+    spec = job["holdout"]
+    trees = [("baseline", job["baseline_dir"]), ("candidate", job["candidate_dir"])]
+    if not _build_both(job, log, out):
+        return out
+    rng = random.Random(job["seed"])
+    for i in range(int(spec["pairs"])):
+        order = trees[::-1] if rng.random() < 0.5 else trees
+        for pos, (role, tree) in enumerate(order):
+            with machine_turn(job.get("machine_lock")):
+                res = run_command(list(spec["command"]), tree, float(spec["timeout_s"]), env=run_env(job, tree),
+                                  log=log, confine=sandbox.for_job(job, tree, "bench"))
+            values = parse_metrics(res.output).values
+            if not res.ok or not values:
+                why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
+                out.status, out.phase = "failed", "bench"
+                out.error = f"the holdout {why} on the {role} (or printed no METRIC line) in pair {i}"
+                return out
+            out.samples.append(Sample(i, role, pos, res.exit_code, round(res.duration_s, 4), res.timed_out, values))
+    return out
+
+
+def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
+    out = Outcome(job["experiment_id"], host=host_info())
+    base, cand = job["baseline_dir"], job["candidate_dir"]
+    emit("status", status="building")
+    if not _build_both(job, log, out):
+        return out
 
     # The checks come first: a candidate that is not correct is never worth its pairs (and is never a winner).
     if job.get("run_checks", True):
@@ -936,9 +969,6 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             break
         yield_turn(lock)
     out.durations["bench"] = round(time.monotonic() - t1 - waited, 3)
-    if out.status == "failed":
-        return out
-
     return out
 
 
@@ -1048,29 +1078,46 @@ def prebuild(job: dict[str, Any], tree: str) -> None:
 
 
 def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
-    """A worker's validation of the session head: build the base tree (the build later experiments reuse)
-    and bench it `validate` times, as start_session does on this machine; raw results, bounded."""
+    """A validation of the session head (start_session, here or on a worker): build the base tree (the build
+    later experiments reuse) and bench it `validate` times; with `checks_trial`, then run the checks as they
+    are and, when they pass, with the tree read-only; with `run_checks` (another platform's check of the
+    head), the checks only as they are. Raw results, bounded."""
     tree = job["baseline_dir"]
     env, confine = run_env(job, tree), sandbox.for_job(job, tree)
+    emit("progress", message=f"building {tree} (autoresearch.sh build)")
     built = build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"), job.get("machine_lock"),
                        env, confine)
-    out: dict[str, Any] = {"build_s": built.duration_s, "build": None, "runs": [], "sandbox": sandbox.describe(
-        confine.off, confine.share)}
+    out: dict[str, Any] = {"tree": str(tree), "build_s": built.duration_s, "build": None, "runs": [],
+                           "sandbox": sandbox.describe(confine.off, confine.share)}
     cmd = built.command
     if cmd is not None:
         out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
                         "output": cmd.output[-20000:]}
-    if cmd is None or cmd.ok:
+    if cmd is not None and not cmd.ok:
+        emit("progress", message=f"the build failed after {built.duration_s:.1f} s")
+        return out
+    emit("progress", message=f"built in {built.duration_s:.1f} s" if cmd is not None else "build reused")
+    bench = sandbox.for_job(job, tree, "bench")
+    before = tree_state(tree)
+    if job["validate"]:
+        log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
+    for i in range(int(job["validate"])):
+        emit("progress", message=f"bench run {i + 1} of {job['validate']} at {env['AUTORESEARCH_THREADS']} thread(s)")
+        with machine_turn(job.get("machine_lock")):
+            res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
+                              env=env, log=log, confine=bench)
+        out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
+                            "timed_out": res.timed_out, "output": res.output[-20000:]})
+        if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
+            break
+    out["writes"] = tree_changes(before, tree_state(tree))
+    if job.get("checks_trial") or job.get("run_checks"):
         before = tree_state(tree)
-        for _ in range(int(job["validate"])):
-            with machine_turn(job.get("machine_lock")):
-                res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
-                                  env=env, log=log, confine=confine)
-            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
-                                "timed_out": res.timed_out, "output": res.output[-20000:]})
-            if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
-                break
-        out["writes"] = tree_changes(before, tree_state(tree))
+        checks = out["checks"] = run_checks(job, tree, log)
+        out["checks_writes"] = tree_changes(before, tree_state(tree))
+        if job.get("checks_trial") and checks["ran"] and checks["passed"]:
+            read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+            out["checks_read_only"] = run_checks(read_only, tree, log)
     return out
 
 
@@ -1085,17 +1132,20 @@ def main(argv: list[str]) -> int:
         return 0
     job = start_job(argv[1], "experiment_id")
     refused = refusal(job)
-    if job.get("validate"):
-        result = {"error": refused} if refused else run_validation(job, sys.stderr)
-        print(machine_line(VALIDATION_PREFIX, result), flush=True)
-        return 0
     log_path = job.get("log_path")
     with open_log(log_path) if log_path else contextlib.nullcontext(sys.stderr) as log:
+        if "validate" in job:
+            try:
+                result = {"error": refused} if refused else run_validation(job, log)
+            except Exception as exc:  # the result line must be printed whatever happened
+                result = {"error": f"{type(exc).__name__}: {exc}"}
+            print(machine_line(RESULT_PREFIX, result, compact=True), flush=True)
+            return 0
         try:
             if refused:
                 outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="sandbox", error=refused)
             else:
-                outcome = run_experiment(job, log)
+                outcome = run_holdout(job, log) if "holdout" in job else run_experiment(job, log)
         except Exception as exc:  # the result line must be printed whatever happened
             outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
                               error=f"{type(exc).__name__}: {exc}")

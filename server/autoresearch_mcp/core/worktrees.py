@@ -17,12 +17,10 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock
 
 from autoresearch_mcp.core import gitops, sandbox
-from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.runner import BUILT_MARKER
 
 log = logging.getLogger(__name__)
@@ -225,15 +223,3 @@ def remove_folder(path: Path) -> bool:
     log.warning("could not remove %s", path)
     return False
 
-
-def server_job(config: SessionConfig, worktrees: Worktrees, commit: str, baseline: Path,
-               env: dict[str, str]) -> dict[str, Any]:
-    """A runner job of the server's own (start_session's validation, a profile, the holdout, another
-    platform's checks): the session's settings and environment, its scripts at `commit`, `baseline` as
-    the baseline's tree, confined as experiments are (runner.run_env and sandbox.for_job read it)."""
-    frozen = gitops.protected_files(worktrees.repo, commit, config.protected)
-    return {"env": env, "threads": config.threads, "baseline_dir": str(baseline),
-            "timeouts": dict(config.timeouts.for_job()), "machine_lock": str(worktrees.machine_lock()),
-            "sandbox": {"mode": config.sandbox, "scripts": worktrees.scripts(commit), "frozen": frozen,
-                        "frozen_from": worktrees.frozen_store(commit, frozen),
-                        "read_only": list(config.read_only_runs or [])}}

@@ -25,12 +25,13 @@ from typing import Any
 import psutil
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import gitops, runner, sandbox
+from autoresearch_mcp.core import gitops, jobs, profiler, runner, sandbox
 from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, parse_event
 from autoresearch_mcp.core.worktrees import Worktrees
 
 log = logging.getLogger(__name__)
 RUNNER = Path(runner.__file__).resolve()
+PROFILER = Path(profiler.__file__).resolve()
 
 
 def kill_session(pid: int, started: float | None = None) -> bool:
@@ -178,15 +179,15 @@ class LocalExecutor(Executor):
         incremental = bool(job.spec.get("incremental"))
         cand = (self.worktrees.slot(slot, job.candidate_commit) if incremental
                 else self.worktrees.acquire(job.candidate_commit, variant))
-        spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": str(base),
-                "candidate_dir": str(cand), "log_path": str(job.log_path),
-                "machine_lock": str(self.worktrees.machine_lock()),
-                # the session's scripts: the base commit's, which a candidate cannot change (protected)
-                "sandbox": {"mode": job.spec.get("sandbox", sandbox.CONFINED),
-                            "scripts": self.worktrees.scripts(job.base_commit),
-                            "frozen": job.spec.get("frozen", []), "read_only": job.spec.get("read_only", []),
-                            # the protected paths' bytes from the base commit's objects, bound over the trees
-                            "frozen_from": self.worktrees.frozen_store(job.base_commit, job.spec.get("frozen", []))}}
+        # the session's scripts: the base commit's, which a candidate cannot change (protected)
+        spec = jobs.placed(job, baseline_dir=str(base), candidate_dir=str(cand), log_path=str(job.log_path),
+                           machine_lock=str(self.worktrees.machine_lock()),
+                           scripts=self.worktrees.scripts(job.base_commit),
+                           # the protected paths' bytes from the base commit's objects, bound over the trees
+                           frozen_from=self.worktrees.frozen_store(job.base_commit, jobs.frozen(job.spec)))
+        script = RUNNER
+        if job.spec.get("profile"):  # profiler.py beside the runner: the profiled tree is its own baseline
+            script, spec = PROFILER, jobs.profile_placed(job, spec, str(cand), str(job.spec.get("profile_data")))
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
         job_file.write_text(json.dumps(spec))
         root = Path(self.repo.working_dir)
@@ -199,7 +200,7 @@ class LocalExecutor(Executor):
         secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
         try:
             proc = subprocess.Popen(
-                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.PIPE,
+                [sys.executable, str(script), str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                 env={**os.environ, runner.JOB_ENV: marker},
             )

@@ -36,11 +36,8 @@ from typing import Any, TypeVar
 
 from autoresearch_mcp import safefs
 from autoresearch_mcp.core import runner
-from autoresearch_mcp.core.config import SessionConfig, job_env, state_dir
+from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.port import (
-    FINAL_EVENTS,
-    VALIDATION_RUNS,
-    Event,
     EventSink,
     Executor,
     Interrupted,
@@ -343,75 +340,24 @@ class SkyPool(Executor):
                            + f". Run `sky status` and `sky {mode} <cluster>`, or call stop_workers again")
         return Released(released, notes, round(self.spent_usd, 4))
 
-    def validate(self, commit: str, content: str) -> ValidationRun:
-        """Build `commit` and bench it VALIDATION_RUNS times on the session's first worker (launched
-        if needed), so start_session's baseline comes from the hardware experiments run on. Blocks.
+    def validate(self, job: Job) -> ValidationRun:
+        """Run the validation `job` on a worker (the session's first, launched if needed: call it before any
+        experiment is submitted, as start_session does), so the baseline comes from the hardware experiments
+        run on. Blocks."""
+        done = super().validate(job)
+        if done.worker is not None and not self.config.sky.instance_type and self.meter.pin is not None:
+            done.worker += " — every worker of this session gets that instance type (set sky.instance_type to choose)"
+        return done
 
-        Call it before any experiment is submitted (start_session does): it takes the worker directly.
-        """
-        cfg = self.config
-        log_path = state_dir(self.repo_dir) / "logs" / "session-validation.log"
-        job = Job(f"validate-{commit[:12]}", commit, commit, log_path, spec={
-            "validate": VALIDATION_RUNS, "metric": cfg.metric, "threads": cfg.threads, "baseline_tree": content,
-            "timeouts": cfg.timeouts.for_job(), "env": job_env(cfg.all_platforms[0])})
-        worker = self.scheduler.workers[self.names[0]]
-        a = _Attempt(worker, Pending(job, lambda _exp, _event: None))
-        self._ready.wait()
-        t0 = self.clock()
-        try:
-            a.job_id = self._start(a)
-        except SkyError as exc:
-            self._charge(a, t0)
-            raise SkyError(f"could not start a worker to validate the benchmark on: {exc}") from None
-        final, gone = self._follow(a)
-        text = self._save_log(a, gone)
-        self._charge(a, t0)
-        with self._lock:
-            self.scheduler.warm(worker)
-        found = (runner.read_machine_line(ln[ln.find(runner.VALIDATION_PREFIX):], runner.VALIDATION_PREFIX, a.secret)
-                 for ln in reversed(text.splitlines()) if runner.VALIDATION_PREFIX in ln)
-        raw = next((r for r in found if r is not None), None)
-        if gone is not None or raw is None:
-            status = final.status if final else "?"
-            raise StateError(f"the validation job on {worker.name} ended {status} without its result"
-                             f"{f' ({gone})' if gone else ''}; read {log_path}:\n{text[-2000:]}")
-        if raw.get("error"):
-            raise StateError(f"the benchmark cannot be validated on {worker.name}: {raw['error']}")
-
-        def command(r: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
-            return None if r is None else runner.CommandResult(argv, r["exit_code"], float(r["duration_s"]),
-                                                               bool(r["timed_out"]), str(r["output"]))
-
-        runs = [command(r, ["bash", "./autoresearch.sh", "bench"]) for r in raw["runs"]]
-        info = worker.info
-        where = (f"{worker.name} ({info.cloud}, {info.region}, {info.instance_type}"
-                 f"{f', ${info.hourly_usd:.3f}/h' if info.hourly_usd is not None else ', price unknown'})"
-                 if info else worker.name)
-        pinned = (" — every worker of this session gets that instance type (set sky.instance_type to choose)"
-                  if info and info.instance_type and not cfg.sky.instance_type else "")
-        return ValidationRun(where, command(raw["build"], ["bash", "./autoresearch.sh", "build"]),
-                             float(raw["build_s"]), [r for r in runs if r is not None], worker=where + pinned,
-                             writes=raw.get("writes"))
-
-    def run_first(self, job: Job) -> Event:
-        """Run `job` ahead of the queued experiments and wait for its final event. It runs as they do:
-        alone on a worker (never beside a measured pair), warm workers first, queued again if its
-        worker is lost, its time charged (`cost_usd`), and refused once the budget is spent."""
-        final: list[Event] = []
-        done = threading.Event()
-
-        def sink(_exp_id: str, event: Event) -> None:
-            if event["event"] in FINAL_EVENTS:
-                final.append(event)
-                done.set()
-
+    def submit_first(self, job: Job, sink: EventSink) -> None:
+        """Queue `job` ahead of the queued experiments. It runs as they do: alone on a worker (never beside a
+        measured pair), warm workers first, queued again if its worker is lost, its time charged (`cost_usd`),
+        and refused once the budget is spent."""
         with self._lock:
             if self._closed:
                 raise StateError("the server is shutting down; try again after it restarts")
             self.scheduler.enqueue(Pending(job, sink), front=True)
             self._dispatch()
-        done.wait()
-        return final[0]
 
     def retire_base(self, commit: str) -> None:
         with self._lock:

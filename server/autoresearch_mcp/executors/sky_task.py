@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import decide, gitops, profiler, runner, sandbox
+from autoresearch_mcp.core import decide, gitops, jobs, profiler, runner, sandbox
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -32,6 +32,7 @@ DECIDE = Path(decide.__file__).resolve()
 PROFILER = Path(profiler.__file__).resolve()
 SANDBOX = Path(sandbox.__file__).resolve()
 WORK = "~/autoresearch/work"
+MACHINE_LOCK = "machine.lock"  # under WORK: every job of the worker takes its turns there
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
 # The runner is standard-library Python (3.8 or newer). bubblewrap confines every job (the runner refuses
 # to measure without it unless the session turned confinement off), and a compiler cache is what keeps
@@ -200,14 +201,12 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
         if data is not None:
             (inbox / "scripts" / name).write_bytes(data)
             scripts[name] = f"scripts/{name}"  # relative to the job file, where the runner finds them
-    confinement = {"mode": job.spec.get("sandbox", sandbox.CONFINED), "scripts": scripts,
-                   "frozen": job.spec.get("frozen", []), "read_only": job.spec.get("read_only", [])}
     if job.spec.get("profile"):
         shutil.copyfile(PROFILER, inbox / "profiler.py")
-        spec = {**profile_job(job), "sandbox": confinement}
+        spec = profile_job(job, scripts)
     else:
-        spec = {**job.spec, "experiment_id": job.experiment_id, "baseline_dir": base, "candidate_dir": exp,
-                "log_path": None, "machine_lock": "machine.lock", "sandbox": confinement}
+        spec = jobs.placed(job, baseline_dir=base, candidate_dir=exp, log_path=None, machine_lock=MACHINE_LOCK,
+                           scripts=scripts)
     (inbox / "job.json").write_text(json.dumps(spec))
     (inbox / "secret").write_text(secret + "\n")
     (inbox / "run.sh").write_text(run_script(job, retired))
@@ -224,17 +223,12 @@ def profile_data(job: Job) -> str:
     return f"{PROFILES}/{job.spec['profile']}.perf.data"
 
 
-def profile_job(job: Job) -> dict[str, Any]:
-    """profiler.py's job: which tree to build and profile, with the session's timeouts and environment."""
-    timeouts = job.spec.get("timeouts", {})
-    baseline = job.candidate_commit == job.base_commit
-    return {"profile_id": job.spec["profile"], "tree": profiled_dir(job),
-            "role": "baseline" if baseline else "candidate",
-            "content": job.spec.get("baseline_tree" if baseline else "candidate_tree"),
-            "build_timeout": float(timeouts.get("build", 3600.0)),
-            "bench_timeout": float(timeouts.get("bench", 900.0)),
-            "env": job.spec.get("env"), "threads": job.spec.get("threads"), "data": profile_data(job),
-            "machine_lock": "machine.lock"}
+def profile_job(job: Job, scripts: dict[str, str]) -> dict[str, Any]:
+    """profiler.py's job, placed in the tree it profiles, its raw perf.data kept on the worker."""
+    tree = profiled_dir(job)
+    placed = jobs.placed(job, baseline_dir=tree, candidate_dir=None, log_path=None, machine_lock=MACHINE_LOCK,
+                         scripts=scripts)
+    return jobs.profile_placed(job, placed, tree, profile_data(job))
 
 
 def run_script(job: Job, retired: list[str]) -> str:
@@ -243,7 +237,7 @@ def run_script(job: Job, retired: list[str]) -> str:
     exp = exp_dir(job.experiment_id)
     base = base_dir(job.base_commit)
     old = " ".join(shlex.quote(base_dir(c)) for c in retired if c != job.base_commit)
-    what = "validation of the session head" if job.spec.get("validate") else f"experiment {job.experiment_id}"
+    what = "validation of the session head" if "validate" in job.spec else f"experiment {job.experiment_id}"
     prologue = f"""\
 #!/usr/bin/env bash
 # autoresearch: {what} on this worker (generated; runs in ~/sky_workdir)
@@ -261,7 +255,7 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
   touch {base}/.autoresearch-unpacked
 fi
 """
-    if job.spec.get("validate"):
+    if "validate" in job.spec:
         return prologue + VALIDATION_PART
     if job.spec.get("profile"):
         return prologue + profile_part(job)

@@ -1,7 +1,8 @@
 """The hidden holdout: a short baseline/candidate A/B of a benchmark the agent never runs.
 
 `commit_winner` runs it on this machine before it commits, in the same built trees the experiment
-measured (reused by content, rebuilt if they were dropped), in randomized interleaved pairs. A
+measured (reused by content, rebuilt if they were dropped), in randomized interleaved pairs: one runner
+job, judged by decide.judge like every verdict. A
 winner tuned to the visible benchmark (one prompt length, one model) shows here. The command lives
 outside the repository, so no candidate can change it, and its output never leaves this module:
 only the verdict and the change of each metric it prints.
@@ -14,14 +15,18 @@ import os
 import random
 import shlex
 import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import runner, sandbox
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.config import Holdout
+from autoresearch_mcp.core.jobs import JobMaker
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.measure import stats
 
 
@@ -30,6 +35,8 @@ class HoldoutOutcome:
     verdict: str  # "regressed" when any metric regressed beyond the tolerance, else "held"
     pairs: int
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> delta, CI, verdict
+    seed: int | None = None  # what drew each pair's order
+    samples: list[dict[str, Any]] = field(default_factory=list)  # every run's metric values (no output)
 
     @property
     def regressed(self) -> list[str]:
@@ -59,63 +66,55 @@ def check_command(holdout: Holdout, repo_root: Path) -> list[str]:
     return [str(program) if i == 0 and "/" in argv[0] else a for i, a in enumerate(argv)]
 
 
-def run(
-    holdout: Holdout, repo_root: Path, worktrees: Worktrees, base_commit: str, candidate_commit: str,
-    contents: tuple[str, str], env: dict[str, str], directions: dict[str, str], default_direction: str,
-    build_timeout_s: float, threads: int | None, design: stats.Design, sandbox_mode: str = sandbox.CONFINED,
-) -> HoldoutOutcome:
+def run(holdout: Holdout, maker: JobMaker, worktrees: Worktrees, base_commit: str, candidate_commit: str,
+        contents: tuple[str, str], directions: dict[str, str], design: stats.Design) -> HoldoutOutcome:
     """Build both sides if needed, run `holdout.pairs` interleaved pairs, judge every printed metric.
 
-    Builds and holdout runs are confined as experiments' are; the holdout command (and the absolute
-    paths its arguments name, with their folders) are readable by it.
+    One runner job on this machine (the holdout lives here, outside the repository), confined as an
+    experiment's bench is (its protected files read-only, its tree read-only when the session's bench
+    is); the holdout command (and the absolute paths its arguments name, with their folders) are readable
+    by it. Each metric is judged by decide.judge against the tolerance, from the samples and the seed that
+    drew each pair's order, both recorded: the verdict can be recomputed from the ledger (`judge`).
     """
-    argv = check_command(holdout, repo_root)
-    trees = {"baseline": worktrees.acquire(base_commit), "candidate": worktrees.acquire(candidate_commit)}
-    lock = str(worktrees.machine_lock())
-    named = [Path(a) for a in argv if a.startswith("/")]
-    job: dict[str, Any] = {
-        "env": env, "threads": threads, "baseline_dir": str(trees["baseline"]), "machine_lock": lock,
-        "sandbox": {"mode": sandbox_mode, "scripts": worktrees.scripts(base_commit),
-                    "readable": [str(p) for p in named] + [str(p.parent) for p in named]}}
+    argv = check_command(holdout, Path(maker.repo.working_dir))
+    seed = random.SystemRandom().randrange(2**32)
+    spec = maker.holdout(base_commit, contents[0], contents[1], argv, holdout.pairs, holdout.timeout_s, seed)
+    # its output is hidden from the agent: the runner's log of it goes nowhere
+    job = Job(f"holdout-{uuid.uuid4().hex[:10]}", base_commit, candidate_commit, Path(os.devnull), spec=spec)
+    here = LocalExecutor(maker.repo, worktrees, 1)
     try:
-        with open(os.devnull, "w") as sink:
-            for (role, tree), content in zip(trees.items(), contents, strict=True):
-                built = runner.build_tree(str(tree), build_timeout_s, sink, content, lock, runner.run_env(job, tree),
-                                          sandbox.for_job(job, str(tree)))
-                if not built.ok:
-                    raise StateError(f"holdout: the {role} build failed; launch the experiment again to see why")
-        samples: dict[str, list[dict[str, float]]] = {"baseline": [], "candidate": []}
-        second: list[bool] = []  # whether the candidate ran second: each pair's order is a coin
-        rng = random.SystemRandom()
-        for i in range(holdout.pairs):
-            order = list(trees.items())
-            rng.shuffle(order)
-            second.append(order[1][0] == "candidate")
-            for role, tree in order:
-                with runner.machine_turn(lock):
-                    res = runner.run_command(argv, tree, holdout.timeout_s, env=runner.run_env(job, tree),
-                                             confine=sandbox.for_job(job, str(tree)))
-                values = runner.parse_metrics(res.output).values
-                if not res.ok or not values:
-                    why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
-                    raise StateError(
-                        f"the holdout {why} on the {role} (or printed no METRIC line) in pair {i}; its output is "
-                        "hidden from the agent: ask the person who set it up to run it by hand")
-                samples[role].append(values)
+        final = here.run_first(job)
     finally:
-        for tree in trees.values():
-            worktrees.release(tree)
-    names = sorted(set.intersection(*(set(s) for side in samples.values() for s in side)))
+        here.close()
+    outcome = final.get("outcome") if final["event"] == "result" else None
+    if not isinstance(outcome, dict) or outcome.get("status") != "done":
+        why = (outcome or {}).get("error") or final["event"]
+        raise StateError(f"{why}; its output is hidden from the agent: ask the person who set it up to run it by "
+                         "hand (or launch the experiment again if a build failed)")
+    return judge(outcome["samples"], seed, holdout, directions, maker.config.direction, design)
+
+
+def judge(samples: list[dict[str, Any]], seed: int, holdout: Holdout, directions: dict[str, str],
+          default_direction: str, design: stats.Design) -> HoldoutOutcome:
+    """The holdout's verdict from its samples: each metric every run printed, judged by decide.judge with the
+    tolerance as its minimum effect, at the last look of the design its pairs reach."""
+    names = sorted(set.intersection(*(set(s["metrics"]) for s in samples))) if samples else []
+    if not names:
+        raise StateError("the holdout printed no metric in every run; ask the person who set it up to check it")
     judged = dataclasses.replace(design, min_effect=holdout.tolerance_pct / 100.0)
+    plan = judged.plan()
+    pairs = len({int(s["pair"]) for s in samples})
+    k = judged.look_for(pairs)
+    n = judged.looks[k] if k is not None else pairs
     metrics = {}
     for name in names:
-        cmp = stats.paired([s[name] for s in samples["baseline"]], [s[name] for s in samples["candidate"]],
-                           directions.get(name, default_direction), judged, second)
+        direction = directions.get(name, default_direction)
+        decision = decide.judge(samples, decide.Spec(name, direction, judged.min_effect), plan, n=n, final_n=n)
+        j = decision.metrics[name]
+        cmp = stats.comparison(decide.pairs_of(samples, name), n, j, j.rule, judged, plan)
         metrics[name] = {"delta_pct": cmp.delta_pct, "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct,
-                         "verdict": cmp.verdict, "n_pairs": cmp.n_pairs}
-    if not metrics:
-        raise StateError("the holdout printed no metric in every run; ask the person who set it up to check it")
-    outcome = HoldoutOutcome("held", holdout.pairs, metrics)
+                         "verdict": "inconclusive" if j.verdict == "undecided" else j.verdict, "n_pairs": cmp.n_pairs}
+    outcome = HoldoutOutcome("held", pairs, metrics, seed, samples)
     if outcome.regressed:
         outcome.verdict = "regressed"
     return outcome

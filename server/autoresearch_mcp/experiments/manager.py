@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import os
-import random
 import re
 import threading
 import time
@@ -23,7 +22,8 @@ from typing import Any
 
 from autoresearch_mcp import limits, progress, recipes
 from autoresearch_mcp.core import decide, gitops
-from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, state_dir
+from autoresearch_mcp.core.config import Platform, SessionConfig, state_dir
+from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView, apply
 from autoresearch_mcp.core.port import Event, Executor, Interrupted, Job, JobSpec, Released, ResultEvent
 from autoresearch_mcp.core.records import (
@@ -98,7 +98,7 @@ class ExperimentManager:
 
     def _append(self, record: Record) -> None:
         with self._lock:
-            apply(self.view, self.ledger.append(record))
+            self.ledger.append(record)  # folded into self.view, the ledger's own
             self._changed.notify_all()
 
     def record_profile(self, record: ProfileRecord) -> None:
@@ -329,20 +329,9 @@ class ExperimentManager:
               platform: Platform, stops: list[int] | None = None) -> JobSpec:
         """The runner job of one experiment on one platform (the host's first)."""
         spec = metrics.spec_of(launch)
-        focus = {"AUTORESEARCH_FOCUS": ",".join(spec.focus)} if spec.focus else {}
-        return JobSpec(
-            metric=spec.metric, direction=spec.direction, design=design.job(), judging=dataclasses.asdict(spec),
-            stops=stops or design.stops, timeouts=self.config.timeouts.for_job(), threads=self.config.threads,
-            seed=random.SystemRandom().randrange(2**32), run_checks=True, incremental=incremental,
-            baseline_tree=base_tree, candidate_tree=tree, required_metrics=spec.required(),
-            env={**self.env, **job_env(platform), **focus}, platform=platform.name,
-            measure=platform.measure, sandbox=self.config.sandbox,
-            # every command of the job sees these read-only: a build that rewrites the benchmark's source
-            # after the launch's check cannot get it compiled
-            frozen=gitops.protected_files(self.repo, base_tree, self.config.protected),
-            read_only=list(self.config.read_only_runs or []),
-            worktree_variant=None if platform is self.platforms[0] else platform.name,
-        )
+        return JobMaker(self.repo, self.config, self.env).experiment(
+            dataclasses.asdict(spec), design.job(), stops or design.stops, base_tree, tree, incremental, platform,
+            spec.focus)
 
     def _measures_head(self, exp: ExperimentState) -> bool:
         """Whether `exp` still measures against the session head: more pairs for it pool with its own. The
@@ -967,12 +956,10 @@ class ExperimentManager:
         design = stats.make_design("auto", alpha=c.alpha, min_effect=c.min_effect,
                                    noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
         outcome = holdout.run(
-            c.holdout, self.root, self.worktrees, launch.base_commit, launch.candidate_commit,
-            (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree),
-            {**self.env, **job_env(self.platforms[0])}, directions,
-            c.direction, c.timeouts.build, c.threads, design, c.sandbox)
+            c.holdout, JobMaker(self.repo, c, self.env), self.worktrees, launch.base_commit, launch.candidate_commit,
+            (gitops.tree_of(self.repo, launch.base_commit), launch.candidate_tree), directions, design)
         self._append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,
-                                   metrics=outcome.metrics))
+                                   metrics=outcome.metrics, seed=outcome.seed, samples=outcome.samples))
         if outcome.regressed:
             shown = "; ".join(f"{n} {_figure(outcome.metrics[n])}" for n in outcome.regressed)
             raise RefusedError(

@@ -23,11 +23,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp import safefs
-from autoresearch_mcp.core import runner, sandbox
 from autoresearch_mcp.core.config import Platform
 from autoresearch_mcp.core.ledger import PlatformState
-from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, Released
+from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, Released, ValidationRun
 from autoresearch_mcp.core.records import Comparison
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, PlatformResult
@@ -124,34 +122,28 @@ def check_all(platforms: list[Platform]) -> None:
                          + "\n- ".join(problems))
 
 
-def validate_head(platform: Platform, tree: str, content: str, job: dict[str, Any], repo_root: Path,
-                  log_path: Path) -> str:
-    """Build the unchanged session head on `platform` (in its own worktree) and run the checks there, as
-    the runner does (`job`: worktrees.server_job, with the platform's environment).
+def validate_head(platform: Platform, done: ValidationRun, log_path: Path) -> str:
+    """What the head check of `platform` (the unchanged session head built in its own worktree and its checks
+    run there: jobs.JobMaker.head_check) says, or the error that says how it failed.
 
     The build is kept: it is the baseline the platform's first experiment reuses.
     """
     fix = (f"Fix it for that platform (the scripts see AUTORESEARCH_PLATFORM={platform.name}"
            + "".join(f", {k}={v}" for k, v in platform.env.items())
            + f", AUTORESEARCH_EMULATOR={platform.emulator!r}) or drop the platform. Log: {log_path}")
-    with safefs.open_write(repo_root, log_path, "w") as logf:
-        built = runner.build_tree(tree, job["timeouts"]["build"], logf, content, machine_lock=job["machine_lock"],
-                                  env=runner.run_env(job, tree), confine=sandbox.for_job(job, tree))
-        if not built.ok:
-            res = built.command
-            assert res is not None
-            raise StateError(f"platform {platform.name}: the session head (before any change) fails to build "
-                             f"there. {fix}. Output tail:\n{res.tail(2000)}")
-        checks = runner.run_checks(job, tree, logf)
+    if done.build is not None and not done.build.ok:
+        raise StateError(f"platform {platform.name}: the session head (before any change) fails to build "
+                         f"there. {fix}. Output tail:\n{done.build.tail(2000)}")
+    checks = done.checks or {"ran": False, "passed": False, "note": "the checks did not run"}
     if not checks["ran"]:
         if checks["passed"]:
-            return f"{platform.label}: the session head builds ({built.duration_s:.1f} s); no checks script"
+            return f"{platform.label}: the session head builds ({done.build_s:.1f} s); no checks script"
         raise StateError(f"platform {platform.name}: {checks['note']}. {fix}")
     if not checks["passed"]:
         how = "timed out" if checks["timed_out"] else f"exited with status {checks['exit_code']}"
         raise StateError(f"platform {platform.name}: the checks of the session head (before any change) {how} "
                          f"there. {fix}. Output tail:\n{checks['tail']}")
-    return (f"{platform.label}: the session head builds ({built.duration_s:.1f} s) and passes the checks "
+    return (f"{platform.label}: the session head builds ({done.build_s:.1f} s) and passes the checks "
             f"({checks['duration_s']:.1f} s)")
 
 
@@ -253,11 +245,24 @@ class Fleet(Executor):
     def _all(self) -> list[Executor]:
         return [self.host, *(e for e in self.extra.values() if e is not self.host)]
 
-    def submit(self, job: Job, sink: EventSink) -> None:
+    def _route(self, job: Job) -> Executor:
         executor = self.extra.get(str(job.spec.get("platform")), self.host)
         with self._lock:
             self._owner[job.experiment_id] = executor
-        executor.submit(job, sink)
+        return executor
+
+    def submit(self, job: Job, sink: EventSink) -> None:
+        self._route(job).submit(job, sink)
+
+    def submit_first(self, job: Job, sink: EventSink) -> None:
+        self._route(job).submit_first(job, sink)
+
+    def validate(self, job: Job) -> ValidationRun:
+        return self._route(job).validate(job)
+
+    def confinement_problem(self, mode: str) -> str | None:
+        """The first platform's executor that cannot confine jobs as the session asks says why."""
+        return next((why for e in self._all() if (why := e.confinement_problem(mode)) is not None), None)
 
     def cancel(self, experiment_id: str) -> bool:
         with self._lock:
