@@ -19,6 +19,9 @@ def test_demo_runs_the_whole_loop(capfd: pytest.CaptureFixture[str], monkeypatch
     assert report is not None, out
     assert "Tool 'commit_winner' failed" not in captured.err
     assert out.count("launched ") == 3 and "summary: 3 experiments" in out
+    # a one-line legend for each verdict shown
+    shown = set(re.findall(r"^.*: \w+, verdict (\w+),", out, re.MULTILINE))
+    assert shown - {"None"} and all(re.search(rf"^  {v}: \S", out, re.MULTILINE) for v in shown - {"None"}), out
     # the no-op and the slower change are never committed, whatever the machine's noise
     for title in ("Reword a comment", "Exponentials in double precision"):
         verdict = re.search(rf"^{title}: .*\n  (.*)$", out, re.MULTILINE)

@@ -33,6 +33,15 @@ CANDIDATES = [
     ("Exponentials in double precision", "double-exp", "Double precision exp for accuracy; likely slower.",
      ["reviewer suggestion"]),
 ]
+# One line per verdict the demo shows, so a reader of its output need not look them up.
+LEGEND = {
+    "improved": "improved: better beyond the minimum effect, shown with the pairs' confidence interval",
+    "regressed": "regressed: worse beyond the minimum effect (never committed)",
+    "no_change": "no_change: shown equal within the minimum effect (nothing to commit)",
+    "inconclusive": "inconclusive: not decided yet at this pair count; can be continued with more pairs",
+    "noisy": "noisy: this machine's noise is too large to decide at any affordable pair count",
+    "invalid": "invalid: a metric was missing or unparsable in a run (never read as 0)",
+}
 
 
 def _say(text: str) -> None:
@@ -123,6 +132,10 @@ async def run_demo(workdir: Path) -> int:
                 _say(f"  committed {out['commit'][:12]} on {out['branch']}")
             else:
                 _say(f"  commit_winner refused: {str(out).removeprefix('Error executing tool commit_winner: ')}")
+        _say("")
+        _say("what the verdicts mean:")
+        for verdict in dict.fromkeys(str(res["verdict"]) for res in results.values() if res["verdict"]):
+            _say(f"  {LEGEND.get(verdict, verdict)}")
         ok, listing = await _call(client, "list_experiments")
         assert ok and isinstance(listing, dict)
         ok, report = await _call(client, "report", repo=str(repo))
