@@ -3,7 +3,7 @@
 # clients (Claude Code's validator and MCP connection, the MCP Inspector CLI, the contract checker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
 export PATH="$PWD/.venv/bin:$PATH"
 
 ruff check server tests benchmarks
