@@ -367,7 +367,7 @@ async def test_unknown_arguments_are_refused_naming_the_valid_ones(mode: str) ->
         result = await c.call_tool("fetch_sky_logs", {"experiment_id": "x", "tail": 5})
     assert result.is_error
     text = " ".join(getattr(x, "text", "") for x in result.content)
-    assert "unknown argument(s) 'tail'" in text and "experiment_id, tail_lines" in text
+    assert "unknown argument(s) 'tail'" in text and "experiment_id, samples, tail_lines" in text
 
 
 async def test_mixed_source_inputs_are_refused(repo: Path) -> None:

@@ -1077,6 +1077,21 @@ def prebuild(job: dict[str, Any], tree: str) -> None:
                    run_env(job, tree), sandbox.for_job(job, tree))
 
 
+def kept_output(text: str, limit: int = 20000) -> str:
+    """A validation run's output as the server reads it, bounded: the head, the METRIC lines between (as
+    many as fit) and the tail; the primary metric printed first survives a flood of other lines."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    head_end = text.rfind("\n", 0, half) + 1 or half
+    tail_start = text.find("\n", len(text) - half) + 1 or len(text) - half
+    middle = text[head_end:tail_start].encode("utf-8", errors="replace")
+    metric = b"".join(m.group(0) for m in _METRIC_LINE.finditer(middle))
+    metric = metric[:metric.rfind(b"\n", 0, limit) + 1]
+    return (text[:head_end] + "[autoresearch] output cut here; the METRIC lines between follow\n"
+            + metric.decode("utf-8", errors="replace") + text[tail_start:])
+
+
 def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
     """A validation of the session head (start_session, here or on a worker): build the base tree (the build
     later experiments reuse) and bench it `validate` times; with `checks_trial`, then run the checks as they
@@ -1107,7 +1122,7 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
             res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
                               env=env, log=log, confine=bench)
         out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
-                            "timed_out": res.timed_out, "output": res.output[-20000:]})
+                            "timed_out": res.timed_out, "output": kept_output(res.output)})
         if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
             break
     out["writes"] = tree_changes(before, tree_state(tree))
