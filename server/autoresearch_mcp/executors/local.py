@@ -69,7 +69,7 @@ class LocalExecutor(Executor):
         self.repo = repo
         self.worktrees = worktrees
         self._queue: queue.Queue[tuple[Job, EventSink] | None] = queue.Queue()
-        self._queued: dict[str, EventSink] = {}
+        self._queued: dict[str, tuple[Job, EventSink]] = {}  # the job each experiment waits with
         self._running: dict[str, _Running] = {}
         self._cancelled: set[str] = set()
         self._starting: set[str] = set()  # dequeued, runner not started yet (worktrees being prepared)
@@ -88,15 +88,14 @@ class LocalExecutor(Executor):
 
     def submit(self, job: Job, sink: EventSink) -> None:
         with self._lock:
-            self._queued[job.experiment_id] = sink
+            self._queued[job.experiment_id] = (job, sink)
         self._queue.put((job, sink))
 
     def cancel(self, experiment_id: str) -> bool:
         with self._lock:
-            sink = self._queued.pop(experiment_id, None)
-            if sink is not None:
-                self._cancelled.add(experiment_id)  # the worker that dequeues it skips it
-                sink(experiment_id, {"event": "cancelled"})
+            queued = self._queued.pop(experiment_id, None)
+            if queued is not None:  # the worker that dequeues it skips it
+                queued[1](experiment_id, {"event": "cancelled"})
                 return True
             if experiment_id in self._starting:
                 self._cancelled.add(experiment_id)  # _run stops the runner as soon as it has started it
@@ -149,12 +148,8 @@ class LocalExecutor(Executor):
             if item is None:
                 return
             job, sink = item
-            with self._lock:
-                self._queued.pop(job.experiment_id, None)
-                if job.experiment_id in self._cancelled:
-                    self._cancelled.discard(job.experiment_id)
-                    continue
-                self._starting.add(job.experiment_id)
+            if not self._take(job):
+                continue
             try:
                 self._run(job, sink, slot)
             except Exception as exc:  # a job must always end with an event
@@ -166,6 +161,23 @@ class LocalExecutor(Executor):
                 with self._lock:
                     self._starting.discard(job.experiment_id)
                     self._cancelled.discard(job.experiment_id)
+
+    def _take(self, job: Job) -> bool:
+        """Whether a dequeued job is to run (False: it was cancelled while queued). A run of the same
+        experiment that is still ending (cancelled, then launched again at once) ends first: the executor's
+        books are kept by experiment id, and the other worker must not take the new run for the old one."""
+        exp_id = job.experiment_id
+        while True:
+            with self._lock:
+                if exp_id not in self._starting and exp_id not in self._running:
+                    queued = self._queued.get(exp_id)
+                    if queued is None or queued[0] is not job:  # cancelled while queued (or launched anew)
+                        return False
+                    del self._queued[exp_id]
+                    self._cancelled.discard(exp_id)
+                    self._starting.add(exp_id)
+                    return True
+            time.sleep(0.05)
 
     def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
