@@ -413,6 +413,13 @@ def test_the_page_is_one_self_contained_file(synthetic: Synthetic) -> None:
     assert '<a href="https://arxiv.org/abs/2401.00001"' in page  # sources stay links to follow
 
 
+def chromium_flags(tmp_path: Path) -> list[str]:
+    """Headless Chromium as this machine runs it: no sandbox as root, nothing fetched from the network."""
+    return ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1400"]
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="headless Chromium is not installed (Debian: apt-get install -y chromium)")
 def test_the_page_renders_in_headless_chromium(synthetic: Synthetic, tmp_path: Path) -> None:
@@ -421,9 +428,7 @@ def test_the_page_renders_in_headless_chromium(synthetic: Synthetic, tmp_path: P
         synthetic.experiment(f"idea {i}", 4.0 if won else -0.5, verdict="improved" if won else "no_change",
                              keep={f"f{i}.txt": "x\n"} if won else None)
     page = Path(write_report(str(synthetic.root)).html_path)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1400"]
+    flags = chromium_flags(tmp_path)
     shot = tmp_path / "shot.png"
     subprocess.run(["chromium", *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=90,
                    check=True)
@@ -663,9 +668,7 @@ def test_noisy_and_regressed_have_colors_of_their_own(synthetic: Synthetic) -> N
 def test_a_few_experiments_chart_shows_in_the_browser_as_drawn(synthetic: Synthetic, tmp_path: Path) -> None:
     few(synthetic)
     page = Path(write_report(str(synthetic.root)).html_path)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1400"]
+    flags = chromium_flags(tmp_path)
     shot = tmp_path / "shot.png"
     subprocess.run(["chromium", *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=90,
                    check=True)
