@@ -47,12 +47,12 @@ def hostile_repo(tmp_path: Path) -> Path:
     return init_repo(repo)
 
 
-async def start(c: Client, repo: Path) -> dict[str, Any]:
-    return await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t")
+async def start(c: Client, repo: Path, direction: str = "higher") -> dict[str, Any]:
+    return await call(c, "start_session", repo=str(repo), metric="score", direction=direction, tag="t")
 
 
 async def measure(c: Client, repo: Path, title: str, files: dict[str, str], repeats: int | str = 30,
-                  timeout: float = 180.0) -> dict[str, Any]:
+                  timeout: float = 240.0) -> dict[str, Any]:
     """Launch the work tree with `files` written into it (then put back), and wait for the result."""
     for name, text in files.items():
         (repo / name).write_text(text)

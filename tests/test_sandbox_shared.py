@@ -27,11 +27,9 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import gitops, runner, sandbox
 from autoresearch_mcp.core.worktrees import Worktrees
 from conftest import balanced_noise, git, init_repo
-from helpers import call, wait_final
-from test_sandbox import BETTER, hostile_repo
-from test_sandbox import measure as hostile_measure
+from helpers import call
+from test_sandbox import BETTER, hostile_repo, measure, won
 from test_sandbox import start as hostile_start
-from test_sandbox import won as hostile_won
 
 pytestmark = pytest.mark.anyio
 
@@ -90,21 +88,7 @@ def c_repo(tmp_path: Path) -> Path:
 
 
 async def start(c: Client, repo: Path, direction: str = "lower") -> dict[str, Any]:
-    return await call(c, "start_session", repo=str(repo), metric="score", direction=direction, tag="t")
-
-
-async def measure(c: Client, repo: Path, title: str, files: dict[str, str], repeats: int | str = 30,
-                  timeout: float = 240.0) -> dict[str, Any]:
-    """Launch the work tree with `files` written into it (then put back), and wait for the result."""
-    for name, text in files.items():
-        (repo / name).write_text(text)
-    launched = await call(c, "launch_experiment", title=title, source="worktree", repeats=repeats)
-    git(repo, "checkout", "-q", "--", ".")
-    return await wait_final(c, launched["experiment_id"], timeout=timeout)
-
-
-def won(result: dict[str, Any]) -> bool:
-    return result["verdict"] == "improved" and result["status"] == "done" and bool(result["checks"]["passed"])
+    return await hostile_start(c, repo, direction)
 
 
 FASTER = {"value.txt": "90\n"}  # the control's real 10% improvement (lower is better)
@@ -417,10 +401,10 @@ async def test_a_build_that_moves_the_protected_harness_aside_gets_no_false_winn
             "echo 2 > harness/scale.txt 2>/dev/null\ntrue\n")
     async with Client(build_server()) as c:
         await hostile_start(c, repo)
-        hostile = await hostile_measure(c, repo, "swap the harness", {"build.sh": swap})
-        control = await hostile_measure(c, repo, "a real win", BETTER)
+        hostile = await measure(c, repo, "swap the harness", {"build.sh": swap})
+        control = await measure(c, repo, "a real win", BETTER)
     assert hostile["verdict"] != "improved"
-    assert hostile_won(control)
+    assert won(control)
 
 
 async def test_every_one_of_thousands_of_protected_files_stays_as_launched(tmp_path: Path) -> None:
@@ -428,10 +412,10 @@ async def test_every_one_of_thousands_of_protected_files_stays_as_launched(tmp_p
     rewrite = "echo 2 > big/f2000.txt 2>/dev/null\ntrue\n"
     async with Client(build_server()) as c:
         await hostile_start(c, repo)
-        hostile = await hostile_measure(c, repo, "rewrite the 2001st", {"build.sh": rewrite})
-        control = await hostile_measure(c, repo, "a real win", BETTER)
+        hostile = await measure(c, repo, "rewrite the 2001st", {"build.sh": rewrite})
+        control = await measure(c, repo, "a real win", BETTER)
     assert hostile["verdict"] != "improved"
-    assert hostile_won(control)
+    assert won(control)
 
 
 def test_protected_paths_are_bound_one_folder_at_a_time(tmp_path: Path) -> None:
