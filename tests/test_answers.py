@@ -17,9 +17,11 @@ import anyio
 import psutil
 import pytest
 from mcp import Client
+from pydantic import ValidationError
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide
+from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.measure import metrics, stats
 from conftest import init_repo, script_repo
 from helpers import FINAL, call, error
@@ -51,6 +53,25 @@ def test_a_metric_nobody_judges_is_measured_without_a_verdict_or_a_direction() -
     assert measured["delta_pct"] < -15 and measured["ci_high_pct"] < 0
     assert measured["ci_level"] == pytest.approx(1 - design.alpha)  # the decision's level, said
     assert analysis["verdict"] == "improved"
+
+
+def test_a_metric_nobody_judges_shows_the_direction_its_config_gives_and_still_no_verdict() -> None:
+    spec = decide.Spec("score", "higher", 0.01, shown_directions={"ms": "lower"})
+    analysis = metrics.analyze({"status": "done", "samples": _pairs(30, 0.3)}, spec, stats.make_design(30))
+    measured = analysis["metrics"]["ms"]
+    assert measured["direction"] == "lower" and measured["verdict"] is None and measured["role"] is None
+    assert measured["delta_pct"] < -15  # its own relative change, whichever way is better
+
+
+def test_the_config_names_directions_of_measured_metrics_and_refuses_a_judged_one() -> None:
+    base = {"session_id": "s", "tag": "t", "branch": "autoresearch/t", "repo": "/r", "metric": "score",
+            "direction": "higher", "executor": "local", "start_commit": "0" * 40, "created_at": "now"}
+    config = SessionConfig.model_validate({**base, "metric_directions": {"ms": "lower"}})
+    assert config.metric_directions == {"ms": "lower"}
+    with pytest.raises(ValidationError, match="metric_directions.*score.*judged"):
+        SessionConfig.model_validate({**base, "metric_directions": {"score": "lower"}})
+    with pytest.raises(ValidationError):
+        SessionConfig.model_validate({**base, "metric_directions": {"ms": "faster"}})
 
 
 async def _experiment(c: Client, patches: Path, repo: Path) -> str:

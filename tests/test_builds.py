@@ -69,7 +69,7 @@ async def test_the_next_baseline_reuses_the_committed_winners_build(logged: tupl
 
 async def test_a_candidate_measured_again_reuses_its_build(tmp_path: Path) -> None:
     noisy = ("awk -v v=$(cat value.txt) -v s=$RANDOM "
-             "'BEGIN{srand(s); printf \"METRIC score=%.3f\\n\", v*(1+0.2*rand())}'")
+             "'BEGIN{srand(s); printf \"METRIC score=%.3f\\n\", v*(1+0.6*rand())}'")
     repo = script_repo(tmp_path, noisy, build=f'echo "$(date +%s%N) $(cat value.txt)" >> {BUILD_LOG}')
     async with Client(build_server()) as c:
         await start(c, repo)

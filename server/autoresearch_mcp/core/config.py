@@ -294,6 +294,20 @@ class SessionConfig(BaseModel):
                                           "must then show a claimed change by that share (0: direction only)")
     default_harness_share: float = Field(
         0.25, ge=0, le=1, description="the same, for an objective not listed (a focus metric counts at 0)")
+    metric_directions: dict[str, Direction] = Field(
+        default_factory=dict, description="which way is better for a metric that is measured but not judged "
+                                          "(e.g. {\"ms_per_row\": \"lower\"}): shown with its figures, never "
+                                          "given a verdict; an objective, guard, focus or control is not listed here")
+
+    @model_validator(mode="after")
+    def _directions_of_measured_metrics_only(self) -> SessionConfig:
+        judged = [n for n in self.metric_directions if n in judged_metrics(self)
+                  or n.startswith(("focus.", "control."))]
+        if judged:
+            raise ValueError(f"metric_directions: {judged} are judged (the metric, an objective, a guard, a focus "
+                             "or a control), so their direction is set where they are; list only metrics that "
+                             "are measured and not judged")
+        return self
 
     @field_validator("protected")
     @classmethod
@@ -350,7 +364,7 @@ KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs"
          "incremental",
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
          "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct", "processes_per_sample",
-         "harness_share", "default_harness_share", "focus_guard_ceiling_pct"}
+         "harness_share", "default_harness_share", "focus_guard_ceiling_pct", "metric_directions"}
 
 
 def state_dir(repo_root: Path) -> Path:

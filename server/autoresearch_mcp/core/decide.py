@@ -386,6 +386,7 @@ class Spec:
     harness_share: dict[str, float] = field(default_factory=dict)
     default_harness_share: float = 0.25
     processes_per_sample: int = 1  # how the runner measures: each sample the median of this many bench runs
+    shown_directions: dict[str, str] = field(default_factory=dict)  # metrics measured, not judged: shown this way
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:

@@ -474,7 +474,7 @@ class ExperimentManager:
                            harness_share=dict(c.harness_share), default_harness_share=c.default_harness_share,
                            processes_per_sample=c.processes_per_sample,
                            guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
-                           prove_tolerance=session)
+                           prove_tolerance=session, shown_directions=dict(c.metric_directions))
 
     def _design(self, repeats: int | str, session: bool = False) -> stats.Design:
         """An experiment's design; the session's total gets the largest budget (it proves the objectives'
