@@ -68,7 +68,7 @@ def test_the_config_names_directions_of_measured_metrics_and_refuses_a_judged_on
             "direction": "higher", "executor": "local", "start_commit": "0" * 40, "created_at": "now"}
     config = SessionConfig.model_validate({**base, "metric_directions": {"ms": "lower"}})
     assert config.metric_directions == {"ms": "lower"}
-    with pytest.raises(ValidationError, match="metric_directions.*score.*judged"):
+    with pytest.raises(ValidationError, match=r"metric_directions.*score.*judged"):
         SessionConfig.model_validate({**base, "metric_directions": {"score": "lower"}})
     with pytest.raises(ValidationError):
         SessionConfig.model_validate({**base, "metric_directions": {"ms": "faster"}})
