@@ -344,14 +344,15 @@ def run_command(
     log: Any | None = None,
     stop_signal: int = signal.SIGTERM,
     grace_s: float = 2.0,
-    confine: sandbox.Confinement | None = None,
+    confine: sandbox.Confinement | sandbox.Launch | None = None,
     outside: list[str] | None = None,
 ) -> CommandResult:
     """Run one command in its own process group; on timeout the group gets `stop_signal`, and
     whatever still runs after `grace_s` is killed.
 
-    With `confine` (every build, bench and checks command of a job) the command runs as
-    sandbox.command wraps it, after `outside` (a wrapper that runs unconfined, such as perf record).
+    With `confine` (every build, bench and checks command of a job: its confinement, or the launch prepared
+    for all its runs) the command runs as sandbox.command wraps it, after `outside` (a wrapper that runs
+    unconfined, such as perf record).
     Its output (stdout and stderr merged) is a pipe this process drains, keeping the head, the tail
     and the METRIC lines; every process of the command is killed before the output is returned.
     """
@@ -362,8 +363,9 @@ def run_command(
     _command_count += 1
     marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
     fds: list[int] = []
-    if confine is not None:
-        argv, env, fds = sandbox.command(argv, confine, env)
+    launch = None if confine is None else sandbox.launch(confine, env)
+    if launch is not None:
+        argv, env, fds = sandbox.command(argv, launch, env)
     argv = [*(outside or []), *argv]
     capture = Capture()
     read_fd, write_fd = os.pipe()
@@ -401,7 +403,7 @@ def run_command(
         stop.set()
         reader.join()
         os.close(read_fd)
-    cpu_s = reaped.cpu_s if confine is None or confine.off else None
+    cpu_s = reaped.cpu_s if launch is None or launch.confinement.off else None
     if before is not None and _reap_orphans():
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
