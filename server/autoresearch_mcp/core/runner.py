@@ -500,6 +500,25 @@ def run_env(job: dict[str, Any], tree: str | os.PathLike[str]) -> dict[str, str]
     return env
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The commands of one phase of a job in one tree, prepared once for all their runs: their environment, and
+    their confinement with bubblewrap's command line (what must be fresh in each run, sandbox.command makes). A
+    bench turn then holds the machine's lock only to run them."""
+
+    tree: str
+    env: dict[str, str]
+    launch: sandbox.Launch
+
+    @classmethod
+    def of(cls, job: dict[str, Any], tree: str, phase: str) -> Prepared:
+        env = run_env(job, tree)
+        return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase), env))
+
+    def run(self, argv: list[str], timeout_s: float, log: Any) -> CommandResult:
+        return run_command(argv, self.tree, timeout_s, env=self.env, log=log, confine=self.launch)
+
+
 # --- the A/B protocol ----------------------------------------------------------------------------
 
 
@@ -717,17 +736,16 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any], log: Any) -> Sample:
+def _bench(side: Prepared, role: str, index: int, position: int, spec: decide.Spec, job: dict[str, Any],
+           log: Any) -> Sample:
     """One sample: `processes_per_sample` runs of the bench (each its own process), each metric the median of
     its runs, beside the harness's outside measures of the same runs (HARNESS_WALL, HARNESS_CPU)."""
-    spec = decide.Spec.from_dict(job["judging"])
     k = max(1, int(spec.processes_per_sample))
     runs: list[tuple[CommandResult, ParsedMetrics, list[str]]] = []
     for r in range(k):
         log.write(f"[autoresearch] bench {role} run {index}" + (f" (process {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
-                          env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree, "bench"))
+        res = side.run(["bash", "./autoresearch.sh", "bench"], job["timeouts"]["bench"], log)
         parsed = parse_metrics(res.output)
         problems = _bench_problems(res, parsed, spec, job)
         runs.append((res, parsed, problems))
@@ -880,16 +898,15 @@ def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
     `seed`. Only the values of its METRIC lines come back; the server judges them."""
     out = Outcome(job["experiment_id"], host=host_info())
     spec = job["holdout"]
-    trees = [("baseline", job["baseline_dir"]), ("candidate", job["candidate_dir"])]
     if not _build_both(job, log, out):
         return out
+    sides = [(role, Prepared.of(job, job[f"{role}_dir"], "bench")) for role in ("baseline", "candidate")]
     rng = random.Random(job["seed"])
     for i in range(int(spec["pairs"])):
-        order = trees[::-1] if rng.random() < 0.5 else trees
-        for pos, (role, tree) in enumerate(order):
+        order = sides[::-1] if rng.random() < 0.5 else sides
+        for pos, (role, side) in enumerate(order):
             with machine_turn(job.get("machine_lock")):
-                res = run_command(list(spec["command"]), tree, float(spec["timeout_s"]), env=run_env(job, tree),
-                                  log=log, confine=sandbox.for_job(job, tree, "bench"))
+                res = side.run(list(spec["command"]), float(spec["timeout_s"]), log)
             values = parse_metrics(res.output).values
             if not res.ok or not values:
                 why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
@@ -902,7 +919,6 @@ def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
 
 def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     out = Outcome(job["experiment_id"], host=host_info())
-    base, cand = job["baseline_dir"], job["candidate_dir"]
     emit("status", status="building")
     if not _build_both(job, log, out):
         return out
@@ -911,7 +927,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if job.get("run_checks", True):
         emit("status", status="checking")
         t2 = time.monotonic()
-        out.checks = run_checks(job, cand, log)
+        out.checks = run_checks(job, job["candidate_dir"], log)
         out.durations["checks"] = round(time.monotonic() - t2, 3)
         if not out.checks["passed"]:
             out.status = "checks_failed"
@@ -929,6 +945,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if measured:
         emit("status", status="running")
     lock = job.get("machine_lock") if measured else None
+    sides = [(role, Prepared.of(job, job[f"{role}_dir"], "bench")) for role in ("baseline", "candidate")]
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -938,15 +955,15 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             waited += time.monotonic() - t_wait  # lock wait is not bench time
             if i == first:
                 for w in range(plan.warmup):
-                    for role, tree in (("baseline", base), ("candidate", cand)):
-                        out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
+                    for role, side in sides:
+                        out.warmup.append(_bench(side, role, -1 - w, 0, spec, job, log))
             turn_end = min(stops[-1], i + TURN_PAIRS)
             while i < turn_end and out.stop_reason is None:
-                order = [("baseline", base), ("candidate", cand)]
+                order = list(sides)
                 if rng.random() < 0.5:
                     order.reverse()
-                for pos, (role, tree) in enumerate(order):
-                    s = _bench(tree, role, i, pos, job, log)
+                for pos, (role, side) in enumerate(order):
+                    s = _bench(side, role, i, pos, spec, job, log)
                     out.samples.append(s)
                     emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
                     if s.problems:
@@ -1114,15 +1131,14 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
         emit("progress", message=f"the build failed after {built.duration_s:.1f} s")
         return out
     emit("progress", message=f"built in {built.duration_s:.1f} s" if cmd is not None else "build reused")
-    bench = sandbox.for_job(job, tree, "bench")
+    bench = Prepared.of(job, tree, "bench")
     before = tree_state(tree)
     if job["validate"]:
         log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
     for i in range(int(job["validate"])):
         emit("progress", message=f"bench run {i + 1} of {job['validate']} at {env['AUTORESEARCH_THREADS']} thread(s)")
         with machine_turn(job.get("machine_lock")):
-            res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
-                              env=env, log=log, confine=bench)
+            res = bench.run(["bash", "./autoresearch.sh", "bench"], float(job["timeouts"]["bench"]), log)
         out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
                             "timed_out": res.timed_out, "output": kept_output(res.output)})
         if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
