@@ -344,14 +344,15 @@ def run_command(
     log: Any | None = None,
     stop_signal: int = signal.SIGTERM,
     grace_s: float = 2.0,
-    confine: sandbox.Confinement | None = None,
+    confine: sandbox.Confinement | sandbox.Launch | None = None,
     outside: list[str] | None = None,
 ) -> CommandResult:
     """Run one command in its own process group; on timeout the group gets `stop_signal`, and
     whatever still runs after `grace_s` is killed.
 
-    With `confine` (every build, bench and checks command of a job) the command runs as
-    sandbox.command wraps it, after `outside` (a wrapper that runs unconfined, such as perf record).
+    With `confine` (every build, bench and checks command of a job: its confinement, or the launch prepared
+    for all its runs) the command runs as sandbox.command wraps it, after `outside` (a wrapper that runs
+    unconfined, such as perf record).
     Its output (stdout and stderr merged) is a pipe this process drains, keeping the head, the tail
     and the METRIC lines; every process of the command is killed before the output is returned.
     """
@@ -362,8 +363,9 @@ def run_command(
     _command_count += 1
     marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
     fds: list[int] = []
-    if confine is not None:
-        argv, env, fds = sandbox.command(argv, confine, env)
+    launch = None if confine is None else sandbox.launch(confine, env)
+    if launch is not None:
+        argv, env, fds = sandbox.command(argv, launch, env)
     argv = [*(outside or []), *argv]
     capture = Capture()
     read_fd, write_fd = os.pipe()
@@ -401,7 +403,7 @@ def run_command(
         stop.set()
         reader.join()
         os.close(read_fd)
-    cpu_s = reaped.cpu_s if confine is None or confine.off else None
+    cpu_s = reaped.cpu_s if launch is None or launch.confinement.off else None
     if before is not None and _reap_orphans():
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -496,6 +498,25 @@ def run_env(job: dict[str, Any], tree: str | os.PathLike[str]) -> dict[str, str]
     if job.get("baseline_dir"):
         env["AUTORESEARCH_BASELINE_TREE"] = str(Path(job["baseline_dir"]).resolve())
     return env
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The commands of one phase of a job in one tree, prepared once for all their runs: their environment, and
+    their confinement with bubblewrap's command line (what must be fresh in each run, sandbox.command makes). A
+    bench turn then holds the machine's lock only to run them."""
+
+    tree: str
+    env: dict[str, str]
+    launch: sandbox.Launch
+
+    @classmethod
+    def of(cls, job: dict[str, Any], tree: str, phase: str) -> Prepared:
+        env = run_env(job, tree)
+        return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase), env))
+
+    def run(self, argv: list[str], timeout_s: float, log: Any) -> CommandResult:
+        return run_command(argv, self.tree, timeout_s, env=self.env, log=log, confine=self.launch)
 
 
 # --- the A/B protocol ----------------------------------------------------------------------------
@@ -715,17 +736,16 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _bench(tree: str, role: str, index: int, position: int, job: dict[str, Any], log: Any) -> Sample:
+def _bench(side: Prepared, role: str, index: int, position: int, spec: decide.Spec, job: dict[str, Any],
+           log: Any) -> Sample:
     """One sample: `processes_per_sample` runs of the bench (each its own process), each metric the median of
     its runs, beside the harness's outside measures of the same runs (HARNESS_WALL, HARNESS_CPU)."""
-    spec = decide.Spec.from_dict(job["judging"])
     k = max(1, int(spec.processes_per_sample))
     runs: list[tuple[CommandResult, ParsedMetrics, list[str]]] = []
     for r in range(k):
         log.write(f"[autoresearch] bench {role} run {index}" + (f" (process {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        res = run_command(["bash", "./autoresearch.sh", "bench"], tree, job["timeouts"]["bench"],
-                          env=run_env(job, tree), log=log, confine=sandbox.for_job(job, tree, "bench"))
+        res = side.run(["bash", "./autoresearch.sh", "bench"], job["timeouts"]["bench"], log)
         parsed = parse_metrics(res.output)
         problems = _bench_problems(res, parsed, spec, job)
         runs.append((res, parsed, problems))
@@ -878,16 +898,15 @@ def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
     `seed`. Only the values of its METRIC lines come back; the server judges them."""
     out = Outcome(job["experiment_id"], host=host_info())
     spec = job["holdout"]
-    trees = [("baseline", job["baseline_dir"]), ("candidate", job["candidate_dir"])]
     if not _build_both(job, log, out):
         return out
+    sides = [(role, Prepared.of(job, job[f"{role}_dir"], "bench")) for role in ("baseline", "candidate")]
     rng = random.Random(job["seed"])
     for i in range(int(spec["pairs"])):
-        order = trees[::-1] if rng.random() < 0.5 else trees
-        for pos, (role, tree) in enumerate(order):
+        order = sides[::-1] if rng.random() < 0.5 else sides
+        for pos, (role, side) in enumerate(order):
             with machine_turn(job.get("machine_lock")):
-                res = run_command(list(spec["command"]), tree, float(spec["timeout_s"]), env=run_env(job, tree),
-                                  log=log, confine=sandbox.for_job(job, tree, "bench"))
+                res = side.run(list(spec["command"]), float(spec["timeout_s"]), log)
             values = parse_metrics(res.output).values
             if not res.ok or not values:
                 why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
@@ -900,7 +919,6 @@ def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
 
 def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     out = Outcome(job["experiment_id"], host=host_info())
-    base, cand = job["baseline_dir"], job["candidate_dir"]
     emit("status", status="building")
     if not _build_both(job, log, out):
         return out
@@ -909,7 +927,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if job.get("run_checks", True):
         emit("status", status="checking")
         t2 = time.monotonic()
-        out.checks = run_checks(job, cand, log)
+        out.checks = run_checks(job, job["candidate_dir"], log)
         out.durations["checks"] = round(time.monotonic() - t2, 3)
         if not out.checks["passed"]:
             out.status = "checks_failed"
@@ -927,6 +945,7 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
     if measured:
         emit("status", status="running")
     lock = job.get("machine_lock") if measured else None
+    sides = [(role, Prepared.of(job, job[f"{role}_dir"], "bench")) for role in ("baseline", "candidate")]
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -936,15 +955,15 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             waited += time.monotonic() - t_wait  # lock wait is not bench time
             if i == first:
                 for w in range(plan.warmup):
-                    for role, tree in (("baseline", base), ("candidate", cand)):
-                        out.warmup.append(_bench(tree, role, -1 - w, 0, job, log))
+                    for role, side in sides:
+                        out.warmup.append(_bench(side, role, -1 - w, 0, spec, job, log))
             turn_end = min(stops[-1], i + TURN_PAIRS)
             while i < turn_end and out.stop_reason is None:
-                order = [("baseline", base), ("candidate", cand)]
+                order = list(sides)
                 if rng.random() < 0.5:
                     order.reverse()
-                for pos, (role, tree) in enumerate(order):
-                    s = _bench(tree, role, i, pos, job, log)
+                for pos, (role, side) in enumerate(order):
+                    s = _bench(side, role, i, pos, spec, job, log)
                     out.samples.append(s)
                     emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
                     if s.problems:
@@ -1112,15 +1131,14 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
         emit("progress", message=f"the build failed after {built.duration_s:.1f} s")
         return out
     emit("progress", message=f"built in {built.duration_s:.1f} s" if cmd is not None else "build reused")
-    bench = sandbox.for_job(job, tree, "bench")
+    bench = Prepared.of(job, tree, "bench")
     before = tree_state(tree)
     if job["validate"]:
         log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
     for i in range(int(job["validate"])):
         emit("progress", message=f"bench run {i + 1} of {job['validate']} at {env['AUTORESEARCH_THREADS']} thread(s)")
         with machine_turn(job.get("machine_lock")):
-            res = run_command(["bash", "./autoresearch.sh", "bench"], tree, float(job["timeouts"]["bench"]),
-                              env=env, log=log, confine=bench)
+            res = bench.run(["bash", "./autoresearch.sh", "bench"], float(job["timeouts"]["bench"]), log)
         out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
                             "timed_out": res.timed_out, "output": kept_output(res.output)})
         if not res.ok or job.get("metric") not in parse_metrics(res.output).values:

@@ -395,25 +395,55 @@ def _mount_point(tree: Path, rel: str, folder: bool) -> None:
                 here.touch()
 
 
-def command(argv: list[str], c: Confinement, env: dict[str, str]) -> tuple[list[str], dict[str, str], list[int]]:
-    """`argv` as it runs in `c`, its environment, and the descriptors it must inherit (the seccomp
-    filter's, which the caller closes once it started the command): bubblewrap's command line (argv
-    itself when off)."""
-    prepare(c)
-    if not c.cache:
-        env = {**env, **CACHE_READ_ONLY}
+@dataclass(frozen=True)
+class Launch:
+    """How the commands of a job's phase in one tree start, prepared once for all their runs (`launch`): the
+    confinement, and bubblewrap with the options that are the same for every run (none when off)."""
+
+    confinement: Confinement
+    options: tuple[str, ...] = ()
+
+
+def launch(c: Confinement | Launch, env: dict[str, str]) -> Launch:
+    """The launch of the commands confined by `c` with the environment `env` (a run's, but for its marker,
+    which names no path); a launch prepared already is kept as it is."""
+    if isinstance(c, Launch):
+        return c
     if c.off:
-        return list(argv), env, []
+        return Launch(c)
     path = shutil.which(BWRAP)
     if path is None:
         raise RuntimeError(unavailable() or "bubblewrap vanished")
-    env = {**env, "TMPDIR": TMP}  # a TMPDIR under the real /tmp is read-only in the job
+    return Launch(c, tuple(_bwrap_args(path, c, _confined_env(c, env), lacking())))
+
+
+def _confined_env(c: Confinement, env: dict[str, str]) -> dict[str, str]:
+    if not c.cache:
+        env = {**env, **CACHE_READ_ONLY}
+    return env if c.off else {**env, "TMPDIR": TMP}  # a TMPDIR under the real /tmp is read-only in the job
+
+
+def command(argv: list[str], c: Confinement | Launch,
+            env: dict[str, str]) -> tuple[list[str], dict[str, str], list[int]]:
+    """`argv` as it runs in `c`, its environment, and the descriptors it must inherit (the seccomp
+    filter's, which the caller closes once it started the command): bubblewrap's command line (argv
+    itself when off).
+
+    Made for each run, whatever was prepared (`launch`): the scripts put back in place, the binds of the tree's
+    protected paths as the tree holds them now, a fresh descriptor of the filter (bubblewrap reads it to its
+    end) and a fresh memory cgroup (its limit and its account are this command's alone)."""
+    prepared = launch(c, env)
+    c = prepared.confinement
+    prepare(c)
+    env = _confined_env(c, env)
+    if c.off:
+        return list(argv), env, []
     missing = lacking()
     fds = [] if "seccomp" in missing else [filter_fd()]
     # The runner marks every process it starts (runner.JOB_ENV: the experiment's id in it) to find what
     # escapes a command; confined, nothing escapes the PID namespace, so bubblewrap carries the mark and the
     # job does not see it: no id that could tell one experiment, or one side, from another.
-    args = [*_bwrap_args(path, c, env, missing), "--unsetenv", JOB_MARK]
+    args = [*prepared.options, *_tree_binds(c), "--unsetenv", JOB_MARK]
     if fds:
         args += ["--seccomp", str(fds[0])]
     group = None if "memory" in missing else memory_group()
@@ -491,10 +521,10 @@ def _run_options() -> list[str]:
 
 
 def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[str, str] | None = None) -> list[str]:
-    """bubblewrap's options for `c`: a read-only root, a fresh /dev and /proc, a private /tmp and /run with
-    the job's paths bound into them again, its tree (and the compiler cache for the baseline's build) writable,
-    the scripts bound read-only, no capabilities (as root too) and a PID namespace that dies with the
-    runner."""
+    """bubblewrap's options for `c` that every run shares: a read-only root, a fresh /dev and /proc, a private
+    /tmp and /run with the job's paths bound into them again, its tree (and the compiler cache for the baseline's
+    build) writable, the scripts bound read-only, no capabilities (as root too) and a PID namespace that dies
+    with the runner. The binds of the tree's protected paths follow, made for each run (`_tree_binds`)."""
     tree = _real(c.tree)
     named = [Path(v) for v in env.values() if v.startswith("/") and "\n" not in v and len(v) < 4096]
     programs = [Path(p) for p in env.get("PATH", "").split(":") if p.startswith("/")]
@@ -541,6 +571,14 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[s
         args += [option, str(source)] if option == "--tmpfs" else [option, str(source), str(target)]
     for name, script in sorted(c.scripts.items()):
         args += ["--ro-bind", str(_real(script)), str(tree / name)]
+    return args
+
+
+def _tree_binds(c: Confinement) -> list[str]:
+    """The binds of the tree's protected paths (and its link to its git directory), read from the tree before
+    each run: a run may have changed the tree (moved a protected file's folder away) since the last one."""
+    tree = _real(c.tree)
+    args: list[str] = []
     for rel in c.frozen:
         path = tree / rel
         if c.frozen_from:  # the session's bytes, whatever the tree holds there now
