@@ -207,8 +207,10 @@ async def test_a_kernel_fusion_is_committed_on_its_focus_and_a_layout_only_chang
     async with Client(build_server()) as c:
         await start(c, llama, shared["model"], "focus")
         config = json.loads(config_path(llama).read_text())
-        # the tiny model's prompt is far noisier than a real model's, even with the fixed cost: a wider tolerance
-        config.update(threads=1, focus_tolerance_pct={"pp_tps": 5.0})
+        # the tiny model's end to end is far more layout-sensitive than a real model's, even with the fixed costs
+        # (a build whose only change cut rms_norm's work moved tg_tps -2.2% [98%: -4.5, -0.0] once, load 2-3):
+        # the ceiling's 5% for both, where the default 2% would refuse on layout alone
+        config.update(threads=1, focus_tolerance_pct={"pp_tps": 5.0, "tg_tps": 5.0})
         config_path(llama).write_text(json.dumps(config))
         await start(c, llama, shared["model"], "focus")
         moved = await error(c, "launch_experiment", title="move rms_norm_back", source="patch", focus=["RMS_NORM"],
