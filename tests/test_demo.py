@@ -26,3 +26,15 @@ def test_demo_runs_the_whole_loop(capfd: pytest.CaptureFixture[str], monkeypatch
     for title in ("Reword a comment", "Exponentials in double precision"):
         verdict = re.search(rf"^{title}: .*\n  (.*)$", out, re.MULTILINE)
         assert verdict is not None and verdict.group(1).startswith("commit_winner refused"), out
+    # the session total it ends with is the one kept experiment's own figure, at its own level (issue 33 item 3;
+    # the demo shows one decimal, the summary two)
+    if out.count("\n  committed ") == 1:
+        won = re.search(r"^.*: done, verdict improved, ([+-][\d.]+)% (\d+)% CI \[([+-][\d.]+)%, ([+-][\d.]+)%\]",
+                        out, re.MULTILINE)
+        total = re.search(r"^Total ([+-][\d.]+)% \((\d+)% CI ([+-][\d.]+)% to ([+-][\d.]+)%, the one kept "
+                          r"experiment's own, \w+;", out, re.MULTILINE)
+        assert won is not None and total is not None, out
+        assert won.group(2) == total.group(2)
+        assert all(abs(float(a) - float(b)) <= 0.055 for a, b in zip(won.group(1, 3, 4), total.group(1, 3, 4),
+                                                                      strict=True)), out
+        assert re.search(r"^At the head: estimated [\d.]+ \(the baseline times the 1 kept", out, re.MULTILINE), out

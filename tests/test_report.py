@@ -301,25 +301,44 @@ def test_independent_errors_combine_in_quadrature_at_one_level() -> None:
     assert two == pytest.approx(sps.t.ppf(0.99, 8) * np.sqrt(2) * 0.01)
 
 
-def test_a_sequential_experiments_interval_is_not_taken_at_the_sessions_level(synthetic: Synthetic) -> None:
-    """A run analyzed at an early look reported a wider interval (its boundary is stricter); the total
-    combines its standard error, so it is not as wide as the experiment's own interval."""
+def test_with_one_kept_experiment_the_total_is_its_own_figure_at_its_own_level(synthetic: Synthetic) -> None:
+    """Issue 33 item 3: the total's interval was the kept experiment's standard error at the session's level
+    (narrower than the experiment's own sequential interval); with one kept it is that experiment's figure."""
     design = stats.make_design("auto", alpha=0.02, max_pairs=100)
     synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={"a.txt": "1\n"},
                          design=design.record(), n_pairs=30)
+    synthetic.experiment("neutral", 0.2, (-1.0, 1.4))
+    out = write_report(str(synthetic.root))
+    assert (out.total_gain_pct, out.total_gain_ci_low_pct, out.total_gain_ci_high_pct) == (10.0, 4.0, 16.0)
+    assert out.total_gain_ci_level == pytest.approx(0.98)
+    assert "Total +10.00% (98% CI +4.00% to +16.00%, the one kept experiment's own, e0001;" in out.summary
+    page = BeautifulSoup(Path(out.html_path).read_text(), "html.parser").get_text(" ", strip=True)
+    assert "+10.00% (98% CI +4.00% to +16.00%; the one kept experiment's own, e0001)" in page
+
+
+def test_a_sequential_experiments_interval_is_not_taken_at_the_sessions_level(synthetic: Synthetic) -> None:
+    """Runs analyzed at an early look reported wider intervals (their boundaries are stricter); a total of two
+    combines their standard errors at the session's level, so it is not as wide as their intervals added."""
+    design = stats.make_design("auto", alpha=0.02, max_pairs=100)
+    for name in ("a.txt", "b.txt"):
+        synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={name: "1\n"},
+                             design=design.record(), n_pairs=30)
     out = write_report(str(synthetic.root))
     se = (np.log(1.16) - np.log(1.04)) / 2 / design.z_at(30)
-    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 29) * se) - 1) * 100, abs=1e-3)
-    assert out.total_gain_ci_low_pct > 4.0
+    half = sps.t.ppf(0.99, 58) * np.sqrt(2) * se
+    assert out.total_gain_ci_low_pct == pytest.approx((1.21 * np.exp(-half) - 1) * 100, abs=1e-3)
+    assert out.total_gain_ci_level == pytest.approx(0.98) and out.total_gain_ci_low_pct > 8.16  # 1.04 ** 2
 
 
 def test_an_experiment_of_the_earlier_t_test_design_keeps_its_standard_error(synthetic: Synthetic) -> None:
     legacy = {"looks": [5, 8], "alphas": [0.004, 0.003], "crit": [5.6, 4.4], "sequential": True,
               "min_effect": 0.01, "noise_limit": 0.1, "alpha": 0.02, "warmup": 1}
-    synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={"a.txt": "1\n"}, design=legacy)
+    for name in ("a.txt", "b.txt"):
+        synthetic.experiment("early stop", 10.0, (4.0, 16.0), "improved", keep={name: "1\n"}, design=legacy)
     out = write_report(str(synthetic.root))
     se = (np.log(1.16) - np.log(1.04)) / 2 / sps.t.ppf(1 - 0.004 / 2, 4)
-    assert out.total_gain_ci_low_pct == pytest.approx((1.1 * np.exp(-sps.t.ppf(0.99, 4) * se) - 1) * 100, abs=1e-3)
+    half = sps.t.ppf(0.99, 8) * np.sqrt(2) * se
+    assert out.total_gain_ci_low_pct == pytest.approx((1.21 * np.exp(-half) - 1) * 100, abs=1e-3)
 
 
 def test_the_total_is_what_is_on_the_session_branch(synthetic: Synthetic) -> None:
@@ -357,12 +376,8 @@ def test_figures_are_recomputed_from_the_samples_not_read_from_the_recorded_anal
     out = write_report(str(synthetic.root))
     assert kept.delta_pct is not None and kept.ci_low_pct is not None and kept.ci_high_pct is not None
     assert out.total_gain_pct == pytest.approx(kept.delta_pct, abs=1e-6)
-    # the total's interval from the experiment's own standard error (recorded with its figures), at the
-    # session's level with 29 df
-    assert kept.log_se is not None
-    half = sps.t.ppf(0.99, 29) * kept.log_se
-    assert out.total_gain_ci_low_pct == pytest.approx((np.exp(np.log1p(kept.delta_pct / 100) - half) - 1) * 100,
-                                                      abs=1e-3)
+    # the one kept experiment's interval, as its samples give it
+    assert (out.total_gain_ci_low_pct, out.total_gain_ci_high_pct) == (kept.ci_low_pct, kept.ci_high_pct)
     rows = list(csv.DictReader(Path(out.tsv_path).read_text().splitlines(), delimiter="\t"))
     assert [r["figures"] for r in rows] == ["samples", "samples"]
     assert float(rows[1]["delta_pct"]) == same.delta_pct and rows[1]["verdict"] == same.verdict != "improved"

@@ -145,6 +145,10 @@ async def run_demo(workdir: Path) -> int:
     for commit in gitops.log(gitops.repo_at(repo), "autoresearch/demo", limit=3):
         _say(f"{commit.sha[:12]} {commit.subject}")
     if ok and isinstance(report, dict):
+        # the report's own lines: the figure at the head says how it was obtained, the total names its interval's level
+        for line in report["summary"].splitlines():
+            if line.startswith(("At the head:", "Total ")):
+                _say(line)
         _say(f"report: {report['html_path']}")
     else:
         _say(f"report: not written ({report})")

@@ -647,6 +647,8 @@ class ReportResult(BaseModel):
         None, description="change of the primary metric from the session start to its head (the metric's sign)")
     total_gain_ci_low_pct: float | None = None
     total_gain_ci_high_pct: float | None = None
+    total_gain_ci_level: float | None = Field(
+        None, description="confidence of that interval: the one kept experiment's own level, else the session's")
     cost_usd: float
     secondary_metrics_available: list[str] = Field(
         default_factory=list, description="other measured metrics, for `secondary_metrics`")

@@ -54,5 +54,6 @@ def write_report(repo_path: str, secondary: list[str] | None = None) -> ReportRe
         direction=data.config.direction, experiments=len(data.rows), kept=data.count(KEPT),
         discarded=data.count(DISCARDED), failed=data.count(FAILED), running=data.count(RUNNING),
         total_gain_pct=data.total_pct, total_gain_ci_low_pct=low, total_gain_ci_high_pct=high,
+        total_gain_ci_level=data.total_level if low is not None else None,
         cost_usd=round(data.cost, 4), secondary_metrics_available=available, warnings=data.warnings,
     )

@@ -9,9 +9,10 @@ order, and each one the ledger records commit_winner making (never a trailer par
 adds that experiment's measured log-ratio (each was measured against its own base commit, the session
 head when it was launched). A commit naming no experiment (made by hand) adds nothing and is listed
 as a warning; an experiment whose commit left the branch (a reset) is not counted as kept.
-The total's interval combines the kept experiments' standard errors (each from its own samples and
-design) in quadrature, assuming independent errors; chaining selected winners tends to overstate
-the gain (winner's curse), which the page says.
+With one kept experiment the total is that experiment's figure: its change and its own interval, at
+its own level. With more, the total's interval combines the kept experiments' standard errors (each
+from its own samples and design) in quadrature at the session's level, assuming independent errors;
+chaining selected winners tends to overstate the gain (winner's curse), which the page says.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ class SessionData:
     rows: list[Row]
     baseline: float | None
     total_log: float
-    total_half_width: float | None
-    confidence: float
+    total_low_pct: float | None  # the total's interval (None, None while nothing is kept), at total_level
+    total_high_pct: float | None
+    total_level: float
     commits: list[KeptCommit] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -159,9 +161,16 @@ class SessionData:
     @property
     def total_interval(self) -> tuple[float | None, float | None]:
         """The total gain's confidence interval in percent (None, None while nothing is kept)."""
-        if self.total_half_width is None:
-            return None, None
-        return stats.pct(self.total_log - self.total_half_width), stats.pct(self.total_log + self.total_half_width)
+        return self.total_low_pct, self.total_high_pct
+
+    @property
+    def total_basis(self) -> str:
+        """How the total's interval was obtained."""
+        kept = self.kept
+        if len(kept) == 1:
+            return f"the one kept experiment's own, {kept[0].exp.experiment_id}"
+        return (f"combined from the {len(kept)} kept experiments' standard errors, each from its own samples and "
+                "design, assuming independent errors")
 
     @property
     def baseline_label(self) -> str:
@@ -294,13 +303,28 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
                 row.level_low = row.base_level + _log(cmp["ci_low_pct"])
                 row.level_high = row.base_level + _log(cmp["ci_high_pct"])
         rows.append(row)
-    half = stats.combined_half_width(errors, 1 - config.alpha) if placed else None
+    low, high, total_level = _total_interval([r for r in rows if r.position is not None], metric, level, errors,
+                                             1 - config.alpha)
     machines = sorted({_machine(e) for e in mine if e.result})
     baseline, runs, noise = _baseline(config, view)
-    return SessionData(root, config, rows, baseline, level, half, 1 - config.alpha,
+    return SessionData(root, config, rows, baseline, level, low, high, total_level,
                        commits=commits, machines=machines, warnings=warnings,
                        profiles=[p for p in view.profiles if p.session_id == config.session_id],
                        baseline_runs=runs, baseline_noise_pct=noise)
+
+
+def _total_interval(kept: list[Row], metric: str, total_log: float, errors: list[tuple[float, int]],
+                    confidence: float) -> tuple[float | None, float | None, float]:
+    """The total gain's interval in percent and its level. One kept experiment: its own interval at its own level
+    (the total is its figure; a recorded comparison without a level was taken at the session's). More: their
+    standard errors combined at `confidence` around the chained `total_log`."""
+    if len(kept) == 1:
+        cmp = kept[0].primary(metric)
+        return cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), float(cmp.get("ci_level") or confidence)
+    half = stats.combined_half_width(errors, confidence) if kept else None
+    if half is None:
+        return None, None, confidence
+    return stats.pct(total_log - half), stats.pct(total_log + half), confidence
 
 
 def _baseline(config: SessionConfig, view: LedgerView) -> tuple[float | None, int, float | None]:

@@ -75,8 +75,7 @@ def _facts(data: SessionData) -> list[tuple[str, str]]:
         ("machines", ", ".join(data.machines) or "none yet"), ("baseline", data.baseline_label),
         ("at the head", data.head_label),
         ("total gain", pct(data.total_pct) + (
-            f" ({data.confidence:.0%} CI {pct(low)} to {pct(high)}; combined from the kept "
-            "experiments' standard errors, each from its own samples and design, assuming independent errors). "
+            f" ({data.total_level:.0%} CI {pct(low)} to {pct(high)}; {data.total_basis}). "
             "Note: " + WINNERS_CURSE if low is not None else " (nothing kept yet)")),
         ("best experiment", f"{best.exp.title} ({pct(best.primary(c.metric).get('delta_pct'))})" if best else "–"),
         ("experiments", f"{len(data.rows)}: {data.count(KEPT)} kept, {data.count(DISCARDED)} discarded, "

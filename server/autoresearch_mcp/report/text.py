@@ -26,8 +26,8 @@ def summarize(data: SessionData) -> str:
         f"Baseline {data.baseline_label}.",
         f"At the head: {data.head_label}.",
         f"Total {pct(data.total_pct)}"
-        + (f" ({data.confidence:.0%} CI {pct(low)} to {pct(high)}, combined from {len(data.kept)} kept "
-           "experiment(s); chained winners tend to overstate it)" if low is not None else " (nothing kept yet)") + ".",
+        + (f" ({data.total_level:.0%} CI {pct(low)} to {pct(high)}, {data.total_basis}; selected winners tend to "
+           "overstate it)" if low is not None else " (nothing kept yet)") + ".",
     ]
     total = data.session_total
     if total is not None:
