@@ -23,7 +23,7 @@ import realtree
 import tinymodel
 from autoresearch_mcp import recipes
 from autoresearch_mcp.core import runner
-from realtree import ONE_PASS, TWO_PASSES
+from realtree import ONE_PASS, REPEATED_SCALE, TWO_PASSES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 
@@ -111,27 +111,32 @@ def test_a_focus_it_cannot_time_fails_the_run_with_the_chains_it_can(shared: dic
 
 
 def test_a_one_pass_rms_norm_is_faster_on_its_focus_and_not_on_the_controls(shared: dict[str, Path]) -> None:
-    candidate = recipe_tree(shared["source"], shared["root"] / "one-pass")
-    ops = candidate / OPS
-    text = ops.read_text()
-    assert text.count(TWO_PASSES) == 1
-    ops.write_text(text.replace(TWO_PASSES, ONE_PASS))
-    build(candidate)
+    trees = {}
+    for name, new in (("four-passes", REPEATED_SCALE), ("one-pass", ONE_PASS)):
+        trees[name] = recipe_tree(shared["source"], shared["root"] / name)
+        ops = trees[name] / OPS
+        text = ops.read_text()
+        assert text.count(TWO_PASSES) == 1
+        ops.write_text(text.replace(TWO_PASSES, new))
+        build(trees[name])
+    baseline, candidate = trees["four-passes"], trees["one-pass"]
     ratios: dict[str, list[float]] = {}
     for i in range(10):  # interleaved, each side first in half of the pairs
-        trees = [shared["tree"], candidate][:: 1 if i % 2 else -1]
-        runs = {tree: opbench(tree, shared["wide"], "RMS_NORM") for tree in trees}
+        order = [baseline, candidate][:: 1 if i % 2 else -1]
+        runs = {tree: opbench(tree, shared["wide"], "RMS_NORM") for tree in order}
         for name, value in runs[candidate].items():
-            ratios.setdefault(name, []).append(value / runs[shared["tree"]][name])
+            ratios.setdefault(name, []).append(value / runs[baseline][name])
     change = {name: statistics.median(values) for name, values in ratios.items()}
     assert set(change) == {"focus.RMS_NORM", "control.ADD", "control.SCALE", "control.ROPE"}
     # measured on this 2-core VM at load averages of 3-6: focus -9% to -11% (-7% to -15% a pair); controls
     # within +-1.5%, ROPE (in the same ops.cpp: layout) up to -3.5%, a whole run now and then slower
-    # and since, at load 2-3: focus -3% with every control +2% to +3%, and focus -7.6% with the controls -2.5% to
-    # -5.6%: a build's layout shifts all of ops.cpp by up to 5% either way, so the focus is held to the controls
+    # and since, at load 2-3 against the real two passes: focus -3% with every control +2% to +3%, focus -7.6% with
+    # the controls -2.5% to -5.6%, focus -4.0% with two controls -3.9%: a build's layout shifts all of ops.cpp by up
+    # to 5% either way, so the baseline here scales each row four times (REPEATED_SCALE) and the focus is held to
+    # the controls
     controls = {name: value for name, value in change.items() if name.startswith("control.")}
-    assert change["focus.RMS_NORM"] < 0.97 * statistics.median(controls.values()), change
-    assert all(0.92 < value < 1.08 and value - change["focus.RMS_NORM"] > 0.015 for value in controls.values()), change
+    assert change["focus.RMS_NORM"] < 0.9 * statistics.median(controls.values()), change
+    assert all(0.92 < value < 1.08 and value - change["focus.RMS_NORM"] > 0.05 for value in controls.values()), change
 
 
 def marked(text: str, signature: str, label: str) -> str:

@@ -26,7 +26,7 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core.config import config_path
 from conftest import git, init_repo
 from helpers import call, error, wait_final
-from realtree import ONE_PASS, TWO_PASSES
+from realtree import ONE_PASS, REPEATED_SCALE, TWO_PASSES
 
 # A fresh machine builds llama-bench and llama-perplexity cold inside the first test (about 9 minutes
 # on 2 idle cores, more under load): far beyond the suite's 300 s per test.
@@ -184,17 +184,6 @@ def moved_function(repo: Path, rel: str, signature: str) -> str:
     end = text.index("\n}\n", start) + 3
     moved = text[:start] + text[end:].lstrip("\n") + "\n" + text[start:end]
     return "".join(difflib.unified_diff(text.splitlines(True), moved.splitlines(True), f"a/{rel}", f"b/{rel}"))
-
-
-# The fusion test's baseline scales each row four times over (the same numbers): the tiny model's rows are so
-# short that the one-pass change alone gains about what code layout moves the untouched ops here (up to 6%,
-# measured), so its op would stay undecided; a real model's longer rows give the fusion a margin of its own.
-REPEATED_SCALE = """                } else {
-                    for (int rep = 0; rep < 4; rep++) {  // test fixture: the row copied and scaled 4 times
-                        memcpy(y, x, ne00 * sizeof(float));
-                        ggml_vec_scale_f32(ne00, y, scale);
-                    }
-                }"""
 
 
 async def test_a_kernel_fusion_is_committed_on_its_focus_and_a_layout_only_change_is_not(
