@@ -126,6 +126,7 @@ class SessionData:
     total_low_pct: float | None  # the total's interval (None, None while nothing is kept), at total_level
     total_high_pct: float | None
     total_level: float
+    total_basis: str  # how the total's interval was obtained
     commits: list[KeptCommit] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -162,15 +163,6 @@ class SessionData:
     def total_interval(self) -> tuple[float | None, float | None]:
         """The total gain's confidence interval in percent (None, None while nothing is kept)."""
         return self.total_low_pct, self.total_high_pct
-
-    @property
-    def total_basis(self) -> str:
-        """How the total's interval was obtained."""
-        kept = self.kept
-        if len(kept) == 1:
-            return f"the one kept experiment's own, {kept[0].exp.experiment_id}"
-        return (f"combined from the {len(kept)} kept experiments' standard errors, each from its own samples and "
-                "design, assuming independent errors")
 
     @property
     def baseline_label(self) -> str:
@@ -303,28 +295,32 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
                 row.level_low = row.base_level + _log(cmp["ci_low_pct"])
                 row.level_high = row.base_level + _log(cmp["ci_high_pct"])
         rows.append(row)
-    low, high, total_level = _total_interval([r for r in rows if r.position is not None], metric, level, errors,
+    low, high, total_level, basis = _total_interval([r for r in rows if r.position is not None], metric, level, errors,
                                              1 - config.alpha)
     machines = sorted({_machine(e) for e in mine if e.result})
     baseline, runs, noise = _baseline(config, view)
-    return SessionData(root, config, rows, baseline, level, low, high, total_level,
+    return SessionData(root, config, rows, baseline, level, low, high, total_level, basis,
                        commits=commits, machines=machines, warnings=warnings,
                        profiles=[p for p in view.profiles if p.session_id == config.session_id],
                        baseline_runs=runs, baseline_noise_pct=noise)
 
 
 def _total_interval(kept: list[Row], metric: str, total_log: float, errors: list[tuple[float, int]],
-                    confidence: float) -> tuple[float | None, float | None, float]:
+                    confidence: float) -> tuple[float | None, float | None, float, str]:
     """The total gain's interval in percent and its level. One kept experiment: its own interval at its own level
-    (the total is its figure; a recorded comparison without a level was taken at the session's). More: their
-    standard errors combined at `confidence` around the chained `total_log`."""
-    if len(kept) == 1:
-        cmp = kept[0].primary(metric)
-        return cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), float(cmp.get("ci_level") or confidence)
+    (the total is its figure; a recorded comparison without a level was taken at the session's). More, or one
+    whose record holds no interval: their standard errors combined at `confidence` around the chained
+    `total_log`."""
+    own = kept[0].primary(metric) if len(kept) == 1 else {}
+    if own.get("ci_low_pct") is not None and own.get("ci_high_pct") is not None:
+        return (own["ci_low_pct"], own["ci_high_pct"], float(own.get("ci_level") or confidence),
+                f"the one kept experiment's own, {kept[0].exp.experiment_id}")
     half = stats.combined_half_width(errors, confidence) if kept else None
     if half is None:
-        return None, None, confidence
-    return stats.pct(total_log - half), stats.pct(total_log + half), confidence
+        return None, None, confidence, ""
+    return (stats.pct(total_log - half), stats.pct(total_log + half), confidence,
+            f"combined from the {len(kept)} kept experiments' standard errors, each from its own samples and "
+            "design, assuming independent errors")
 
 
 def _baseline(config: SessionConfig, view: LedgerView) -> tuple[float | None, int, float | None]:
