@@ -105,6 +105,19 @@ def test_a_clear_op_win_that_slows_the_program_by_5_percent_end_to_end_is_refuse
     assert [d.verdict for d in decisions if d.verdict == "improved"] == []
 
 
+def test_a_regressed_guard_says_what_its_interval_showed_not_that_the_interval_lies_past_the_tolerance() -> None:
+    found = next(r for r in (run(-12.0, -5.0, seed) for seed in range(8))
+                 if r[0].metrics["tg_tps"].judgement == "regressed")
+    analysis = metrics.analyze({"status": "done", "samples": found[1]}, SHARED, DESIGN)
+    tg = analysis["metrics"]["tg_tps"]
+    look = found[0].metrics["tg_tps"].look
+    assert look.high is not None and look.low is not None and look.estimate is not None
+    assert tg["claim"] == (f"tg_tps regressed: slower by {-math.expm1(look.high) * 100:.2f}% to "
+                           f"{-math.expm1(look.low) * 100:.1f}%, estimate {math.expm1(look.estimate) * 100:+.1f}% "
+                           "past its tolerance of 2%")
+    assert "beyond its tolerance" not in tg["claim"]
+
+
 def test_a_clear_op_win_with_no_end_to_end_change_is_committed_within_the_budget_at_15_percent_spread() -> None:
     decisions = [experiment(-12.0, 0.0, seed) for seed in range(8)]
     within = [d for d in decisions if d.verdict == "improved" and d.n <= DESIGN.budget]
