@@ -177,13 +177,13 @@ def claim_fields(name: str, judgement: decide.Judgement | None, plan: decide.Pla
         scope = "this experiment" if rule.ceiling is not None else f"within {margin:g}%"
         text = f"{name} {worst} ({level}, {scope})"
     elif claim.judgement == "regressed":
-        tol = math.expm1(rule.tolerance or 0) * 100
+        tolerance = math.expm1(rule.tolerance or 0) * 100
         if look.estimate is not None and look.low is not None and look.high is not None:
             # what was shown: an interval wholly on the slower side, with the estimate past the tolerance (the
             # interval itself need not lie past it)
             text = (f"{name} regressed: slower by {-math.expm1(look.high) * 100:.2f}% to "
                     f"{-math.expm1(look.low) * 100:.1f}%, estimate {math.expm1(look.estimate) * 100:+.1f}% "
-                    f"past its tolerance of {tol:g}%")
+                    f"past its tolerance of {tolerance:g}%")
         else:
             text = f"{name} regressed (a value that is not a positive number)"
     else:
