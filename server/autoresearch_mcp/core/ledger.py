@@ -32,6 +32,7 @@ from autoresearch_mcp.core.records import (
     HoldoutRecord,
     LaunchRecord,
     Outcome,
+    PlatformFields,
     PlatformRecord,
     ProfileRecord,
     Record,
@@ -44,25 +45,13 @@ from autoresearch_mcp.core.records import (
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class PlatformState:
+class PlatformState(PlatformFields):
     """The fold of an experiment's records on one other platform (the latest value of each field)."""
 
-    status: str | None = None
-    attempt: int = 0
-    job_id: str | None = None
-    passed: bool | None = None
-    summary: str | None = None
-    detail: str | None = None
-    worker: str | None = None
-    cost_usd: float | None = None
-    runtime: dict[str, Any] = field(default_factory=dict)
-    outcome: Outcome | None = None
-    analysis: Analysis | None = None
     ts: float = 0.0
 
 
-_PLATFORM_FIELDS = tuple(f for f in PlatformState.__dataclass_fields__ if f != "runtime")
+_PLATFORM_FIELDS = tuple(f for f in PlatformState.model_fields if f != "runtime")
 
 
 @dataclass

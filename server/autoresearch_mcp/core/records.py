@@ -222,12 +222,10 @@ class ContinueRecord(_Record):
     repeats: int | str = "auto"
 
 
-class PlatformRecord(_Record):
-    """A status or result of a host winner's run on another platform (`platform`)."""
+class PlatformFields(BaseModel):
+    """What one other platform's run of a host winner says: a `platform` record's fields, and the fold of them
+    (`ledger.PlatformState`)."""
 
-    type: Literal["platform"] = "platform"
-    experiment_id: str
-    platform: str
     status: str | None = None
     attempt: int = 0
     job_id: str | None = None
@@ -239,6 +237,14 @@ class PlatformRecord(_Record):
     runtime: dict[str, Any] = Field(default_factory=dict)
     outcome: Outcome | None = None
     analysis: Analysis | None = None
+
+
+class PlatformRecord(_Record, PlatformFields):
+    """A status or result of a host winner's run on another platform (`platform`)."""
+
+    type: Literal["platform"] = "platform"
+    experiment_id: str
+    platform: str
 
 
 class CommitRecord(_Record):
