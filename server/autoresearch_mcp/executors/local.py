@@ -55,6 +55,14 @@ def kill_session(pid: int, started: float | None = None) -> bool:
     return killed
 
 
+def _crashed(job: Job, sink: EventSink, exc: Exception) -> None:
+    """The failed result of a job the executor itself failed to run (logged with its traceback)."""
+    log.exception("experiment %s crashed in the local executor", job.experiment_id)
+    sink(job.experiment_id, {"event": "result", "outcome": {
+        "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
+        "error": f"{type(exc).__name__}: {exc}"}})
+
+
 class _Running:
     def __init__(self, proc: subprocess.Popen[str], marker: str) -> None:
         self.proc = proc
@@ -153,10 +161,7 @@ class LocalExecutor(Executor):
             try:
                 self._run(job, sink, slot)
             except Exception as exc:  # a job must always end with an event
-                log.exception("experiment %s crashed in the local executor", job.experiment_id)
-                sink(job.experiment_id, {"event": "result", "outcome": {
-                    "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
-                    "error": f"{type(exc).__name__}: {exc}"}})
+                _crashed(job, sink, exc)
             finally:
                 with self._lock:
                     self._starting.discard(job.experiment_id)
@@ -266,10 +271,7 @@ class LocalExecutor(Executor):
                 outcome.setdefault("durations", {})["prepare"] = round(prep_s, 3)
                 sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
         except Exception as exc:  # a job must always end with an event
-            log.exception("experiment %s crashed in the local executor", job.experiment_id)
-            sink(job.experiment_id, {"event": "result", "outcome": {
-                "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
-                "error": f"{type(exc).__name__}: {exc}"}})
+            _crashed(job, sink, exc)
         finally:
             with self._lock:
                 self._running.pop(job.experiment_id, None)
