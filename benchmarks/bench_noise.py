@@ -86,6 +86,7 @@ def example_session(root: Path) -> dict[str, Any]:
 def llama_session(root: Path) -> dict[str, Any]:
     import realtree
     import tinymodel
+    from bench_rehearsal import RMS_ONE_PASS, RMS_SIG, RMS_TWO_PASSES, edit  # 0.3.19's own text
 
     source = realtree.llama_cpp_tree(realtree.UNFUSED_RMS_NORM)
     repo = root / "llama.cpp"
@@ -106,7 +107,7 @@ def llama_session(root: Path) -> dict[str, Any]:
             "config": {"threads": 1},
             "experiments": [
                 ("rms_norm in one pass (a real win)",
-                 {"patch": file_patch(repo, ops, realtree.TWO_PASSES, realtree.ONE_PASS), "focus": ["RMS_NORM"]}),
+                 {"patch": edit(repo, [(ops, RMS_TWO_PASSES, RMS_ONE_PASS, RMS_SIG)]), "focus": ["RMS_NORM"]}),
                 ("a code move (a control)", {"patch": move, "focus": ["RMS_NORM"]}),
             ]}
 
