@@ -53,6 +53,16 @@ def neighbour(stop: Any, seed: int = 7) -> None:
         time.sleep(rng.uniform(0.2, 1.0))
 
 
+def stop_neighbour(stop: Any, other: Any) -> None:
+    """Stop the neighbour process (if one was started), killing it when it does not end within 5 s."""
+    if other is None:
+        return
+    stop.set()
+    other.join(5)
+    if other.is_alive():
+        other.kill()
+
+
 def load() -> str:
     return os.getloadavg().__repr__()
 
@@ -84,17 +94,9 @@ def example_session(root: Path) -> dict[str, Any]:
 
 
 def llama_session(root: Path) -> dict[str, Any]:
-    import realtree
-    import tinymodel
-    from bench_rehearsal import RMS_ONE_PASS, RMS_SIG, RMS_TWO_PASSES, edit  # 0.3.19's own text
+    from bench_rehearsal import RMS_ONE_PASS, RMS_SIG, RMS_TWO_PASSES, edit, setup_repo  # 0.3.19's own text
 
-    source = realtree.llama_cpp_tree(realtree.UNFUSED_RMS_NORM)
-    repo = root / "llama.cpp"
-    shutil.copytree(source, repo)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "llama.cpp")
-    model = tinymodel.write_model(repo, root / "rehearsal.gguf", shape="REHEARSAL")
+    repo, model = setup_repo(root)
     ops = "ggml/src/ggml-cpu/ops.cpp"
     text = (repo / ops).read_text()
     sig = "static void ggml_compute_forward_rms_norm_back_f32("
@@ -179,11 +181,7 @@ def main() -> int:
                     try:
                         rows = anyio.run(run_session, setup, k, pairs, f"noise{k}")
                     finally:
-                        if other is not None:
-                            stop.set()
-                            other.join(5)
-                            if other.is_alive():
-                                other.kill()
+                        stop_neighbour(stop, other)
                 for row in rows:
                     spread = ", ".join(f"{n} {v}" for n, v in row["spread_pct"].items())
                     delta = ", ".join(f"{n} {v}" for n, v in row["delta_pct"].items())

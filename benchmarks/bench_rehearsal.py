@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core.config import config_path
-from bench_noise import call, git, load, neighbour
+from bench_noise import call, git, load, neighbour, stop_neighbour
 
 OPS = "ggml/src/ggml-cpu/ops.cpp"
 OPS_H = "ggml/src/ggml-cpu/ops.h"
@@ -399,11 +399,7 @@ def main() -> int:
     try:
         anyio.run(rehearse, repo, model, args.only.split(","), args.continues, args.slowdown_iters, rows)
     finally:
-        if other is not None:
-            stop.set()
-            other.join(5)
-            if other.is_alive():
-                other.kill()
+        stop_neighbour(stop, other)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         if not args.keep:
