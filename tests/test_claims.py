@@ -112,9 +112,10 @@ def test_a_regressed_guard_says_what_its_interval_showed_not_that_the_interval_l
     tg = analysis["metrics"]["tg_tps"]
     look = found[0].metrics["tg_tps"].look
     assert look.high is not None and look.low is not None and look.estimate is not None
-    assert tg["claim"] == (f"tg_tps regressed: slower by {-math.expm1(look.high) * 100:.2f}% to "
-                           f"{-math.expm1(look.low) * 100:.1f}%, estimate {math.expm1(look.estimate) * 100:+.1f}% "
-                           "past its tolerance of 2%")
+    assert tg["claim"].startswith("tg_tps regressed: slower by ") and "past its tolerance of 2%" in tg["claim"]
+    # the interval shown is the metric's own, at its own level, wholly on the slower side
+    assert f"by {-tg['ci_high_pct']:.2f}% to {-tg['ci_low_pct']:.2f}% (its ci_low_pct..ci_high_pct)" in tg["claim"]
+    assert tg["ci_high_pct"] < 0 and tg["delta_pct"] <= -2.0
     assert "beyond its tolerance" not in tg["claim"]
 
 

@@ -182,7 +182,8 @@ def claim_fields(name: str, judgement: decide.Judgement | None, plan: decide.Pla
             # what was shown: an interval wholly on the slower side, with the estimate past the tolerance (the
             # interval itself need not lie past it)
             text = (f"{name} regressed: slower by {-math.expm1(look.high) * 100:.2f}% to "
-                    f"{-math.expm1(look.low) * 100:.1f}%, estimate {math.expm1(look.estimate) * 100:+.1f}% "
+                    f"{-math.expm1(look.low) * 100:.2f}% (its ci_low_pct..ci_high_pct), "
+                    f"estimate {math.expm1(look.estimate) * 100:+.1f}% "
                     f"past its tolerance of {tolerance:g}%")
         else:
             text = f"{name} regressed (a value that is not a positive number)"
