@@ -133,10 +133,14 @@ def test_a_one_pass_rms_norm_is_faster_on_its_focus_and_not_on_the_controls(shar
     # and since, at load 2-3 against the real two passes: focus -3% with every control +2% to +3%, focus -7.6% with
     # the controls -2.5% to -5.6%, focus -4.0% with two controls -3.9%: a build's layout shifts all of ops.cpp by up
     # to 5% either way, so the baseline here scales each row four times (REPEATED_SCALE) and the focus is held to
-    # the controls
+    # the controls; and CI once saw focus -30% with ADD +14% and SCALE +17% (ten interleaved pairs, medians): a
+    # build's layout (or minutes of a neighbour's cache traffic) can move a control by more than any fixed band on
+    # this machine, so what is held is the focus's distance from every control, with a band only wide enough to
+    # catch a broken measurement (a control halved or doubled)
     controls = {name: value for name, value in change.items() if name.startswith("control.")}
-    assert change["focus.RMS_NORM"] < 0.9 * statistics.median(controls.values()), change
-    assert all(0.92 < value < 1.08 and value - change["focus.RMS_NORM"] > 0.05 for value in controls.values()), change
+    focus = change["focus.RMS_NORM"]
+    assert focus < 0.9 * statistics.median(controls.values()), change
+    assert all(0.7 < value < 1.4 and value - focus > 0.05 for value in controls.values()), change
 
 
 def marked(text: str, signature: str, label: str) -> str:
