@@ -1,0 +1,87 @@
+"""What llama-bench's own settings do to the noise of tg_tps and pp_tps: the per-pair spread (log-ratio of two
+builds' interleaved runs, each first in half of the pairs) and the wall time of one run, for several
+generated-token counts and repetitions, every setting interleaved with the others pair by pair so that all see
+the same machine.
+
+It times the binaries of trees built the harness's way; `bench_rehearsal.py --keep DIR` leaves them under
+DIR/cache/worktrees/, with the model at DIR/rehearsal.gguf:
+
+    python benchmarks/bench_llama_settings.py --model DIR/rehearsal.gguf --tree A --tree B [--pairs 24]
+        [--settings n128r1,n64r2,n32r3] [--threads 1]
+
+`nXrY` is `-n X -r Y` (the prompt stays at the recipe's 128 tokens: it is also the op benchmark's rows).
+Both the sample standard deviation and the MAD (x1.4826, the robust spread) of the log-ratios are printed,
+with the load average: these machines are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+SETTING = re.compile(r"^n(\d+)r(\d+)$")
+
+
+def run(tree: Path, model: Path, threads: int, gen: str, reps: str) -> tuple[dict[str, float], float]:
+    """One llama-bench run as the recipe makes it (flash attention, 128 prompt tokens), with `gen` and `reps`."""
+    argv = [str(tree / "build-autoresearch/bin/llama-bench"), "-m", str(model), "-ngl", "0", "-t", str(threads),
+            "-fa", "1", "-p", "128", "-n", gen, "-r", reps, "-o", "json"]
+    t0 = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600).stdout
+    spent = time.monotonic() - t0
+    found: dict[str, float] = {}
+    for record in json.loads(out):
+        found["tg_tps" if record.get("n_gen") else "pp_tps"] = float(record["avg_ts"])
+    return found, spent
+
+
+def spread(logs: list[float]) -> str:
+    middle = statistics.median(logs)
+    mad = 1.4826 * statistics.median(abs(x - middle) for x in logs)
+    return f"sd {100 * statistics.stdev(logs):.1f}%, MAD {100 * mad:.1f}%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--tree", type=Path, action="append", required=True, help="a built tree (give two)")
+    ap.add_argument("--pairs", type=int, default=24)
+    ap.add_argument("--settings", default="n128r1,n64r2,n32r3")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    if len(args.tree) != 2:
+        raise SystemExit("give --tree twice: the two builds of each pair")
+    settings: dict[str, tuple[str, str]] = {}
+    for name in args.settings.split(","):
+        found = SETTING.match(name)
+        if found is None:
+            raise SystemExit(f"setting {name!r}: write it as nXrY (-n X -r Y), e.g. n128r1")
+        settings[name] = (found.group(1), found.group(2))
+    a, b = args.tree
+    logs: dict[str, dict[str, list[float]]] = {s: {"tg_tps": [], "pp_tps": []} for s in settings}
+    walls: dict[str, list[float]] = {s: [] for s in settings}
+    start_load = os.getloadavg()[0]
+    for i in range(args.pairs):
+        for name, (gen, reps) in settings.items():
+            runs = {}
+            for tree in ([a, b] if i % 2 else [b, a]):
+                runs[tree], spent = run(tree, args.model, args.threads, gen, reps)
+                walls[name].append(spent)
+            for metric, values in logs[name].items():
+                values.append(math.log(runs[b][metric] / runs[a][metric]))
+    print(f"{args.pairs} pairs per setting, {args.threads} thread(s), {os.cpu_count()} cores; load average "
+          f"{start_load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    for name in settings:
+        print(f"  {name}: {statistics.mean(walls[name]):.2f} s a run; tg_tps {spread(logs[name]['tg_tps'])}; "
+              f"pp_tps {spread(logs[name]['pp_tps'])}")
+
+
+if __name__ == "__main__":
+    main()
