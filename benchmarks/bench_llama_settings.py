@@ -7,9 +7,11 @@ It times the binaries of trees built the harness's way; `bench_rehearsal.py --ke
 DIR/cache/worktrees/, with the model at DIR/rehearsal.gguf:
 
     python benchmarks/bench_llama_settings.py --model DIR/rehearsal.gguf --tree A --tree B [--pairs 24]
-        [--settings n128r1,n64r2,n32r3] [--threads 1]
+        [--settings n128r1,p512n128r1,p128x4n128r1] [--threads 1]
 
-`nXrY` is `-n X -r Y` (the prompt stays at the recipe's 128 tokens: it is also the op benchmark's rows).
+`nXrY` is `-n X -r Y` with the recipe's prompt of 128 tokens; `pPnXrY` prompts P tokens, and `pPxKnXrY` runs K
+prompt tests of P tokens, their figure the tokens of all over the time of all (llama.cpp's own benchmarks
+report pp512).
 Both the sample standard deviation and the MAD (x1.4826, the robust spread) of the log-ratios are printed,
 with the load average: these machines are shared.
 """
@@ -26,20 +28,27 @@ import subprocess
 import time
 from pathlib import Path
 
-SETTING = re.compile(r"^n(\d+)r(\d+)$")
+SETTING = re.compile(r"^(?:p(\d+)(?:x(\d+))?)?n(\d+)r(\d+)$")
 
 
-def run(tree: Path, model: Path, threads: int, gen: str, reps: str) -> tuple[dict[str, float], float]:
-    """One llama-bench run as the recipe makes it (flash attention, 128 prompt tokens), with `gen` and `reps`."""
+def run(tree: Path, model: Path, threads: int, setting: tuple[str, str, str, str]) -> tuple[dict[str, float], float]:
+    """One llama-bench run as the recipe makes it (flash attention), with the setting's prompt tokens, prompt
+    tests, generated tokens and repetitions. Several prompt tests are one figure: their tokens over their time."""
+    prompt, tests, gen, reps = setting
     argv = [str(tree / "build-autoresearch/bin/llama-bench"), "-m", str(model), "-ngl", "0", "-t", str(threads),
-            "-fa", "1", "-p", "128", "-n", gen, "-r", reps, "-o", "json"]
+            "-fa", "1", "-p", ",".join([prompt] * int(tests)), "-n", gen, "-r", reps, "-o", "json"]
     t0 = time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600).stdout
     spent = time.monotonic() - t0
-    found: dict[str, float] = {}
+    tokens = {"tg_tps": 0.0, "pp_tps": 0.0}
+    seconds = {"tg_tps": 0.0, "pp_tps": 0.0}
     for record in json.loads(out):
-        found["tg_tps" if record.get("n_gen") else "pp_tps"] = float(record["avg_ts"])
-    return found, spent
+        metric = "tg_tps" if record.get("n_gen") else "pp_tps"
+        tokens[metric] += float(record["n_gen"] or record["n_prompt"])
+        seconds[metric] += float(record["avg_ns"]) / 1e9
+    if not (seconds["tg_tps"] and seconds["pp_tps"]):
+        raise SystemExit(f"{argv}: expected a prompt and a generation record, got {out[:300]!r}")
+    return {metric: tokens[metric] / seconds[metric] for metric in tokens}, spent
 
 
 def spread(logs: list[float]) -> str:
@@ -58,21 +67,21 @@ def main() -> None:
     args = ap.parse_args()
     if len(args.tree) != 2:
         raise SystemExit("give --tree twice: the two builds of each pair")
-    settings: dict[str, tuple[str, str]] = {}
+    settings: dict[str, tuple[str, str, str, str]] = {}
     for name in args.settings.split(","):
         found = SETTING.match(name)
         if found is None:
-            raise SystemExit(f"setting {name!r}: write it as nXrY (-n X -r Y), e.g. n128r1")
-        settings[name] = (found.group(1), found.group(2))
+            raise SystemExit(f"setting {name!r}: write it as [pP[xK]]nXrY (-p P, K times; -n X -r Y), e.g. n128r1")
+        settings[name] = (found.group(1) or "128", found.group(2) or "1", found.group(3), found.group(4))
     a, b = args.tree
     logs: dict[str, dict[str, list[float]]] = {s: {"tg_tps": [], "pp_tps": []} for s in settings}
     walls: dict[str, list[float]] = {s: [] for s in settings}
     start_load = os.getloadavg()[0]
     for i in range(args.pairs):
-        for name, (gen, reps) in settings.items():
+        for name, setting in settings.items():
             runs = {}
             for tree in ([a, b] if i % 2 else [b, a]):
-                runs[tree], spent = run(tree, args.model, args.threads, gen, reps)
+                runs[tree], spent = run(tree, args.model, args.threads, setting)
                 walls[name].append(spent)
             for metric, values in logs[name].items():
                 values.append(math.log(runs[b][metric] / runs[a][metric]))
