@@ -43,18 +43,16 @@ class LaunchRequest:
 def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
     """Start one experiment (non-blocking): a new candidate, more pairs for an earlier one, its change
     re-applied on a moved head, or the session's measured total; refused when it measures nothing new."""
-    title, hypothesis, sources, source = request.title, request.hypothesis, request.sources, request.source
-    commit, patch, repeats, experiment_id = request.commit, request.patch, request.repeats, request.experiment_id
     manager.check_branch()
     unconfinable = manager.executor.confinement_problem(manager.config.sandbox)
     if unconfinable:
         raise StateError(unconfinable)
-    reapplies = None
     focus = focus_.names(request.focus)
     if focus:
         recipes.check_focus(recipes.get(manager.config.recipe) if manager.config.recipe else None, focus)
+    source, experiment_id = request.source, request.experiment_id
     if source == "experiment":
-        if commit or patch:
+        if request.commit or request.patch:
             raise InputError("source='experiment' takes experiment_id, neither commit nor patch; drop them")
         if not experiment_id:
             raise InputError("source='experiment' needs experiment_id (the experiment to measure further)")
@@ -65,26 +63,35 @@ def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
         if _measures_head(manager, earlier):
             if _unchecked_platforms(manager, earlier):
                 return _recheck(manager, earlier)
-            return _continue(manager, earlier, repeats)
+            return _continue(manager, earlier, request.repeats)
         if earlier.launch.source == "session":
-            return launch(manager, LaunchRequest(title or earlier.title, hypothesis, sources, "session",
-                                                 repeats=repeats))
-        reapplies = earlier
-        title, hypothesis = title.strip() or earlier.title, hypothesis.strip() or earlier.launch.hypothesis
-        sources = sources or list(earlier.launch.sources)
-        focus = list(earlier.launch.focus)
-    elif experiment_id:
+            return launch(manager, LaunchRequest(request.title or earlier.title, request.hypothesis, request.sources,
+                                                 "session", repeats=request.repeats))
+        return _launch_new(manager, dataclasses.replace(
+            request, title=request.title.strip() or earlier.title,
+            hypothesis=request.hypothesis.strip() or earlier.launch.hypothesis,
+            sources=request.sources or list(earlier.launch.sources), focus=list(earlier.launch.focus)), earlier)
+    if experiment_id:
         raise InputError("experiment_id goes with source='experiment'; drop it or change source")
     if source == "session":
-        return _launch_session(manager, title, hypothesis, repeats, focus)
-    if not title.strip():
+        return _launch_session(manager, request.title, request.hypothesis, request.repeats, focus)
+    return _launch_new(manager, dataclasses.replace(request, focus=focus), None)
+
+
+def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: ExperimentState | None
+                ) -> LaunchResult:
+    """A new candidate (or the change of `reapplies`, re-applied on the moved head) made into a commit on the
+    session head, refused when it measures nothing new, recorded and submitted."""
+    source, commit, patch, focus = request.source, request.commit, request.patch, list(request.focus or [])
+    hypothesis, sources = request.hypothesis, request.sources
+    if not request.title.strip():
         raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
                          "(only source='experiment' takes the earlier experiment's title)")
-    title = one_line(title, "title")
+    title = one_line(request.title, "title")
     if request.restore_worktree and source != "worktree":
         raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
                          f"involved with source={source!r}); drop it")
-    repeats = designs.checked_repeats(manager.config, repeats)
+    repeats = designs.checked_repeats(manager.config, request.repeats)
     exp_id = uuid.uuid4().hex[:10]
     with manager.lock:
         head = manager.session_head()
