@@ -19,46 +19,8 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
     with manager.commit_lock:
         manager.check_branch()
         exp = manager.get(experiment_id)
-        verdict = exp.verdict
-        if exp.commit:
-            raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit.commit}")
-        if exp.launch.source == "session":
-            raise RefusedError(f"experiment {experiment_id} measures the session's commits together (the head "
-                               "against the session's start): it is the measured total, not a change to commit")
-        if exp.status not in FINAL_STATUSES:
-            raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
-        if exp.status == "checks_failed":
-            raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
-                               "correct is never committed. Fix it and launch again")
-        blocked = _blocked_reason(exp)
-        if verdict != "improved" and blocked:
-            raise RefusedError(f"experiment {experiment_id} is {verdict!r}: {blocked}")
-        if verdict != "improved":
-            why = exp.metric(readouts.lead_metric(exp)).model_extra or {}
-            raise RefusedError(
-                f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
-                "significant improvement beyond the minimum effect is committed"
-                + (f" ({why['note']})" if why.get("note") else "")
-                + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
-                   if verdict in designs.REMEASURE and not designs.not_continuable(exp) else ""))
-        if not (exp.checks and exp.checks.passed):
-            raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
-                               "correct is never committed. Fix it and launch again")
-        if exp.launch.incremental:
-            raise RefusedError(
-                f"experiment {experiment_id} was measured on an incremental build, where a stale object could "
-                "fake a gain; confirm it on a clean, cache-backed build first: launch_experiment(source='commit', "
-                f"commit='{exp.launch.candidate_commit}', clean_build=true), then commit that experiment")
-        blocked = manager.platform_note(exp)
-        if blocked:
-            raise RefusedError(blocked)
         head = manager.session_head()
-        if exp.launch.base_commit != head:
-            raise RefusedError(
-                f"experiment {experiment_id} was measured against {exp.launch.base_commit[:12]}, but the "
-                f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
-                f"again on the new head (launch_experiment(source='experiment', experiment_id='{experiment_id}') "
-                "re-applies its change there) and commit that")
+        _refuse_uncommittable(manager, exp, head)
         title = message.one_line(title, "title") if title is not None else exp.title
         hidden = _holdout(manager, exp)
         drift = manager.baseline_drift(exp.launch.base_commit)  # after the measurement and the holdout
@@ -78,6 +40,51 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
                                         branch=manager.config.branch, title=title))
         return CommitResult(commit=new, branch=manager.config.branch, message=text, worktree_updated=updated,
                             holdout=_holdout_summary(hidden))
+
+
+def _refuse_uncommittable(manager: ExperimentManager, exp: ExperimentState, head: str) -> None:
+    """Refuse (RefusedError, with the reason and what to do) anything but a significant winner whose checks
+    and platforms passed, measured on a clean build against the session head `head`."""
+    experiment_id = exp.experiment_id
+    verdict = exp.verdict
+    if exp.commit:
+        raise RefusedError(f"experiment {experiment_id} is already committed as {exp.commit.commit}")
+    if exp.launch.source == "session":
+        raise RefusedError(f"experiment {experiment_id} measures the session's commits together (the head "
+                           "against the session's start): it is the measured total, not a change to commit")
+    if exp.status not in FINAL_STATUSES:
+        raise RefusedError(f"experiment {experiment_id} is still {exp.status}; wait for its verdict")
+    if exp.status == "checks_failed":
+        raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
+                           "correct is never committed. Fix it and launch again")
+    blocked = _blocked_reason(exp)
+    if verdict != "improved" and blocked:
+        raise RefusedError(f"experiment {experiment_id} is {verdict!r}: {blocked}")
+    if verdict != "improved":
+        why = exp.metric(readouts.lead_metric(exp)).model_extra or {}
+        raise RefusedError(
+            f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
+            "significant improvement beyond the minimum effect is committed"
+            + (f" ({why['note']})" if why.get("note") else "")
+            + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
+               if verdict in designs.REMEASURE and not designs.not_continuable(exp) else ""))
+    if not (exp.checks and exp.checks.passed):
+        raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
+                           "correct is never committed. Fix it and launch again")
+    if exp.launch.incremental:
+        raise RefusedError(
+            f"experiment {experiment_id} was measured on an incremental build, where a stale object could "
+            "fake a gain; confirm it on a clean, cache-backed build first: launch_experiment(source='commit', "
+            f"commit='{exp.launch.candidate_commit}', clean_build=true), then commit that experiment")
+    blocked = manager.platform_note(exp)
+    if blocked:
+        raise RefusedError(blocked)
+    if exp.launch.base_commit != head:
+        raise RefusedError(
+            f"experiment {experiment_id} was measured against {exp.launch.base_commit[:12]}, but the "
+            f"session head is now {head[:12]}: its gain may not hold on top of the new head. Measure it "
+            f"again on the new head (launch_experiment(source='experiment', experiment_id='{experiment_id}') "
+            "re-applies its change there) and commit that")
 
 
 def _advance(manager: ExperimentManager, old: str, new: str) -> bool:
