@@ -524,6 +524,7 @@ def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path, pool: Make
 def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, pool: MakePool) -> None:
     from autoresearch_mcp.core.config import state_dir
     from autoresearch_mcp.core.ledger import Ledger
+    from autoresearch_mcp.experiments import launching, readouts
     from autoresearch_mcp.experiments.manager import ExperimentManager
 
     repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
@@ -532,13 +533,14 @@ def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, p
     fake = FakeSky(tmp_path / "vms", hourly_usd=3.6)
     p = pool(repo, fake, cfg=cfg)
     manager = ExperimentManager(gitpython.Repo(repo), cfg, Ledger(state_dir(repo) / "ledger.jsonl"), p)
-    launched = manager.launch("faster", "less work", ["test"], "patch", None,
-                              "--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n", "auto", False)
+    launched = launching.launch(manager, launching.LaunchRequest(
+        "faster", "less work", ["test"], "patch", patch="--- a/value.txt\n+++ b/value.txt\n@@ -1 +1 @@\n-100\n+90\n",
+        repeats="auto"))
     until(lambda: manager.view.experiments[launched.experiment_id].status == "done")
-    fetched = manager.fetch(launched.experiment_id, 5)
+    fetched = readouts.fetch(manager, launched.experiment_id, 5)
     assert fetched.cost_usd is not None and fetched.cost_usd > 0
     assert fetched.host["instance_type"] == "fake.4xlarge" and fetched.worker == f"ar-{SESSION}-0"
-    assert manager.list(None).cost_usd == pytest.approx(fetched.cost_usd, abs=1e-4)
+    assert readouts.list_experiments(manager, None).cost_usd == pytest.approx(fetched.cost_usd, abs=1e-4)
 
 
 @pytest.mark.anyio

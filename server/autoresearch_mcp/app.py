@@ -31,6 +31,7 @@ from autoresearch_mcp.analysis import bounds, hotspots, passes
 from autoresearch_mcp.analysis.diff_backends import compare_backends
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import AutoresearchError
+from autoresearch_mcp.experiments import committing, launching, readouts
 from autoresearch_mcp.models import (
     AddNoteResult,
     AnalyzeBoundsResult,
@@ -431,9 +432,9 @@ def build_server() -> _Server:
         interleaved pairs, then checked. Refuses empty changes, edits of the protected scripts and
         duplicates (measure an undecided one further with source=experiment). Follow it with
         fetch_sky_logs; prepare the next idea meanwhile."""
-        return _state(ctx).require_session().manager.launch(
-            title, hypothesis, sources, source, commit, patch, repeats, restore_worktree, clean_build, experiment_id,
-            focus)
+        request = launching.LaunchRequest(title, hypothesis, sources, source, commit, patch, repeats, restore_worktree,
+                                          clean_build, experiment_id, focus)
+        return launching.launch(_state(ctx).require_session().manager, request)
 
     async def get_experiment(
         ctx: Context[AppState],
@@ -446,7 +447,7 @@ def build_server() -> _Server:
         """Status, log tail and verdict of an experiment: per metric the change with its CI, level and pairs;
         checks, cost, next_step. Use wait_s rather than polling in a loop."""
         manager = _state(ctx).require_session().manager
-        return await _blocking(ctx, lambda: manager.fetch(experiment_id, tail_lines, wait_s, samples))
+        return await _blocking(ctx, lambda: readouts.fetch(manager, experiment_id, tail_lines, wait_s, samples))
 
     server.tool(annotations=_READ_ONLY)(_guard(get_experiment))
     for alias, name in ALIASES.items():  # kept for prompts and programs that call the first name
@@ -462,7 +463,7 @@ def build_server() -> _Server:
     ) -> CommitResult:
         """Commit a proven winner (improved, checks passed, measured on the current head) with its
         evidence in the message. Then review the diff against the project's conventions."""
-        return _state(ctx).require_session().manager.commit_winner(experiment_id, title)
+        return committing.commit_winner(_state(ctx).require_session().manager, experiment_id, title)
 
     @server.tool(annotations=_DESTRUCTIVE)
     @_guard

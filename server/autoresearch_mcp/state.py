@@ -21,6 +21,7 @@ from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.port import Executor
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import AutoresearchError, StateError
+from autoresearch_mcp.experiments import readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.experiments.platforms import Fleet
 from autoresearch_mcp.models import (
@@ -135,7 +136,7 @@ class AppState:
     ) -> StartSessionResult:
         old = self.session
         if old is not None:
-            running = old.manager.list(None).running
+            running = readouts.list_experiments(old.manager, None).running
             if running:
                 raise StateError(
                     f"{running} experiment(s) of session {old.config.tag} are still running; "
@@ -173,7 +174,7 @@ class AppState:
 
     def list_experiments(self, status: str | None) -> ListExperimentsResult:
         session = self.require_session()
-        result = session.manager.list(status)
+        result = readouts.list_experiments(session.manager, status)
         result.notes = notes.read(session.root)
         result.notes_path = str(notes.notes_path(session.root))
         return result

@@ -34,28 +34,18 @@ from autoresearch_mcp.core import gitops
 from autoresearch_mcp.core.config import SessionConfig, state_dir
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.worktrees import repo_key
+from autoresearch_mcp.executors import sky_port
 from autoresearch_mcp.executors.sky_pool import SkyPool
-from autoresearch_mcp.executors.sky_port import (
-    ApiServerDown,
-    ClusterGone,
-    ClusterInfo,
-    ClusterInit,
-    JobInfo,
-    NoCloudAccess,
-    ResourcesMismatch,
-    ResourcesUnavailable,
-    SkyError,
-    Transient,
-)
+from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo, JobInfo, SkyError
 from autoresearch_mcp.measure import figures
 from autoresearch_mcp.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_ERRORS: dict[str, type[SkyError]] = {
-    "no_cloud": NoCloudAccess, "unavailable": ResourcesUnavailable, "gone": ClusterGone,
-    "api_down": ApiServerDown, "init": ClusterInit, "mismatch": ResourcesMismatch, "transient": Transient,
-    "error": SkyError,
+_ERRORS: dict[str, type[SkyError]] = {  # the helper's error kinds, as the port's errors
+    "no_cloud": sky_port.NoCloudAccess, "unavailable": sky_port.ResourcesUnavailable, "gone": sky_port.ClusterGone,
+    "api_down": ApiServerDown, "init": sky_port.ClusterInit, "mismatch": sky_port.ResourcesMismatch,
+    "transient": sky_port.Transient, "error": SkyError,
 }
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

@@ -1,0 +1,347 @@
+"""launch_experiment: a candidate (the work tree, a commit, a patch, an earlier experiment's change, or the
+session's head) made into a commit and a runner job, refused when it measures nothing new; and more pairs, or
+more platforms, for an experiment already measured on the current head."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass, field
+
+from autoresearch_mcp import recipes
+from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.config import Platform, SessionConfig
+from autoresearch_mcp.core.ledger import ExperimentState
+from autoresearch_mcp.core.port import Job
+from autoresearch_mcp.core.records import ContinueRecord, LaunchRecord
+from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.experiments import designs, events
+from autoresearch_mcp.experiments import focus as focus_
+from autoresearch_mcp.experiments.manager import ExperimentManager, platforms_running
+from autoresearch_mcp.experiments.message import one_line
+from autoresearch_mcp.measure import figures, stats
+from autoresearch_mcp.models import FINAL_STATUSES, LaunchResult
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One launch_experiment call, as the tool received it (docs: the tool's parameters in app.py)."""
+
+    title: str
+    hypothesis: str = ""
+    sources: list[str] = field(default_factory=list)
+    source: str = "worktree"  # worktree, commit, patch, experiment or session
+    commit: str | None = None  # with source=commit
+    patch: str | None = None  # with source=patch
+    repeats: int | str | None = None  # pairs, "auto", or None: the config's default
+    restore_worktree: bool = False
+    clean_build: bool = False
+    experiment_id: str | None = None  # with source=experiment
+    focus: list[str] | None = None
+
+
+def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
+    """Start one experiment (non-blocking): a new candidate, more pairs for an earlier one, its change
+    re-applied on a moved head, or the session's measured total; refused when it measures nothing new."""
+    manager.check_branch()
+    unconfinable = manager.executor.confinement_problem(manager.config.sandbox)
+    if unconfinable:
+        raise StateError(unconfinable)
+    focus = focus_.names(request.focus)
+    if focus:
+        recipes.check_focus(recipes.get(manager.config.recipe) if manager.config.recipe else None, focus)
+    source, experiment_id = request.source, request.experiment_id
+    if source == "experiment":
+        if request.commit or request.patch:
+            raise InputError("source='experiment' takes experiment_id, neither commit nor patch; drop them")
+        if not experiment_id:
+            raise InputError("source='experiment' needs experiment_id (the experiment to measure further)")
+        earlier = manager.get(experiment_id)
+        if focus and focus != list(earlier.launch.focus):
+            raise InputError(f"experiment {experiment_id} is judged on focus {earlier.launch.focus or 'none'}; "
+                             "measuring it further keeps it: drop focus, or launch the change afresh")
+        if _measures_head(manager, earlier):
+            if _unchecked_platforms(manager, earlier):
+                return _recheck(manager, earlier)
+            return _continue(manager, earlier, request.repeats)
+        if earlier.launch.source == "session":
+            return launch(manager, LaunchRequest(request.title or earlier.title, request.hypothesis, request.sources,
+                                                 "session", repeats=request.repeats))
+        return _launch_new(manager, dataclasses.replace(
+            request, title=request.title.strip() or earlier.title,
+            hypothesis=request.hypothesis.strip() or earlier.launch.hypothesis,
+            sources=request.sources or list(earlier.launch.sources), focus=list(earlier.launch.focus)), earlier)
+    if experiment_id:
+        raise InputError("experiment_id goes with source='experiment'; drop it or change source")
+    if source == "session":
+        return _launch_session(manager, request.title, request.hypothesis, request.repeats, focus)
+    return _launch_new(manager, dataclasses.replace(request, focus=focus), None)
+
+
+def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: ExperimentState | None
+                ) -> LaunchResult:
+    """A new candidate (or the change of `reapplies`, re-applied on the moved head) made into a commit on the
+    session head, refused when it measures nothing new, recorded and submitted."""
+    source, commit, patch, focus = request.source, request.commit, request.patch, list(request.focus or [])
+    hypothesis, sources = request.hypothesis, request.sources
+    if not request.title.strip():
+        raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
+                         "(only source='experiment' takes the earlier experiment's title)")
+    title = one_line(request.title, "title")
+    if request.restore_worktree and source != "worktree":
+        raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
+                         f"involved with source={source!r}); drop it")
+    repeats = designs.checked_repeats(manager.config, request.repeats)
+    exp_id = uuid.uuid4().hex[:10]
+    with manager.lock:
+        head = manager.session_head()
+        base_tree = gitops.tree_of(manager.repo, head)
+        if reapplies is not None:
+            tree = _reapplied_tree(manager, reapplies, head)
+            parent_note = f"source: experiment {reapplies.experiment_id}"
+        else:
+            tree, parent_note = _candidate_tree(manager, source, commit, patch, head)
+        if tree == base_tree:
+            raise RefusedError(
+                "the candidate is identical to the session head: there is nothing to measure. "
+                "Edit the code first (or pass source='commit' / 'patch')")
+        candidate = gitops.commit_tree(manager.repo, tree, head, f"autoresearch candidate {exp_id}: {title}"
+                                       f"\n\n{parent_note}")
+        changed = gitops.changed_paths(manager.repo, head, candidate)
+        refuse_protected(manager.config, changed)
+        nested = gitops.new_gitlinks(manager.repo, head, tree) if source == "worktree" else []
+        if nested:
+            raise RefusedError(
+                f"{', '.join(nested[:5])} is a nested git repository (it has its own .git): a snapshot would "
+                "record only a pointer to its commit, not its files. Commit its files to this repository, "
+                "ignore it (.gitignore), or move it out of the work tree, then launch again")
+        incremental = manager.config.incremental and not request.clean_build
+        for other in manager.mine():
+            if _measured(other, head, tree, incremental):
+                raise RefusedError(_duplicate(other))
+        if focus:
+            focus_.check(gitops.diff_hunks(manager.repo, head, candidate), focus)
+        gitops.update_ref(manager.repo, gitops.EXP_REF + exp_id, candidate)
+        saved = gitops.reset_saving(manager.repo, head, f"autoresearch: before experiment {exp_id}: {title}") \
+            if request.restore_worktree else None
+        restored = saved is not None
+        design = designs.design(manager.config, repeats)
+        spec = designs.spec(manager.config, focus)
+        record = LaunchRecord(
+            experiment_id=exp_id, session_id=manager.config.session_id, title=title.strip(),
+            hypothesis=hypothesis.strip(), sources=sources, source=source, base_commit=head,
+            candidate_commit=candidate, candidate_tree=tree, changed_files=changed, repeats=repeats,
+            design=design.record(), metric=manager.config.metric, direction=manager.config.direction,
+            executor=manager.executor.name, incremental=incremental, objectives=spec.objective_names,
+            guards=spec.guards, reapplies=reapplies.experiment_id if reapplies else None, focus=focus,
+            judging=dataclasses.asdict(spec),
+        )
+        manager.append(record)
+    job = Job(exp_id, head, candidate, manager.logs / f"{exp_id}.log",
+              spec=designs.job(manager, design, record, base_tree, tree, incremental, manager.platforms[0]))
+    manager.executor.submit(job, events.sink(manager))
+    note = f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)" if reapplies else ""
+    return LaunchResult(
+        experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
+        changed_files=changed, repeats=repeats, worktree_restored=restored,
+        reapplies=reapplies.experiment_id if reapplies else None,
+        message=(f"queued on the {manager.executor.name} executor{note}; poll fetch_sky_logs('{exp_id}') and "
+                 "prepare the next idea meanwhile" + (f" (work tree reset to the session head; what it held, "
+                                                      f"index and untracked files included, is saved as stash "
+                                                      f"{saved[:12]}: `git stash apply --index {saved[:12]}` "
+                                                      "brings it back)" if saved else "")),
+    )
+
+
+def _measures_head(manager: ExperimentManager, exp: ExperimentState) -> bool:
+    """Whether `exp` still measures against the session head: more pairs for it pool with its own. The
+    session's measured total measures the head itself (against the session's start)."""
+    head = manager.session_head()
+    if exp.launch.source == "session":
+        return exp.launch.candidate_commit == head
+    return exp.launch.base_commit == head
+
+
+def _launch_session(manager: ExperimentManager, title: str, hypothesis: str, repeats: int | str | None,
+                    focus: list[str]) -> LaunchResult:
+    """The session's head against its start, end to end, on every objective: the measured total of what
+    was committed (never committable itself)."""
+    if focus:
+        raise InputError("source='session' measures the whole session end to end, on its objectives; drop focus")
+    repeats = designs.checked_repeats(manager.config, repeats)
+    start, head = manager.config.start_commit, manager.session_head()
+    if start == head:
+        raise RefusedError("nothing was committed in this session yet: the session head is its start")
+    exp_id = uuid.uuid4().hex[:10]
+    with manager.lock:
+        tree = gitops.tree_of(manager.repo, head)
+        for other in manager.mine():
+            if other.launch.source == "session" and _measured(other, start, tree, False):
+                raise RefusedError(_duplicate(other))
+        design = designs.design(manager.config, repeats, session=True)
+        spec = designs.spec(manager.config, [], session=True)
+        launch = LaunchRecord(
+            experiment_id=exp_id, session_id=manager.config.session_id,
+            title=one_line(title or "session total", "title"),
+            hypothesis=hypothesis.strip() or "every commit of the session together, end to end",
+            sources=[], source="session", base_commit=start, candidate_commit=head, candidate_tree=tree,
+            changed_files=gitops.changed_paths(manager.repo, start, head), repeats=repeats, design=design.record(),
+            metric=manager.config.metric, direction=manager.config.direction, executor=manager.executor.name,
+            objectives=spec.objective_names, guards=spec.guards, judging=dataclasses.asdict(spec),
+        )
+        manager.append(launch)
+    job = Job(exp_id, start, head, manager.logs / f"{exp_id}.log",
+              spec=designs.job(manager, design, launch, gitops.tree_of(manager.repo, start), tree, False,
+                               manager.platforms[0]))
+    manager.executor.submit(job, events.sink(manager))
+    return LaunchResult(
+        experiment_id=exp_id, status="queued", base_commit=start, candidate_commit=head,
+        changed_files=list(launch.changed_files), repeats=repeats,
+        message=(f"queued: the session head {head[:12]} against its start {start[:12]}, end to end; "
+                 f"list_experiments shows it as the session's measured total. Poll fetch_sky_logs('{exp_id}')"))
+
+
+def _continue(manager: ExperimentManager, exp: ExperimentState, repeats: int | str | None) -> LaunchResult:
+    """More pairs for an undecided experiment on the same head: a new round of the same design,
+    its pairs pooled with the earlier ones, so the one calibrated alpha covers every round."""
+    exp_id = exp.experiment_id
+    with manager.lock:
+        if exp.status not in FINAL_STATUSES:
+            raise RefusedError(f"experiment {exp_id} is still {exp.status}; wait for its verdict")
+        why = designs.not_continuable(exp)
+        if why:
+            raise RefusedError(f"experiment {exp_id} cannot be measured further: {why}")
+        design = stats.load_design(exp.launch.design)
+        if not isinstance(design, stats.Design):
+            raise RefusedError(
+                f"experiment {exp_id} was measured with an earlier design, whose pairs cannot be pooled "
+                "with the current one; launch it afresh: source='commit', "
+                f"commit='{exp.launch.candidate_commit}'")
+        prior = figures.measured_samples(exp)
+        done = len({int(s["pair"]) for s in prior})
+        repeats = "auto" if repeats is None else designs.checked_repeats(manager.config, repeats)
+        try:
+            stops = design.round_stops(done, repeats)
+        except InputError as exc:
+            raise RefusedError(f"experiment {exp_id}: {exc}. Treat it as no gain within the budget, or make "
+                               "the benchmark steadier and measure a new idea") from None
+        manager.append(ContinueRecord(experiment_id=exp_id, prior_pairs=done, stops=stops, repeats=repeats))
+        manager.pairs_done[exp_id] = done
+    base_commit, candidate = exp.launch.base_commit, exp.launch.candidate_commit
+    spec = designs.job(manager, design, exp.launch, gitops.tree_of(manager.repo, base_commit),
+                       exp.launch.candidate_tree, exp.launch.incremental, manager.platforms[0], stops)
+    spec["prior_samples"] = prior
+    manager.executor.submit(Job(exp_id, base_commit, candidate, manager.logs / f"{exp_id}.log", spec=spec),
+                            events.sink(manager))
+    return LaunchResult(
+        experiment_id=exp_id, status="queued", base_commit=exp.launch.base_commit,
+        candidate_commit=exp.launch.candidate_commit, changed_files=list(exp.launch.changed_files),
+        repeats=repeats, prior_pairs=done,
+        message=(f"experiment {exp_id} continues: its {done} pairs are pooled with up to {stops[-1] - done} more "
+                 f"under the same design; poll fetch_sky_logs('{exp_id}')"),
+    )
+
+
+def _unchecked_platforms(manager: ExperimentManager, exp: ExperimentState) -> list[Platform]:
+    """The platforms where a host winner's run ended without a verdict of its own (cancelled, lost,
+    or a worker or cloud error)."""
+    if not (exp.status == "done" and exp.verdict == "improved") or exp.commit:
+        return []
+    return [p for p in manager.platforms[1:] if p.name in exp.platforms
+            and exp.platforms[p.name].status in FINAL_STATUSES and exp.platforms[p.name].passed is None]
+
+
+def _recheck(manager: ExperimentManager, exp: ExperimentState) -> LaunchResult:
+    """Run a host winner's unfinished platforms again; the host's measurement stands (no new alpha)."""
+    with manager.lock:
+        running = platforms_running(exp)
+        if running:
+            raise RefusedError(f"experiment {exp.experiment_id} is still being checked on {', '.join(running)}; "
+                               "wait for it")
+        again = _unchecked_platforms(manager, exp)
+        queued = events.queue_platforms(manager, exp, again)
+    events.start_platforms(manager, exp, queued)
+    names = ", ".join(p.name for p in again)
+    return LaunchResult(
+        experiment_id=exp.experiment_id, status=exp.status, base_commit=exp.launch.base_commit,
+        candidate_commit=exp.launch.candidate_commit, changed_files=list(exp.launch.changed_files),
+        repeats=exp.launch.repeats,
+        message=(f"experiment {exp.experiment_id}'s host result stands; it is checked again on {names}. Poll "
+                 f"fetch_sky_logs('{exp.experiment_id}')"))
+
+
+def _reapplied_tree(manager: ExperimentManager, exp: ExperimentState, head: str) -> str:
+    """An earlier experiment's change (its candidate against its own base) applied onto `head`."""
+    diff = gitops.diff(manager.repo, exp.launch.base_commit, exp.launch.candidate_commit)
+    try:
+        return gitops.patch_tree(manager.repo, head, diff)
+    except RefusedError as exc:
+        raise RefusedError(
+            f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]} (the head "
+            f"moved since it was measured on {exp.launch.base_commit[:12]}): {exc}. Redo the change on the "
+            "current head and launch it as a new experiment") from None
+
+
+def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:
+    """Whether `other` already measures this candidate on this head, so a new launch would only
+    spend a fresh alpha on it (more pairs continue `other` instead)."""
+    if other.launch.candidate_tree != tree or other.launch.base_commit != head:
+        return False
+    if other.status in designs.RETRYABLE and other.measured is None:
+        return False  # nothing was measured: launching it again spends nothing
+    if other.verdict in designs.REMEASURE and not isinstance(stats.load_design(other.launch.design), stats.Design):
+        return False  # measured with an earlier design: its pairs cannot be pooled
+    # a clean build may confirm a result that was measured on an incremental one
+    return not other.launch.incremental or incremental
+
+
+def refuse_protected(config: SessionConfig, changed: list[str]) -> None:
+    """Refuse a candidate that changes what the session protects (at launch, and again at commit)."""
+    hit = gitops.protected_changes(changed, config.protected)
+    if hit:
+        shown = hit[:10] + ([f"... {len(hit) - 10} more"] if len(hit) > 10 else [])
+        raise RefusedError(
+            f"the candidate changes protected files {shown}: the benchmark, the checks, the session folder "
+            f"{gitops.SESSION_DIR}/ and .gitattributes/.gitmodules are taken from the baseline so a candidate "
+            "cannot change how it is measured or recorded. Revert those files (git checkout -- <file>) and "
+            "launch again")
+
+
+def _candidate_tree(manager: ExperimentManager, source: str, commit: str | None, patch: str | None,
+                    head: str) -> tuple[str, str]:
+    if source != "patch" and patch:
+        raise InputError(f"patch is only read with source='patch', not source={source!r}: pass one of them")
+    if source != "commit" and commit:
+        raise InputError(f"commit is only read with source='commit', not source={source!r}: pass one of them")
+    if source == "worktree":
+        if commit or patch:
+            raise InputError("source='worktree' takes neither commit nor patch; drop them or change source")
+        branch = gitops.current_branch(manager.repo)
+        if branch != manager.config.branch:
+            raise StateError(
+                f"the work tree is on {branch or 'a detached HEAD'}, not the session branch "
+                f"{manager.config.branch}; check it out (git checkout {manager.config.branch}) or launch "
+                "with source='commit'")
+        return gitops.snapshot_worktree(manager.repo, head), "source: working tree snapshot"
+    if source == "commit":
+        if not commit:
+            raise InputError("source='commit' needs commit (a sha, branch or other commit-ish)")
+        sha = gitops.resolve_commit(manager.repo, commit)
+        return gitops.tree_of(manager.repo, sha), f"source: commit {sha}"
+    if source == "patch":
+        if not patch:
+            raise InputError("source='patch' needs patch (a unified diff against the session head)")
+        return gitops.patch_tree(manager.repo, head, patch), "source: patch"
+    raise InputError(f"source must be 'worktree', 'commit' or 'patch', not {source!r}")
+
+
+def _duplicate(other: ExperimentState) -> str:
+    """Why a new launch of the candidate `other` measures on the same head is refused, and what to do."""
+    same = (f"this candidate is identical to experiment {other.experiment_id} ({other.title!r}, {other.status}"
+            + (f", {other.verdict}" if other.verdict else "") + ") on the same head")
+    why = designs.not_continuable(other)
+    if not why and (other.verdict in designs.REMEASURE or other.status in designs.RETRYABLE):
+        return (f"{same}: a new experiment would test it again with a fresh alpha. Measure it further instead: "
+                f"launch_experiment(source='experiment', experiment_id='{other.experiment_id}') pools more pairs "
+                "under its design")
+    return f"{same}; read it with fetch_sky_logs instead" + (f" ({why})" if other.verdict in designs.REMEASURE else "")

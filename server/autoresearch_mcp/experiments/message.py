@@ -1,0 +1,122 @@
+"""A winner's commit message, with its evidence and trailers, and the one-line titles that go into it."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from typing import Any
+
+from autoresearch_mcp.core.ledger import ExperimentState
+from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.experiments import branch, holdout, readouts
+from autoresearch_mcp.experiments.manager import ExperimentManager
+from autoresearch_mcp.measure import stats
+
+_TRAILER_LIKE = re.compile(r"^(\s*)(autoresearch-[\w-]*\s*:)", re.IGNORECASE | re.MULTILINE)
+MAX_TITLE = 200
+
+
+def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
+                   hidden: holdout.HoldoutOutcome | None = None) -> str:
+    """A winner's commit message: title, hypothesis, sources, the result with its interval, the other metrics,
+    checks, holdout and platforms, and the trailers that tie the commit to its experiment."""
+    c = manager.config
+    launch = exp.launch
+    design = stats.load_design(launch.design)
+    outcome = exp.outcome
+    lines = [title.strip(), ""]
+    if launch.hypothesis:
+        lines += [_quoted("Hypothesis: " + launch.hypothesis), ""]
+    if launch.sources:
+        lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch.sources] + [""]
+    lead = readouts.lead_metric(exp)
+    m = exp.metric(lead)
+    better = (launch.judging or {}).get("focus_direction", c.direction) if launch.focus else c.direction
+    level = round(100 * float((m.model_extra or {}).get("ci_level") or (1 - design.alpha)))
+    lines.append(
+        f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} (means of this experiment's own runs; "
+        f"the session's baseline is start_session's) "
+        f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
+        + (f"p={m.p_value:.2g}, " if m.p_value is not None else "")
+        + f"{m.n_pairs} interleaved pairs; {better} is better)")
+    extra = m.model_extra or {}
+    if extra.get("mean_pct") is not None:
+        lines.append(f"  average run {extra['mean_pct']:+.2f}% [{extra['mean_low_pct']:+.2f}%, "
+                     f"{extra['mean_high_pct']:+.2f}%]; worst 5% of runs {extra.get('tail_pct') or 0:+.2f}%")
+    if launch.focus:
+        layout = (exp.analysis.model_extra or {}).get("layout_pct")
+        lines.append(f"Focus: {', '.join(launch.focus)} (the op level; end to end below)"
+                     + (f"; untouched controls moved at most {layout:.2f}%" if layout is not None else ""))
+    claims = readouts.claims(exp)
+    if launch.focus:
+        lines.append("Claims: " + "; ".join([*claims, readouts.session_claim(manager)]))
+    won = exp.analysis.won
+    if won and not launch.focus:
+        objectives = exp.launch.objectives or [c.metric]
+        lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
+    for name, other in sorted(exp.metrics.items()):
+        if name != lead and other.delta_pct is not None:
+            margin = (other.model_extra or {}).get("margin_pct") or other.tolerance_pct
+            role = (f" ({other.role}, {other.judgement}"
+                    + (f" within {round(margin, 1):g}%" if margin is not None else "")
+                    + ")") if other.role else ""
+            lines.append(f"  {'end to end' if launch.focus and other.role == 'guard' else 'also'} {name}: "
+                         f"{readouts.figure(other)}{role}")
+    ran = bool(outcome.checks and outcome.checks.ran)
+    took = outcome.checks.duration_s if outcome.checks else None
+    lines.append("Checks: " + ("passed (autoresearch.checks.sh" + (f", {took:.1f} s)" if took else ")")
+                               if ran else "none configured (no autoresearch.checks.sh)"))
+    if hidden is not None:
+        lines.append(f"Holdout: {hidden.verdict} over {hidden.pairs} pairs ("
+                     + "; ".join(f"{n} {readouts.figure(m)}" for n, m in sorted(hidden.metrics.items())) + ")")
+    host = outcome.host
+    if host:
+        lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
+                     f"{host.get('cpus')} CPUs)")
+    platform_results: dict[str, str] = {}
+    if len(manager.platforms) > 1:
+        first = manager.platforms[0]
+        platform_results[first.name] = (f"{exp.verdict} {m.delta_pct:+.2f}%, checks "
+                                        + ("passed" if ran else "none"))
+        for p in manager.platforms[1:]:
+            platform_results[p.name] = str(exp.platforms[p.name].summary if p.name in exp.platforms else None)
+        labels = {p.name: p.label for p in manager.platforms}
+        lines += ["Platforms:"] + [f"- {labels[n]}: {text.splitlines()[0] if text else ''}"
+                                   for n, text in platform_results.items()]
+    lines.append(f"Files: {', '.join(launch.changed_files)}")
+    result: dict[str, Any] = {"metric": lead, "direction": better, "delta_pct": m.delta_pct,
+              "ci_low_pct": m.ci_low_pct, "ci_high_pct": m.ci_high_pct, "confidence": 1 - design.alpha,
+              "p_value": m.p_value, "n_pairs": m.n_pairs, "baseline_mean": m.baseline.mean,
+              "candidate_mean": m.candidate.mean, "verdict": exp.verdict, "won": won,
+              "base_commit": launch.base_commit}
+    if launch.focus:
+        result["claims"] = [*claims, readouts.session_claim(manager)]
+        result["focus"] = list(launch.focus)
+        result["end_to_end"] = {name: {"delta_pct": o.delta_pct, "ci_low_pct": o.ci_low_pct,
+                                       "ci_high_pct": o.ci_high_pct, "judgement": o.judgement}
+                                for name, o in sorted(exp.metrics.items()) if o.role == "guard"}
+    if platform_results:
+        result["platforms"] = platform_results
+    lines += ["", f"{branch.TRAILER}: {exp.experiment_id}",
+              "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
+    return "\n".join(lines) + "\n"
+
+
+def one_line(text: str, what: str) -> str:
+    """A title: one line of printable text (a newline could forge a commit's trailers)."""
+    text = text.strip()
+    if not text:
+        raise InputError(f"{what} is empty; give a short name")
+    if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text):
+        raise InputError(f"{what} must be one line without control characters (newlines, tabs, escapes); "
+                         "put details in the hypothesis")
+    if len(text) > MAX_TITLE:
+        raise InputError(f"{what} is {len(text)} characters; keep it to {MAX_TITLE} (details go in the hypothesis)")
+    return text
+
+
+def _quoted(text: str) -> str:
+    """Free text for a commit message: a line that looks like one of the server's trailers is quoted, so
+    only the server writes Autoresearch-* trailers."""
+    return _TRAILER_LIKE.sub(r"\1> \2", text)

@@ -1,0 +1,281 @@
+"""Validating a session's benchmark before any experiment is trusted: build the head once, bench it twice,
+choose the threads and which commands see their tree read-only, check the other platforms, and say what the
+confinement does not promise."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoresearch_mcp import progress, safefs
+from autoresearch_mcp.core import gitops, runner, sandbox
+from autoresearch_mcp.core.config import (
+    BENCH_SCRIPT,
+    CHECKS_SCRIPT,
+    SessionConfig,
+    config_path,
+    judged_metrics,
+    state_dir,
+)
+from autoresearch_mcp.core.jobs import JobMaker
+from autoresearch_mcp.core.port import VALIDATION_RUNS, Executor, Job, ValidationRun
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.experiments import platforms as platforms_
+from autoresearch_mcp.measure import stats, summary
+from autoresearch_mcp.models import BenchRun, MetricSummary, ThreadsTrial
+
+
+@dataclass
+class Validation:
+    """The validation runs kept as the baseline, and (when start_session chose them) the threads."""
+
+    runs: list[BenchRun]
+    build_s: float
+    warnings: list[str]
+    threads: int | None = None  # chosen by steadiest_threads; None: the config's
+    tried: list[ThreadsTrial] = field(default_factory=list)
+    writes: list[str] | None = None  # what the bench runs wrote into their tree (None: not looked at)
+    read_only: list[str] | None = None  # chosen by choose_read_only; None: the config's
+    worker: str | None = None  # the cloud worker it ran on, as start_session reports it
+
+
+def validate_benchmark(
+    repo: gitops.Repo, config: SessionConfig, head: str, executor: Executor, extra_env: dict[str, str],
+) -> Validation:
+    """Build `head` once and bench it VALIDATION_RUNS times, in the baseline tree experiments reuse: runner jobs
+    of the session's executor, on this machine or on a worker.
+
+    On this machine, without `threads` in the config, the threads are chosen here (`steadiest_threads`), and
+    without `read_only_runs`, which commands see their tree read-only (`choose_read_only`). On a worker, the
+    bench does when its runs wrote nothing (the checks are not tried there).
+    Raises with the raw output when the benchmark cannot be trusted at all (build or bench failure,
+    a primary metric that is missing or not a number); returns warnings for softer problems.
+    """
+    content = gitops.tree_of(repo, head)
+    root = Path(config.repo)
+    log_path = state_dir(root) / "logs" / "session-validation.log"
+    with safefs.open_write(root, log_path, "w"):
+        pass  # emptied once: each job appends to it
+
+    def run(at: SessionConfig, trial: bool = False) -> ValidationRun:
+        where = " on a cloud worker" if config.executor == "sky" else ""
+        threads = f" at {at.threads} thread(s)" if at.threads else ""
+        progress.report(f"running {CHECKS_SCRIPT} on the session head, then again with its tree read-only" if trial
+                        else f"validating the benchmark of {head[:12]}{where}{threads}: build once, bench "
+                        f"{VALIDATION_RUNS} times")
+        maker = JobMaker(repo, at, extra_env)
+        spec = maker.checks_trial(head, content) if trial else maker.validation(head, content)
+        return executor.validate(Job(f"validate-{uuid.uuid4().hex[:10]}", head, head, log_path, spec=spec))
+
+    def measure(threads: int | None) -> Validation:
+        done = run(config.model_copy(update={"threads": threads}))
+        validated = Validation(*judge_validation(done, config), writes=done.writes)
+        validated.worker = done.worker
+        return validated
+
+    if config.executor == "sky":
+        validated = measure(config.threads)
+        if config.read_only_runs is None and validated.writes is not None:
+            validated.read_only = [] if validated.writes else ["bench"]
+            if validated.writes:
+                validated.warnings.append(bench_writes(validated.writes, config))
+        return validated
+    validated = (measure(config.threads) if config.threads is not None
+                 else steadiest_threads(measure, os.cpu_count() or 1, config))
+    if config.read_only_runs is None:
+        at = config.model_copy(update={"threads": validated.threads or config.threads})
+        validated.read_only, more = choose_read_only(at, validated.writes, lambda: run(at, trial=True))
+        validated.warnings.extend(more)
+    return validated
+
+
+def steadiest_threads(measure: Callable[[int], Validation], default: int, config: SessionConfig) -> Validation:
+    """Validation runs at `default` threads, then, while a judged metric's noise is over the noise
+    limit, at half as many (down to one); the runs of the steadiest count are kept.
+
+    Threads that share a machine with other work spin at every barrier while a neighbour holds their
+    core: on a shared 2-vCPU VM, two llama-bench threads gave a baseline-against-itself spread of
+    174-190% and one thread 4.5-16%. The count is then fixed for the session (config `threads`).
+    """
+    names = judged_metrics(config)
+    limit = 100.0 * config.noise_limit
+    tried: list[tuple[ThreadsTrial, Validation]] = []
+    build_s, threads = 0.0, max(1, default)
+    while True:
+        done = measure(threads)
+        build_s += done.build_s
+        noise = {n: round(100.0 * (summary.summarize([r.parsed[n] for r in done.runs])["cv"] or 0.0), 2)
+                 for n in names}
+        tried.append((ThreadsTrial(threads=threads, noise_pct=noise), done))
+        progress.report(f"threads {threads}: noise " + ", ".join(f"{n} {v:g}%" for n, v in noise.items()))
+        if max(noise.values()) <= limit or threads == 1:
+            break
+        threads //= 2
+    # The fewest threads tried, unless more were steadier beyond what the noise of those few runs explains: two
+    # noisy runs a count cannot tell a single-threaded benchmark's 2 threads from 1.
+    fewest = tried[-1]
+    steadier = [t for t in tried[:-1] if stats.clearly_steadier(
+        max(t[0].noise_pct.values()) / 100, len(t[1].runs), max(fewest[0].noise_pct.values()) / 100,
+        len(fewest[1].runs))]
+    trial, kept = min(steadier, key=lambda t: max(t[0].noise_pct.values())) if steadier else fewest
+    warnings = list(kept.warnings)
+
+    def noisiest(t: ThreadsTrial) -> str:
+        name = max(t.noise_pct, key=lambda n: t.noise_pct[n])
+        return f"{name} {t.noise_pct[name]:.1f}% at {t.threads} thread{'s' if t.threads > 1 else ''}"
+
+    if len(tried) > 1:
+        warnings.append(
+            f"the benchmark's noise (the runs' coefficient of variation) was over the limit of {limit:g}% with "
+            f"{tried[0][0].threads} threads, so fewer were measured ({'; '.join(noisiest(t) for t, _ in tried)}); "
+            f"the session measures with {trial.threads} (`threads` in {config_path(Path(config.repo))}: set it "
+            "there and call start_session again to choose yourself)")
+    if max(trial.noise_pct.values()) > limit:
+        warnings.append(f"the steadiest setting is still over the noise limit of {limit:g}% ({noisiest(trial)}): "
+                        "expect many pairs or `noisy` verdicts; make one run longer or use a quieter machine")
+    return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes)
+
+
+WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "
+                "{config} and call start_session again")
+
+
+def confinement_warnings(setting: str) -> list[str]:
+    """What the session's confinement does not promise on this machine, and what it opened up by choice."""
+    mode, shares = sandbox.parse_mode(setting)
+    if mode == sandbox.OFF:
+        return []
+    out = [f"{why}: the session does not promise that" for why in sandbox.lacking().values()]
+    if sandbox.NETWORK in shares:
+        out.append("the network is shared by the session's choice (\"sandbox\": {\"share\": [\"network\"]}): a "
+                   "job reaches the machine's network and its local services, and a candidate could leave a "
+                   "service slow for the baseline's runs; start the service inside the benchmark where you can")
+    return out
+
+
+def bench_writes(writes: list[str], config: SessionConfig) -> str:
+    """The warning for a benchmark whose validation runs wrote `writes` into their tree."""
+    return (f"the benchmark wrote into its tree ({', '.join(writes)}), so its runs keep a writable tree and a "
+            "candidate's program could keep state from one run to the next: "
+            + WRITE_TO_TMP.format(config=config_path(Path(config.repo))))
+
+
+def choose_read_only(config: SessionConfig, writes: list[str] | None,
+                     trial: Callable[[], ValidationRun]) -> tuple[list[str], list[str]]:
+    """Which commands see their tree read-only once it is built, and warnings for the others.
+
+    The bench does when its validation runs wrote nothing into the tree. The checks run twice on the
+    head (`trial`, a checks trial job): as they are (a head whose checks fail is said at once, not after the
+    first experiment; what they keep in the baseline's tree for later checks, such as the recipe's reference
+    logits, is kept), then with the tree read-only; they do when that run passes too. A read-only tree keeps
+    a candidate's program from keeping state from one run to the next (its answers, remembered) or from the
+    checks to the pairs.
+    """
+    chosen: list[str] = []
+    warnings: list[str] = []
+    fix = WRITE_TO_TMP.format(config=config_path(Path(config.repo)))
+    if writes:
+        warnings.append(bench_writes(writes, config))
+    elif writes is not None:
+        chosen.append("bench")
+    done = trial()
+    checks, again, wrote = done.checks or {}, done.checks_read_only, done.checks_writes or []
+    if not checks.get("ran") and checks.get("passed", True):
+        return chosen, warnings  # no checks script
+    if not checks.get("passed"):
+        warnings.append(f"{CHECKS_SCRIPT} fails on the session head itself ({checks.get('note') or 'exit '}"
+                        f"{checks.get('exit_code', '')}), so every candidate would fail it; fix the checks. Output "
+                        f"tail:\n{checks.get('tail', '')}")
+    elif again is not None and not again["passed"]:
+        where = f" (it wrote {', '.join(wrote)})" if wrote else ""
+        warnings.append(f"{CHECKS_SCRIPT} fails with its tree read-only{where}, so the checks keep a writable tree "
+                        f"and could leave state for the pairs that follow them: {fix}")
+    else:
+        chosen.append("checks")
+    return chosen, warnings
+
+
+def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[BenchRun], float, list[str]]:
+    """The validation runs as BenchRuns, or the error that says why the benchmark cannot be trusted."""
+    build = done.build
+    if build is not None and not build.ok:
+        why = (f"timed out after {config.timeouts.build:g} s (its process group was killed)"
+               if build.timed_out else f"exited with status {build.exit_code}")
+        raise StateError(f"`{BENCH_SCRIPT} build` {why} in {done.where}. Output tail:\n{build.tail(3000)}")
+    warnings: list[str] = []
+    runs: list[BenchRun] = []
+    for i, res in enumerate(done.runs):
+        parsed = runner.parse_metrics(res.output)
+        runs.append(BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
+                             timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
+                             problems=parsed.problems))
+        if res.timed_out:
+            raise StateError(
+                f"`{BENCH_SCRIPT} bench` timed out after {config.timeouts.bench:g} s; its whole process "
+                f"group was killed. Make one run shorter, or raise timeouts.bench in "
+                f"{config_path(Path(config.repo))}. Output tail:\n{res.tail(2000)}")
+        if res.exit_code != 0:
+            raise StateError(f"`{BENCH_SCRIPT} bench` exited with status {res.exit_code}. "
+                             f"Output tail:\n{res.tail(3000)}")
+        if config.metric not in parsed.values:
+            shown = "\n".join(parsed.lines) or "(no METRIC line at all)"
+            extra = ("; problems: " + "; ".join(parsed.problems)) if parsed.problems else ""
+            raise StateError(
+                f"run {i}: the primary metric {config.metric!r} is missing or not a finite number"
+                f"{extra}. A missing metric is an error, never 0. The METRIC lines printed were:\n"
+                f"{shown}\nFix autoresearch.sh so it prints `METRIC {config.metric}=<number>`.")
+        warnings.extend(f"run {i}: {p}" for p in parsed.problems)
+    if len(runs) < VALIDATION_RUNS:
+        raise StateError(f"the benchmark ran {len(runs)} of {VALIDATION_RUNS} validation runs on {done.where}; "
+                         "see .autoresearch/logs/session-validation.log")
+    for name in judged_metrics(config):
+        absent = [r.index for r in runs if name not in r.parsed]
+        if absent:
+            role = "objective" if name in config.objective_metrics() else "guard"
+            raise StateError(
+                f"the {role} metric {name!r} (from {config_path(Path(config.repo))}) is missing from run(s) {absent}; "
+                "the METRIC lines printed were:\n" + "\n".join(ln for r in runs for ln in r.raw_metric_lines)
+                + f"\nMake the benchmark print it, or remove it from {role}s")
+    names = sorted({n for r in runs for n in r.parsed})
+    for name in names:
+        missing = [r.index for r in runs if name not in r.parsed]
+        if missing:
+            warnings.append(f"metric {name!r} is missing in run(s) {missing}: it will make experiments invalid")
+    return runs, done.build_s, warnings
+
+
+def baseline_summary(runs: list[BenchRun]) -> dict[str, MetricSummary]:
+    names = sorted({n for r in runs for n in r.parsed})
+    return {n: MetricSummary(**summary.summarize([r.parsed[n] for r in runs if n in r.parsed])) for n in names}
+
+
+def spread_pct(values: list[float]) -> float | None:
+    if len(values) < 2 or not all(v > 0 for v in values):
+        return None
+    return round((max(values) - min(values)) / (sum(values) / len(values)) * 100.0, 3)
+
+
+def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, executor: Executor,
+                       extra_env: dict[str, str]) -> list[str]:
+    """Build the session head on every extra local platform and run the checks there (a head check job of
+    that platform's executor), so a platform where the unchanged code already fails is an error now, not a
+    refused winner later."""
+    content = gitops.tree_of(repo, head)
+    maker = JobMaker(repo, config, extra_env)
+    root = Path(config.repo)
+    lines = [config.all_platforms[0].label + ": validated above"]
+    for p in config.all_platforms[1:]:
+        if p.executor != "local":
+            lines.append(f"{p.label}: checked on its workers once the host has a winner")
+            continue
+        progress.report(f"platform {p.label}: build and checks")
+        log_path = state_dir(root) / "logs" / f"session-validation-{p.name}.log"
+        with safefs.open_write(root, log_path, "w"):
+            pass
+        done = executor.validate(Job(f"check-{p.name}-{uuid.uuid4().hex[:8]}", head, head, log_path,
+                                     spec=maker.head_check(head, content, p)))
+        lines.append(platforms_.validate_head(p, done, log_path))
+    return lines
