@@ -16,16 +16,16 @@ The trees are built the harness's way (`bench_rehearsal.py --keep DIR` leaves th
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import random
 import signal
-import statistics
 import subprocess
 import time
 from pathlib import Path
+
+from bench_llama_settings import parsed, spread, two_builds
 
 
 def argv(tree: Path, model: Path, threads: int) -> list[str]:
@@ -74,23 +74,11 @@ def alternating(cmd: dict[str, list[str]], order: list[str], slice_s: float) -> 
     return {side: {"cpu_s": reap(proc)} for side, proc in procs.items()}
 
 
-def spread(logs: list[float]) -> str:
-    middle = statistics.median(logs)
-    mad = 1.4826 * statistics.median(abs(x - middle) for x in logs)
-    return f"sd {100 * statistics.stdev(logs):.1f}%, MAD {100 * mad:.1f}%"
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--tree", type=Path, action="append", required=True, help="a built tree (give two)")
-    ap.add_argument("--pairs", type=int, default=20)
+    ap = two_builds(__doc__, 20)
     ap.add_argument("--slice-ms", type=float, default=50.0)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
-    args = ap.parse_args()
-    if len(args.tree) != 2:
-        raise SystemExit("give --tree twice: the two builds of each pair")
+    args = parsed(ap)
     cmd = {"a": argv(args.tree[0], args.model, args.threads), "b": argv(args.tree[1], args.model, args.threads)}
     coin = random.Random(args.seed)
     logs: dict[str, list[float]] = {}

@@ -57,16 +57,27 @@ def spread(logs: list[float]) -> str:
     return f"sd {100 * statistics.stdev(logs):.1f}%, MAD {100 * mad:.1f}%"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def two_builds(doc: str | None, pairs: int) -> argparse.ArgumentParser:
+    """The options of a benchmark of two built trees' pairs: the model, the trees, the pairs, the threads."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True)
     ap.add_argument("--tree", type=Path, action="append", required=True, help="a built tree (give two)")
-    ap.add_argument("--pairs", type=int, default=24)
-    ap.add_argument("--settings", default="n128r1,n64r2,n32r3")
+    ap.add_argument("--pairs", type=int, default=pairs)
     ap.add_argument("--threads", type=int, default=1)
+    return ap
+
+
+def parsed(ap: argparse.ArgumentParser) -> argparse.Namespace:
     args = ap.parse_args()
     if len(args.tree) != 2:
         raise SystemExit("give --tree twice: the two builds of each pair")
+    return args
+
+
+def main() -> None:
+    ap = two_builds(__doc__, 24)
+    ap.add_argument("--settings", default="n128r1,n64r2,n32r3")
+    args = parsed(ap)
     settings: dict[str, tuple[str, str, str, str]] = {}
     for name in args.settings.split(","):
         found = SETTING.match(name)
