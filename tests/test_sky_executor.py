@@ -17,7 +17,7 @@ import anyio
 import git as gitpython
 import pytest
 
-from autoresearch_mcp.core import decide, runner
+from autoresearch_mcp.core import decide, runner, sandbox
 from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -225,6 +225,41 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     assert json.loads((staging / "exp-x1" / "job.json").read_text())["sandbox"]["scripts"]["autoresearch.sh"] == \
         "scripts/autoresearch.sh"
     assert "s3cret" not in (staging / "exp-x1" / "job.json").read_text()
+
+
+def test_a_worker_binds_the_base_commits_protected_bytes_not_what_the_tree_holds(tmp_path: Path,
+                                                                                   pool: MakePool) -> None:
+    # A build that moves the folder of a protected file aside and writes its own: on a worker as here, each
+    # command binds the session's bytes of the protected paths (staged from git's objects), whatever the tree
+    # holds there by then. Bound from the tree as checked out, the worker measured the build's file.
+    repo = tmp_path / "target"
+    (repo / "harness").mkdir(parents=True)
+    (repo / "harness" / "value.txt").write_text("100\n")
+    (repo / "harness" / "notes.txt").write_text("not protected\n")
+    (repo / "build.sh").write_text("true\n")
+    (repo / "autoresearch.sh").write_text(
+        "#!/usr/bin/env bash\nset -eu\ncd \"$(dirname \"$0\")\"\n"
+        "case \"$1\" in\n  build) bash build.sh ;;\n  bench) echo \"METRIC t=$(cat harness/value.txt)\" ;;\nesac\n")
+    (repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+    init_repo(repo)
+    swap = "mv harness harness.orig && mkdir harness && echo 50 > harness/value.txt\n"
+    cand = commit(repo, "swap the harness", {"build.sh": swap})
+    made = job(repo, "e1", cand)
+    made.spec["sandbox"] = {"mode": "confined", "frozen": ["harness/value.txt"]}
+    staging = tmp_path / "stage"
+    sky_task.stage(repo, made, staging, retired=[], secret="s")
+    assert (staging / "exp-e1" / "protected" / "harness" / "value.txt").read_text() == "100\n"
+    staged = json.loads((staging / "exp-e1" / "job.json").read_text())
+    assert staged["sandbox"]["frozen_from"] == "protected"  # relative to the job file, like the scripts
+    sandbox.resolve(staged, str(staging / "exp-e1"))
+    assert staged["sandbox"]["frozen_from"] == str(staging / "exp-e1" / "protected")
+    if sandbox.unavailable():
+        pytest.skip(f"bubblewrap cannot confine here: {sandbox.unavailable()}")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    pool(repo, fake).submit(made, events)
+    outcome = events.final("e1")["outcome"]
+    assert outcome["status"] == "done", outcome
+    assert metric_of(outcome, "candidate") == {100.0}  # the session's harness, not the build's
 
 
 # --- scheduling --------------------------------------------------------------------------------------

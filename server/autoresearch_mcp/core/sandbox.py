@@ -148,8 +148,8 @@ class Confinement:
     `tree`: the job's own tree, its only writable place besides a private /tmp and, when `cache` is set
     (the tree is the baseline's), the compiler cache; otherwise the cache is read, never written.
     `frozen`: the protected paths of the tree (relative: folders holding only protected files, and files),
-    each bound read-only from `frozen_from` (the session's bytes of them, from its git objects) or, without
-    it (a cloud worker), over itself.
+    each bound read-only from `frozen_from` (the session's bytes of them, from its git objects: in the cache
+    here, in the staged job on a cloud worker) or, without it, over itself.
     `read_only`: the tree itself is read-only (a bench or checks command of a session whose benchmark and
     checks write nothing there): no state passes from one run to the next, nor from the checks to the pairs.
     `scripts`: the session's bytes (a file outside any worktree) of each script, bound read-only over
@@ -182,9 +182,12 @@ def mode_of(job: dict[str, Any]) -> str:
 
 
 def resolve(job: dict[str, Any], base_dir: str) -> None:
-    """Make the job's script paths absolute: on a worker they are relative to the job file's folder."""
+    """Make the job's script paths and its protected files' folder absolute: on a worker they are relative
+    to the job file's folder."""
     spec = job["sandbox"] = _spec(job)
     spec["scripts"] = {name: str(Path(base_dir, path)) for name, path in (spec.get("scripts") or {}).items()}
+    if spec.get("frozen_from"):
+        spec["frozen_from"] = str(Path(base_dir, spec["frozen_from"]))
 
 
 def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement:

@@ -34,6 +34,21 @@ def repo_key(repo: gitops.Repo) -> str:
     return f"{top.name}-{hashlib.sha1(str(top).encode()).hexdigest()[:10]}"
 
 
+def write_protected(repo: gitops.Repo, commit: str, units: list[str], folder: Path) -> None:
+    """Write the protected paths `units` of `commit` from git's objects under `folder` (files read-only,
+    programs read-only and executable, links as links): the bytes a job's commands bind over their tree."""
+    entries = [e for unit in units for e in gitops.tree_entries(repo, commit, unit)
+               if e.mode in ("100644", "100755", "120000")]
+    for entry, data in zip(entries, gitops.read_blobs(repo, [e.sha for e in entries]), strict=True):
+        target = folder / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if entry.mode == "120000":
+            os.symlink(data, target)
+        else:
+            target.write_bytes(data)
+            target.chmod(0o555 if entry.mode == "100755" else 0o444)
+
+
 class Worktrees:
     def __init__(self, repo: gitops.Repo, cache_dir: Path, keep: int = 4) -> None:
         self.repo = repo
@@ -90,16 +105,7 @@ class Worktrees:
         part = store.parent / f".{digest}.{os.getpid()}.{threading.get_ident()}"
         remove_folder(part)
         part.mkdir(parents=True)
-        entries = [e for unit in units for e in gitops.tree_entries(self.repo, commit, unit)
-                   if e.mode in ("100644", "100755", "120000")]
-        for entry, data in zip(entries, gitops.read_blobs(self.repo, [e.sha for e in entries]), strict=True):
-            target = part / entry.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if entry.mode == "120000":
-                os.symlink(data, target)
-            else:
-                target.write_bytes(data)
-                target.chmod(0o555 if entry.mode == "100755" else 0o444)
+        write_protected(self.repo, commit, units, part)
         for folder, _dirs, _files in os.walk(part, topdown=False):
             os.chmod(folder, 0o555)
         try:

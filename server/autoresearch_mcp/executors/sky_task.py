@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import decide, gitops, jobs, profiler, runner, sandbox
+from autoresearch_mcp.core import decide, gitops, jobs, profiler, runner, sandbox, worktrees
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -201,12 +201,20 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
         if data is not None:
             (inbox / "scripts" / name).write_bytes(data)
             scripts[name] = f"scripts/{name}"  # relative to the job file, where the runner finds them
+    frozen_from = None
+    if units := jobs.frozen(job.spec):  # the base commit's protected bytes, bound over each tree as the scripts are
+        try:
+            worktrees.write_protected(repo, job.base_commit, units, inbox / "protected")
+        except gitops.GitError as exc:
+            raise StateError(f"could not read {job.experiment_id}'s protected files for the worker: "
+                             f"{str(exc.stderr or exc).strip()[:400]}") from None
+        frozen_from = "protected"  # relative to the job file, like the scripts
     if job.spec.get("profile"):
         shutil.copyfile(PROFILER, inbox / "profiler.py")
-        spec = profile_job(job, scripts)
+        spec = profile_job(job, scripts, frozen_from)
     else:
         spec = jobs.placed(job, baseline_dir=base, candidate_dir=exp, log_path=None, machine_lock=MACHINE_LOCK,
-                           scripts=scripts)
+                           scripts=scripts, frozen_from=frozen_from)
     (inbox / "job.json").write_text(json.dumps(spec))
     (inbox / "secret").write_text(secret + "\n")
     (inbox / "run.sh").write_text(run_script(job, retired))
@@ -223,11 +231,11 @@ def profile_data(job: Job) -> str:
     return f"{PROFILES}/{job.spec['profile']}.perf.data"
 
 
-def profile_job(job: Job, scripts: dict[str, str]) -> dict[str, Any]:
+def profile_job(job: Job, scripts: dict[str, str], frozen_from: str | None = None) -> dict[str, Any]:
     """profiler.py's job, placed in the tree it profiles, its raw perf.data kept on the worker."""
     tree = profiled_dir(job)
     placed = jobs.placed(job, baseline_dir=tree, candidate_dir=None, log_path=None, machine_lock=MACHINE_LOCK,
-                         scripts=scripts)
+                         scripts=scripts, frozen_from=frozen_from)
     return jobs.profile_placed(job, placed, tree, profile_data(job))
 
 
