@@ -262,6 +262,22 @@ def test_a_worker_binds_the_base_commits_protected_bytes_not_what_the_tree_holds
     assert metric_of(outcome, "candidate") == {100.0}  # the session's harness, not the build's
 
 
+def test_on_a_worker_a_job_sees_neither_its_job_file_nor_the_machine_lock(tmp_path: Path, pool: MakePool) -> None:
+    # The job file holds the pair-order seed, and the machine lock tells a bench (taken exclusively) from the
+    # checks (shared): hidden from every command on a worker, as they are here. Before, both were in sight.
+    bench = ('seen=0; for f in "$HOME"/sky_workdir/exp-*/job.json "$HOME"/autoresearch/work/machine.lock; do '
+             '[ -e "$f" ] && seen=$((seen + 1)); done; echo "METRIC t=$((100 + seen))"')
+    repo = bench_repo(tmp_path, bench, {"value.txt": "1\n"})
+    cand = commit(repo, "a change", {"value.txt": "2\n"})
+    if sandbox.unavailable():
+        pytest.skip(f"bubblewrap cannot confine here: {sandbox.unavailable()}")
+    fake, events = FakeSky(tmp_path / "vms"), Events()
+    pool(repo, fake).submit(job(repo, "e1", cand), events)
+    outcome = events.final("e1")["outcome"]
+    assert outcome["status"] == "done", outcome
+    assert metric_of(outcome, "baseline") == {100.0} and metric_of(outcome, "candidate") == {100.0}
+
+
 # --- scheduling --------------------------------------------------------------------------------------
 
 

@@ -182,12 +182,16 @@ def mode_of(job: dict[str, Any]) -> str:
 
 
 def resolve(job: dict[str, Any], base_dir: str) -> None:
-    """Make the job's script paths and its protected files' folder absolute: on a worker they are relative
-    to the job file's folder."""
+    """Make the job's script paths and its protected files' folder absolute (on a worker they are relative
+    to the job file's folder), and its machine lock (on a worker, relative to where the runner starts). The
+    job file's folder is hidden from its commands, as the lock's is: it holds the pair-order seed."""
     spec = job["sandbox"] = _spec(job)
     spec["scripts"] = {name: str(Path(base_dir, path)) for name, path in (spec.get("scripts") or {}).items()}
     if spec.get("frozen_from"):
         spec["frozen_from"] = str(Path(base_dir, spec["frozen_from"]))
+    if job.get("machine_lock"):
+        job["machine_lock"] = os.path.abspath(job["machine_lock"])
+    spec["hidden"] = [os.path.abspath(base_dir)]
 
 
 def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement:
@@ -203,7 +207,9 @@ def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement
     frozen_from = str(spec["frozen_from"]) if spec.get("frozen_from") else None
     read_only = phase != "build" and phase in (spec.get("read_only") or [])
     lock = job.get("machine_lock")
-    hidden = (str(Path(lock).parent),) if lock and Path(lock).is_absolute() else ()
+    folders = [*([Path(lock).parent] if lock and Path(lock).is_absolute() else []),
+               *(Path(p) for p in spec.get("hidden") or [])]  # each once, and none inside another
+    hidden = tuple(dict.fromkeys(str(f) for f in folders if not any(o in f.parents for o in folders)))
     return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache, frozen,
                        read_only, shares_of(job), hidden, frozen_from)
 
@@ -541,10 +547,13 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[s
     needed: list[str | Path] = [*c.readable, *programs, *([] if c.cache else caches)]
     resolver = _real("/etc/resolv.conf")
     wanted = [*((p, True) for p in needed), *((p, False) for p in named), (resolver, True)]
+    hidden = [_real(h) for h in c.hidden]
     for path, needs in ((_real(p), needs) for p, needs in wanted if os.path.lexists(p)):
         inside = any(path == w or w in path.parents for w in writable)
         if inside or _is_socket(path) or path in (Path(TMP), Path(RUN)) or (not needs and _holds_socket(path)):
             continue
+        if not needs and any(path == h or h in path.parents for h in hidden):
+            continue  # a folder the environment names (a worker's PWD) that is hidden stays hidden
         if _under(path, TMP) or (_under(path, RUN) and (needs or path.is_file())):
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
     for path in writable:
