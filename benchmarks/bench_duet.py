@@ -21,6 +21,7 @@ import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -96,8 +97,8 @@ def main() -> None:
           f"cores; load average {start_load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     for mode, seconds in spent.items():
         print(f"  {mode}: {seconds / args.pairs:.1f} s a pair")
-    for name, values in logs.items():
-        print(f"  {name}: {spread(values)}")
+    for name, values in logs.items():  # the change (B against A) beside the spread: what a pair resolves
+        print(f"  {name}: median {100 * math.expm1(statistics.median(values)):+.1f}%, {spread(values)}")
 
 
 if __name__ == "__main__":
