@@ -181,6 +181,8 @@ def plan_session(
     written: list[str] = []
     if recipe is not None:
         config = _apply_recipe(config, recipe)
+        if not exists and "pairing" not in (previous.model_fields_set if previous else set(kept)):
+            config = config.model_copy(update={"pairing": recipe.pairing})  # a config that names one keeps it
         head, written = _recipe_commit(repo, head, recipe)
         if not exists:
             config = config.model_copy(update={"start_commit": head})
@@ -391,7 +393,9 @@ def start_session(
         warnings.append(
             f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
             f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
-            "machine) or expect many pairs per experiment")
+            "machine" + (", or pairs in turns for a new session: config \"pairing\": \"turns\" with the bench "
+                         "printing each judged metric's CPU time as METRIC <name>.cpu=..."
+                         if config.pairing != "turns" else "") + ") or expect many pairs per experiment")
     warnings += validation.confinement_warnings(config.sandbox)
     if compiler_cache() is None:
         warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "

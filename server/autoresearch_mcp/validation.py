@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import gitops, runner, sandbox
+from autoresearch_mcp.core import decide, gitops, runner, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
@@ -209,6 +209,13 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
     runs: list[BenchRun] = []
     for i, res in enumerate(done.runs):
         parsed = runner.parse_metrics(res.output)
+        if config.pairing == decide.TURNS and res.ok:  # judged as experiments judge them: on their CPU time
+            judged_names, turn_problems = decide.in_turns(parsed.values, judged_metrics(config))
+            if turn_problems:
+                raise StateError(f"run {i}: {turn_problems[0]}. Pairs run in turns (config pairing "
+                                 f"{decide.TURNS!r}): print each objective's and guard's CPU-time form, or set "
+                                 f"\"pairing\": \"{decide.SEQUENTIAL}\" in {config_path(Path(config.repo))}")
+            parsed.values = {n: parsed.values[o] for n, o in judged_names.items()}
         runs.append(BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
                              timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
                              problems=parsed.problems))

@@ -288,6 +288,11 @@ class SessionConfig(BaseModel):
     processes_per_sample: int = Field(
         1, ge=1, le=9, description="bench runs (each its own process) per sample, each metric their median: the "
                                    "noise between processes (layout, page placement) is what a pair suffers most")
+    pairing: Literal["sequential", "turns"] = Field(
+        "sequential", description="how a pair's two bench runs share the machine: one after the other, or both at "
+                                  "once in turns of 20 ms of the CPU (each stopped while the other runs), so a "
+                                  "neighbour's burst falls on both; in turns every objective and guard is judged "
+                                  "on its CPU-time form, which the bench prints as METRIC <name>.cpu=...")
     harness_share: dict[str, float] = Field(
         default_factory=dict, description="per improving metric: the least share (0-1) of each bench run's time "
                                           "its timed work takes; the harness's CPU and wall time of the same runs "
@@ -334,7 +339,7 @@ class SessionConfig(BaseModel):
 GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
                "default_repeats", "warmup", "holdout", "protected", "sandbox", "focus_direction", "focus_min_effect",
                "focus_tolerance_pct", "focus_default_tolerance_pct", "harness_share", "default_harness_share",
-               "focus_guard_ceiling_pct")
+               "focus_guard_ceiling_pct", "pairing")
 
 
 def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
@@ -364,7 +369,7 @@ KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs"
          "incremental",
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
          "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct", "processes_per_sample",
-         "harness_share", "default_harness_share", "focus_guard_ceiling_pct", "metric_directions"}
+         "harness_share", "default_harness_share", "focus_guard_ceiling_pct", "metric_directions", "pairing"}
 
 
 def state_dir(repo_root: Path) -> Path:

@@ -386,6 +386,7 @@ class Spec:
     harness_share: dict[str, float] = field(default_factory=dict)
     default_harness_share: float = 0.25
     processes_per_sample: int = 1  # how the runner measures: each sample the median of this many bench runs
+    pairing: str = "sequential"  # how a pair's two runs share the machine: one after the other, or in turns
     shown_directions: dict[str, str] = field(default_factory=dict)  # metrics measured, not judged: shown this way
 
     @classmethod
@@ -713,10 +714,58 @@ TIMED_NAME = re.compile(r"(?:^|[._/-])(?:s|ms|us|ns|sec|secs|seconds|time|latenc
                         r"|_per_(?:s|sec|second)$|(?:^|[._/-])per_s$", re.IGNORECASE)
 
 
+# --- pairs in turns: both runs of a pair at once, each given the CPU in short turns while the other is stopped ----
+
+SEQUENTIAL, TURNS = "sequential", "turns"
+PAIRINGS = (SEQUENTIAL, TURNS)
+TURN_MS = 20  # a side's turn on the CPU: far shorter than a neighbour's burst, so the burst falls on both sides
+CPU_SUFFIX, WALL_SUFFIX = ".cpu", ".wall"  # <name>.cpu: the bench's <name> measured on CPU time
+
+
+def in_turns(values: dict[str, float], judged: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The names of one run's metrics as a pair in turns judges them (judged name -> the name the bench printed),
+    and what makes the run unusable so.
+
+    A stopped side's wall clock runs on while the other has its turn, so each judged metric is read from its
+    CPU-time form (`<name>.cpu`, which a stop does not inflate); the wall-clock value is kept as `<name>.wall`
+    (measured, not judged). An objective or guard printed without its CPU form cannot be judged in turns. A
+    focus or control metric without one is taken as printed (an op benchmark that times CPU, as the
+    llama.cpp recipe's does)."""
+    names = {name: name for name in values}
+    problems = []
+    for name in judged:
+        if name + CPU_SUFFIX not in values:
+            if not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
+                problems.append(f"metric {name!r} has no {name + CPU_SUFFIX!r} beside it: a pair in turns judges "
+                                f"{name} on CPU time (a stopped side's wall clock runs on), so the bench must print "
+                                f"METRIC {name + CPU_SUFFIX}=<{name} measured on CPU time>")
+            continue
+        if name in values:
+            names[name + WALL_SUFFIX] = name
+        names[name] = name + CPU_SUFFIX
+        del names[name + CPU_SUFFIX]
+    return names, problems
+
+
+def turn_judged(values: dict[str, float], spec: Spec) -> list[str]:
+    """The metrics of a run that a pair in turns reads from their CPU-time form: every judged one it printed,
+    the focus and controls among them."""
+    required = spec.required()
+    return [*required, *(n for n in values if n.startswith((FOCUS_PREFIX, CONTROL_PREFIX)) and n not in required
+                         and not n.endswith(CPU_SUFFIX))]
+
+
 def measure_of(name: str, spec: Spec) -> str:
     """How a metric of the samples was measured, as a result says it."""
     k = max(1, int(spec.processes_per_sample))
     per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
+    if spec.pairing == TURNS:
+        turns = f", the pair's two runs at once in turns of {TURN_MS} ms (each stopped while the other runs)"
+        if name.endswith(WALL_SUFFIX):
+            return ("wall clock as the bench printed it, not judged: it counts the other side's turns" + turns
+                    + per)
+        if name in spec.required() or name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
+            return f"CPU time (the bench's {name + CPU_SUFFIX}, where it printed one)" + turns + per
     if name == HARNESS_CPU:
         return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
     if name == HARNESS_WALL:

@@ -356,66 +356,181 @@ def run_command(
     Its output (stdout and stderr merged) is a pipe this process drains, keeping the head, the tail
     and the METRIC lines; every process of the command is killed before the output is returned.
     """
-    global _current_pgid, _command_count
+    global _current_pgid
 
-    # Every command carries a marker: the job's (inherited) or one of its own, swept when it ends.
-    env = dict(os.environ if env is None else env)
-    _command_count += 1
-    marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
-    fds: list[int] = []
-    launch = None if confine is None else sandbox.launch(confine, env)
-    if launch is not None:
-        argv, env, fds = sandbox.command(argv, launch, env)
-    argv = [*(outside or []), *argv]
-    capture = Capture()
-    read_fd, write_fd = os.pipe()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN) if _subreaper else None
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
-            pass_fds=fds, **_NEW_GROUP,
-        )
-    finally:
-        os.close(write_fd)
-        for fd in fds:
-            os.close(fd)
-    stop = threading.Event()
-    reader = threading.Thread(target=_drain, args=(read_fd, capture, stop), daemon=True)
-    reader.start()
-    _current_pgid = proc.pid
-    reaped = _Reaper(proc, start)
+    started = _Started.of(argv, cwd, env, confine, outside)
+    _current_pgid = started.proc.pid
     timed_out = False
     try:
-        if not reaped.wait(timeout_s):
+        if not started.reaped.wait(timeout_s):
             timed_out = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, stop_signal)
+                os.killpg(started.proc.pid, stop_signal)
             # reap the leader as soon as it goes: an unreaped leader keeps its group alive
-            reaped.wait(grace_s)
+            started.reaped.wait(grace_s)
     finally:
-        # Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not
-        # disturb later runs, nor write to the output once it is read.
-        kill_group(proc.pid, grace_s=0.5)
-        reaped.wait(None)
+        started.end()
         _current_pgid = None
-        kill_marked(marker)
-        stop.set()
-        reader.join()
-        os.close(read_fd)
-    cpu_s = reaped.cpu_s if launch is None or launch.confinement.off else None
-    if before is not None and _reap_orphans():
+    cpu_s = started.reaped.cpu_s if started.launch is None or started.launch.confinement.off else None
+    if started.before is not None and _reap_orphans():
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    duration = time.monotonic() - start
-    text = capture.text()
-    if log is not None:
-        log.write(text)
-        if timed_out:
-            log.write(f"\n[autoresearch] timed out after {timeout_s:g} s; process group killed\n")
-        log.flush()
-    return CommandResult(list(argv), None if timed_out else proc.returncode, duration, timed_out, text,
-                         capture.dropped, reaped.wall_s, cpu_s)
+        cpu_s = (after.ru_utime - started.before.ru_utime) + (after.ru_stime - started.before.ru_stime)
+    return started.result(timed_out, timeout_s, log, cpu_s)
+
+
+class _Started:
+    """One command started as run_command starts it: its own process group, its output drained by a thread,
+    its leader reaped by another; `end` kills whatever of it is left and closes its output."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], marker: str, capture: Capture, read_fd: int,
+                 launch: sandbox.Launch | None, before: Any) -> None:
+        self.proc, self.argv, self.marker, self.capture, self.read_fd = proc, argv, marker, capture, read_fd
+        self.launch, self.before = launch, before
+        self.start = time.monotonic()
+        self.stop = threading.Event()
+        self.reader = threading.Thread(target=_drain, args=(read_fd, capture, self.stop), daemon=True)
+        self.reader.start()
+        self.reaped = _Reaper(proc, self.start)
+
+    @classmethod
+    def of(cls, argv: list[str], cwd: str | os.PathLike[str], env: dict[str, str] | None,
+           confine: sandbox.Confinement | sandbox.Launch | None, outside: list[str] | None = None) -> _Started:
+        global _command_count
+        # Every command carries a marker: the job's (inherited) or one of its own, swept when it ends.
+        env = dict(os.environ if env is None else env)
+        _command_count += 1
+        marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
+        fds: list[int] = []
+        launch = None if confine is None else sandbox.launch(confine, env)
+        if launch is not None:
+            argv, env, fds = sandbox.command(argv, launch, env)
+        argv = [*(outside or []), *argv]
+        read_fd, write_fd = os.pipe()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN) if _subreaper else None
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
+                pass_fds=fds, **_NEW_GROUP,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+            for fd in fds:
+                os.close(fd)
+        return cls(proc, argv, marker, Capture(), read_fd, launch, before)
+
+    def end(self) -> None:
+        """Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not disturb later
+        runs, nor write to the output once it is read."""
+        kill_group(self.proc.pid, grace_s=0.5)
+        self.reaped.wait(None)
+        kill_marked(self.marker)
+        self.stop.set()
+        self.reader.join()
+        os.close(self.read_fd)
+
+    def result(self, timed_out: bool, timeout_s: float, log: Any | None, cpu_s: float | None) -> CommandResult:
+        text = self.capture.text()
+        if log is not None:
+            log.write(text)
+            if timed_out:
+                log.write(f"\n[autoresearch] timed out after {timeout_s:g} s; process group killed\n")
+            log.flush()
+        return CommandResult(list(self.argv), None if timed_out else self.proc.returncode,
+                             time.monotonic() - self.start, timed_out, text, self.capture.dropped,
+                             self.reaped.wall_s, cpu_s)
+
+
+# --- pairs in turns (decide.TURNS) ------------------------------------------------------------------
+
+_turn_groups: set[int] = set()  # the process groups of the commands running in turns (killed on SIGTERM)
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children. A job's
+    every process is below its command's leader: confined, an orphan goes to the job's PID namespace's init."""
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError, ValueError), open(f"/proc/{p}/task/{tid}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+    return out
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped, gone or a zombie (it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("T", "t", "Z", "X")
+
+
+def hold(pid: int, stop: bool, rounds: int = 200) -> bool:
+    """Stop (SIGSTOP) or continue (SIGCONT) every process of `pid`'s tree; whether it is all stopped (or all
+    continued). Stopping walks the tree again until every process shows stopped: one may fork while it is
+    walked, and a stopped one cannot (a process in an uninterruptible wait stops when it leaves it)."""
+    for _ in range(rounds):
+        pending = False
+        for p in _tree(pid):
+            if stop and _stopped(p):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGSTOP if stop else signal.SIGCONT)
+            pending = stop
+        if not pending:
+            return True
+        time.sleep(0.0002)
+    return False
+
+
+def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: Any) -> list[CommandResult]:
+    """Run the commands at once, each given the CPU in turns of decide.TURN_MS while the others are stopped
+    (SIGSTOP to every process of its tree), in the order given; one that ends leaves the turns to the others.
+    A burst of a neighbour's work then falls on every side of the pair. Each command's wall clock runs on while
+    it is stopped, so what it prints must time CPU (decide.in_turns). `timeout_s` is each command's: the turns
+    end, and whatever still runs is killed, once they have run for the sum of them."""
+    slice_s = decide.TURN_MS / 1000
+    started: list[_Started] = []
+    deadline = time.monotonic() + timeout_s * len(runs)
+    late: list[_Started] = []  # still running when the turns timed out
+    try:
+        for side, argv in runs:  # each starts at its first turn; the others are stopped by then
+            started.append(_Started.of(argv, side.tree, side.env, side.launch))
+            _turn_groups.add(started[-1].proc.pid)
+            if not started[-1].reaped.wait(slice_s):
+                hold(started[-1].proc.pid, stop=True)
+        while True:
+            alive = [s for s in started if not s.reaped.done.is_set()]
+            if not alive:
+                break
+            if time.monotonic() > deadline:
+                late = alive
+                break
+            for s in alive:
+                hold(s.proc.pid, stop=False)
+                if len(alive) == 1:
+                    s.reaped.wait(max(0.0, deadline - time.monotonic()))
+                elif not s.reaped.wait(slice_s):
+                    hold(s.proc.pid, stop=True)
+    finally:
+        for s in started:
+            hold(s.proc.pid, stop=False)  # a stopped process would hold its SIGTERM until continued
+            s.end()
+            _turn_groups.discard(s.proc.pid)
+    if _subreaper:
+        _reap_orphans()  # the jobs' PID namespace inits, reparented here; their CPU time is both sides' at once
+    return [s.result(s in late, timeout_s, log, s.reaped.cpu_s if s.launch is None or s.launch.confinement.off
+                     else None) for s in started]
 
 
 # Set in a runner process (become_subreaper): every process its commands leave is reparented to it, and
@@ -736,6 +851,9 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+BENCH = ["bash", "./autoresearch.sh", "bench"]
+
+
 def _bench(side: Prepared, role: str, index: int, position: int, spec: decide.Spec, job: dict[str, Any],
            log: Any) -> Sample:
     """One sample: `processes_per_sample` runs of the bench (each its own process), each metric the median of
@@ -745,12 +863,43 @@ def _bench(side: Prepared, role: str, index: int, position: int, spec: decide.Sp
     for r in range(k):
         log.write(f"[autoresearch] bench {role} run {index}" + (f" (process {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        res = side.run(["bash", "./autoresearch.sh", "bench"], job["timeouts"]["bench"], log)
+        res = side.run(BENCH, job["timeouts"]["bench"], log)
         parsed = parse_metrics(res.output)
-        problems = _bench_problems(res, parsed, spec, job)
-        runs.append((res, parsed, problems))
-        if problems:
+        runs.append((res, parsed, _bench_problems(res, parsed, spec, job)))
+        if runs[-1][2]:
             break
+    return _sample(runs, role, index, position, spec)
+
+
+def _bench_turns(order: list[tuple[str, Prepared]], index: int, spec: decide.Spec, job: dict[str, Any],
+                 log: Any) -> list[Sample]:
+    """One pair in turns (decide.TURNS): `processes_per_sample` times both sides' bench at once, in turns, the
+    first turn the first side's of `order`; each judged metric read from its CPU-time form."""
+    k = max(1, int(spec.processes_per_sample))
+    runs: dict[str, list[tuple[CommandResult, ParsedMetrics, list[str]]]] = {role: [] for role, _ in order}
+    for r in range(k):
+        log.write(f"[autoresearch] bench pair {index} in turns of {decide.TURN_MS} ms, "
+                  f"{' first, then '.join(role for role, _ in order)}"
+                  + (f" (processes {r + 1} of {k})" if k > 1 else "") + "\n")
+        log.flush()
+        results = run_in_turns([(side, BENCH) for _, side in order], job["timeouts"]["bench"], log)
+        for (role, _), res in ((order[j], results[j]) for j in range(len(order))):  # (3.8: no zip strict)
+            parsed = parse_metrics(res.output)
+            problems = _bench_problems(res, parsed, spec, job)
+            if not problems:
+                names, problems = decide.in_turns(parsed.values, decide.turn_judged(parsed.values, spec))
+                parsed = ParsedMetrics({n: parsed.values[o] for n, o in names.items()}, parsed.lines, parsed.problems,
+                                       {n: parsed.steps[o] for n, o in names.items() if o in parsed.steps})
+            runs[role].append((res, parsed, problems))
+        if any(run[-1][2] for run in runs.values()):
+            break
+    return [_sample(runs[role], role, index, pos, spec) for pos, (role, _) in enumerate(order)]
+
+
+def _sample(runs: list[tuple[CommandResult, ParsedMetrics, list[str]]], role: str, index: int, position: int,
+            spec: decide.Spec) -> Sample:
+    """The sample of one side's runs: each metric their median, and (run one at a time) the harness's outside
+    wall and CPU time of the same runs; a run's problems make the sample unusable."""
     res, parsed, problems = runs[-1]
     values: dict[str, float] = {}
     steps: dict[str, float] = {}
@@ -762,7 +911,8 @@ def _bench(side: Prepared, role: str, index: int, position: int, spec: decide.Sp
                 steps[name] = max(p.steps.get(name, 0.0) for _, p, _ in runs)
         walls = [r.wall_s for r, _, _ in runs]
         cpus = [r.cpu_s for r, _, _ in runs]
-        if all(w is not None and w > 0 for w in walls) and all(c is not None and c > 0 for c in cpus):
+        if spec.pairing != decide.TURNS and all(w is not None and w > 0 for w in walls) and all(
+                c is not None and c > 0 for c in cpus):
             values[decide.HARNESS_WALL] = round(_median([float(w) for w in walls if w is not None]), 6)
             values[decide.HARNESS_CPU] = round(_median([float(c) for c in cpus if c is not None]), 6)
             steps[decide.HARNESS_WALL] = steps[decide.HARNESS_CPU] = 1e-6
@@ -955,6 +1105,9 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
             waited += time.monotonic() - t_wait  # lock wait is not bench time
             if i == first:
                 for w in range(plan.warmup):
+                    if spec.pairing == decide.TURNS:
+                        out.warmup.extend(_bench_turns(sides, -1 - w, spec, job, log))
+                        continue
                     for role, side in sides:
                         out.warmup.append(_bench(side, role, -1 - w, 0, spec, job, log))
             turn_end = min(stops[-1], i + TURN_PAIRS)
@@ -962,8 +1115,9 @@ def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
                 order = list(sides)
                 if rng.random() < 0.5:
                     order.reverse()
+                pair = _bench_turns(order, i, spec, job, log) if spec.pairing == decide.TURNS else None
                 for pos, (role, side) in enumerate(order):
-                    s = _bench(side, role, i, pos, spec, job, log)
+                    s = pair[pos] if pair is not None else _bench(side, role, i, pos, spec, job, log)
                     out.samples.append(s)
                     emit("sample", pair=i, role=role, metrics=s.metrics, problems=s.problems)
                     if s.problems:
@@ -1060,8 +1214,11 @@ def open_log(path: str) -> Any:
 
 def _on_term(signum: int, _frame: Any) -> None:
     # Cancel: take the running build/bench group down with us, then leave.
-    if _current_pgid is not None:
-        kill_group(_current_pgid, grace_s=1.0)
+    for group in [_current_pgid, *_turn_groups]:
+        if group is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGCONT)
+            kill_group(group, grace_s=1.0)
     kill_marked(os.environ.get(JOB_ENV, ""))
     raise SystemExit(128 + signum)
 

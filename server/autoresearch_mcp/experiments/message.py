@@ -7,6 +7,7 @@ import re
 import unicodedata
 from typing import Any
 
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.ledger import ExperimentState
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.experiments import branch, holdout, readouts
@@ -55,7 +56,10 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
     if won and not launch.focus:
         objectives = exp.launch.objectives or [c.metric]
         lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
+    turns = (launch.judging or {}).get("pairing") == decide.TURNS
     for name, other in sorted(exp.metrics.items()):
+        if turns and name.endswith(decide.WALL_SUFFIX):
+            continue  # in turns a run's wall clock counts the other side's turns too: it tells nothing
         if name != lead and other.delta_pct is not None:
             margin = (other.model_extra or {}).get("margin_pct") or other.tolerance_pct
             role = (f" ({other.role}, {other.judgement}"
@@ -74,6 +78,10 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
     if host:
         lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
                      f"{host.get('cpus')} CPUs)")
+    if turns:
+        lines.append(f"Measured as: each pair's two runs at once, in turns of {decide.TURN_MS} ms of the CPU (each "
+                     f"stopped while the other ran), every objective and guard on its CPU time "
+                     f"(<name>{decide.CPU_SUFFIX})")
     platform_results: dict[str, str] = {}
     if len(manager.platforms) > 1:
         first = manager.platforms[0]
@@ -90,6 +98,8 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
               "p_value": m.p_value, "n_pairs": m.n_pairs, "baseline_mean": m.baseline.mean,
               "candidate_mean": m.candidate.mean, "verdict": exp.verdict, "won": won,
               "base_commit": launch.base_commit}
+    if turns:
+        result["pairing"] = decide.TURNS
     if launch.focus:
         result["claims"] = [*claims, readouts.session_claim(manager)]
         result["focus"] = list(launch.focus)

@@ -1,0 +1,122 @@
+"""Pairs in turns (issue #30): both runs of a pair at once, each given the CPU in short turns while the other is
+stopped, so that a neighbour's burst of work falls on both sides; each judged metric is then read from its
+CPU-time form (`<name>.cpu`), since a stopped side's wall clock runs on."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch_mcp.core import decide, runner, sandbox
+from autoresearch_mcp.measure import stats
+
+MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
+    sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")), sandbox.OFF]
+
+# Busy for 0.25 s of its own CPU time, noting the machine's monotonic clock at every step into stamps-<n>
+# (in its tree); prints its wall and CPU seconds, the CPU time also as the metric's CPU form.
+BUSY = r"""python3 - <<'PY'
+import os, time
+t0, w0, stamps = time.process_time(), time.monotonic(), []
+while time.process_time() - t0 < 0.25:
+    stamps.append(time.monotonic())
+n = len([f for f in os.listdir(".") if f.startswith("stamps-")])
+with open(f"stamps-{n}", "w") as fh:
+    fh.write("\n".join(f"{s:.6f}" for s in stamps))
+print(f"METRIC t={time.monotonic() - w0:.6f}")
+print(f"METRIC t.cpu={time.process_time() - t0:.6f}") if "{CPU}" == "yes" else None
+PY
+"""
+
+
+def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True) -> dict[str, Any]:
+    trees = {}
+    for role in ("baseline", "candidate"):
+        tree = trees[role] = tmp_path / role
+        tree.mkdir()
+        bench = BUSY.replace("{CPU}", "yes" if cpu else "no")
+        (tree / "autoresearch.sh").write_text(f'#!/usr/bin/env bash\ncase "$1" in\n  bench)\n{bench};;\nesac\n')
+    judging = dataclasses.asdict(decide.Spec("t", "lower", 0.01, pairing=decide.TURNS))
+    return {"experiment_id": "e1", "baseline_dir": str(trees["baseline"]), "candidate_dir": str(trees["candidate"]),
+            "design": stats.make_design("auto", warmup=0).job(), "judging": judging, "stops": [pairs], "seed": 3,
+            "threads": 1, "run_checks": False, "timeouts": {"build": 60, "bench": 60, "checks": 60},
+            "sandbox": {"mode": mode}}
+
+
+def stamps(tree: Path) -> list[float]:
+    return [float(x) for f in sorted(tree.glob("stamps-*")) for x in f.read_text().split()]
+
+
+def switches(a: list[float], b: list[float]) -> int:
+    """How often the merged clock readings of two runs pass from one run to the other."""
+    merged = sorted([(t, 0) for t in a] + [(t, 1) for t in b])
+    return sum(1 for x, y in zip(merged, merged[1:], strict=False) if x[1] != y[1])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_pair_in_turns_runs_its_two_sides_at_once_yet_never_together(tmp_path: Path, mode: str) -> None:
+    job = a_job(tmp_path, mode, pairs=2)
+    with (tmp_path / "log").open("w") as log:
+        out = runner.run_experiment(job, log)
+    assert out.status == "done" and out.error is None, out
+    assert len(out.samples) == 4
+    base, cand = stamps(tmp_path / "baseline"), stamps(tmp_path / "candidate")
+    assert len(base) > 1000 and len(cand) > 1000
+    # Together on this machine's cores the readings of the two would interleave at almost every step; in turns
+    # of 20 ms they pass from one to the other about once a turn (0.25 s of CPU each: a few dozen turns a pair).
+    passes = switches(base, cand)
+    assert 8 <= passes <= 200, passes
+    # both ran over the same stretch of time: each pair's first and last readings overlap the other side's
+    assert min(base) < max(cand) and min(cand) < max(base)
+    for s in out.samples:
+        # judged on its CPU time: about 0.25 s, while its wall clock ran on through the other's turns
+        assert 0.2 < s.metrics["t"] < 2.0 and s.metrics["t.wall"] > s.metrics["t"] * 1.5, s.metrics
+        assert "t.cpu" not in s.metrics and decide.HARNESS_WALL not in s.metrics
+    assert "in turns of 20 ms" in (tmp_path / "log").read_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_turns_a_judged_metric_without_its_cpu_form_makes_the_experiment_invalid(tmp_path: Path,
+                                                                                     mode: str) -> None:
+    with (tmp_path / "log").open("w") as log:
+        out = runner.run_experiment(a_job(tmp_path, mode, pairs=2, cpu=False), log)
+    assert out.stop_reason == "invalid" and out.status == "done", out
+    assert out.error is not None and "'t.cpu'" in out.error and "CPU time" in out.error
+
+
+def test_in_turns_each_judged_metric_is_its_cpu_form_and_its_wall_clock_is_kept_unjudged() -> None:
+    values = {"tg_tps": 90.0, "tg_tps.cpu": 85.0, "pp_tps": 400.0, "pp_tps.cpu": 380.0, "focus.RMS_NORM": 12.0,
+              "rows": 7.0, "rows.cpu": 6.0}
+    names, problems = decide.in_turns(values, ["tg_tps", "pp_tps", "focus.RMS_NORM"])
+    assert problems == []
+    assert {n: values[o] for n, o in names.items()} == {
+        "tg_tps": 85.0, "tg_tps.wall": 90.0, "pp_tps": 380.0, "pp_tps.wall": 400.0, "focus.RMS_NORM": 12.0,
+        "rows": 7.0, "rows.cpu": 6.0}  # a metric nobody judges is left as printed
+    _, missing = decide.in_turns({"tg_tps": 90.0}, ["tg_tps"])
+    assert len(missing) == 1 and "METRIC tg_tps.cpu=" in missing[0]
+    spec = decide.Spec("tg_tps", "higher", 0.01, pairing=decide.TURNS)
+    assert decide.measure_of("tg_tps", spec).startswith("CPU time")
+    assert "not judged" in decide.measure_of("tg_tps.wall", spec)
+    assert decide.measure_of("tg_tps", decide.Spec("tg_tps", "higher", 0.01)).startswith("as the bench printed")
+
+
+def test_stopping_a_tree_stops_every_process_in_it_and_continuing_resumes_them(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        tree = runner._tree(proc.pid)
+        assert len(tree) >= 3
+        assert runner.hold(proc.pid, stop=True)
+        assert all(runner._stopped(p) for p in runner._tree(proc.pid))
+        assert runner.hold(proc.pid, stop=False)
+        time.sleep(0.05)
+        assert not any(runner._stopped(p) for p in runner._tree(proc.pid))
+    finally:
+        runner.kill_group(proc.pid, grace_s=0.5)
+        proc.wait()
