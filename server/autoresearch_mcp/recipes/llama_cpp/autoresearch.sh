@@ -171,7 +171,7 @@ model() {
 }
 
 bench() {
-  local m out threads="${AUTORESEARCH_THREADS:-$(nproc)}"
+  local m threads="${AUTORESEARCH_THREADS:-$(nproc)}"
   m=$(model)
   # The op benchmark first: a focus it cannot time fails the run before llama-bench spends its time.
   if [ -n "${AUTORESEARCH_FOCUS:-}" ]; then
