@@ -36,25 +36,39 @@ add_executable(llama-bench tools/llama-bench/bench.c)
 add_executable(llama-perplexity tools/perplexity/ppl.c)
 """
 
-# llama-bench -o json: one record per test. The prompt-processing record comes first, as in the
-# real tool: a parser that takes the first avg_ts reports 500 t/s of "text generation".
+# llama-bench -o json: one record per test, the prompt test's (-p N) and the generation test's (-n N), each
+# only where its count is not 0; the prompt-processing record comes first, as in the real tool: a parser
+# that takes the first avg_ts reports 500 t/s of "text generation". Each run appends its arguments to
+# bench-args.txt, one line, and spends some CPU time, as the real one does.
 BENCH_C = r"""#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "../../src/speed.h"
 int main(int argc, char **argv) {
-    const char *model = 0;
-    FILE *args = fopen("bench-args.txt", "w");
-    for (int i = 1; i < argc; i++) { fprintf(args, "%s ", argv[i]); if (!strcmp(argv[i], "-m")) model = argv[i + 1]; }
+    const char *model = 0; int prompt = 0, gen = 0;
+    FILE *args = fopen("bench-args.txt", "a");
+    for (int i = 1; i < argc; i++) {
+        fprintf(args, "%s ", argv[i]);
+        if (!strcmp(argv[i], "-m")) model = argv[i + 1];
+        if (!strcmp(argv[i], "-p")) prompt = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "-n")) gen = atoi(argv[i + 1]);
+    }
+    fprintf(args, "\n");
     fclose(args);
     FILE *m = model ? fopen(model, "rb") : 0;
     if (!m) { fprintf(stderr, "cannot open model\n"); return 1; }
     fclose(m);
-    printf("[\n  {\"n_prompt\": 128, \"n_gen\": 0, \"avg_ts\": %.3f}\n", PP_TPS);
-    if (TG_TPS > 0) printf("  ,{\"n_prompt\": 0, \"n_gen\": 32, \"avg_ts\": %.3f}\n", TG_TPS);
+    while (clock() < CLOCKS_PER_SEC / 100) {}
+    const char *sep = "";
+    printf("[\n");
+    if (prompt > 0) { printf("  {\"n_prompt\": %d, \"n_gen\": 0, \"avg_ts\": %.3f}\n", prompt, PP_TPS); sep = ","; }
+    if (gen > 0 && TG_TPS > 0) printf("  %s{\"n_prompt\": 0, \"n_gen\": %d, \"avg_ts\": %.3f}\n", sep, gen, TG_TPS);
     printf("]\n");
     return 0;
 }
 """
+
 
 # llama-perplexity: with --kl-divergence-base alone it saves a file of --chunks chunks; with
 # --kl-divergence it prints the per-chunk table with running figures (KLD and same-top % from
@@ -122,6 +136,11 @@ def tree(tmp_path: Path) -> Path:
 
 async def start(c: Client, tree: Path, **kw: Any) -> dict[str, Any]:
     return await call(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="t", **kw)
+
+
+def bench_runs(path: Path) -> list[dict[str, str]]:
+    """The fake llama-bench's processes, oldest first, each as its options' values."""
+    return [dict(zip(words[::2], words[1::2], strict=True)) for words in map(str.split, path.read_text().splitlines())]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -219,10 +238,12 @@ async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, mod
     # (the fake llama-bench records its arguments in its tree, so only the checks run read-only here)
     assert res["settings"] == {"threads": str(config["threads"]), "read_only_runs": "checks", **config["env"]}
     used = next(Path(p) for p in (Path(config["repo"]).parent / "cache").rglob("bench-args.txt"))
-    args = used.read_text().split()
-    assert args[args.index("-ngl") + 1] == "0" and args[args.index("-fa") + 1] == "1"
-    assert args[args.index("-n") + 1] == "128" and args[args.index("-t") + 1] == str(config["threads"])
-    assert args[args.index("-m") + 1] == str(model)
+    runs = bench_runs(used)
+    # each run is two llama-bench processes: the prompt test, then the generation test
+    assert [(args["-p"], args["-n"]) for args in runs[-2:]] == [("128", "0"), ("0", "128")]
+    for args in runs:
+        assert args["-ngl"] == "0" and args["-fa"] == "1" and args["-r"] == "1" and args["-o"] == "json"
+        assert args["-t"] == str(config["threads"]) and args["-m"] == str(model)
 
 
 async def test_a_setting_edited_in_the_config_reaches_the_benchmark(tree: Path, model: Path) -> None:
@@ -233,9 +254,8 @@ async def test_a_setting_edited_in_the_config_reaches_the_benchmark(tree: Path, 
         config_path(tree).write_text(json.dumps(config))
         res = await start(c, tree)
     assert res["settings"]["LLAMA_BENCH_GEN"] == "256"
-    runs = sorted((Path(config["repo"]).parent / "cache").rglob("bench-args.txt"), key=lambda p: p.stat().st_mtime)
-    args = runs[-1].read_text().split()
-    assert args[args.index("-n") + 1] == "256"
+    files = sorted((Path(config["repo"]).parent / "cache").rglob("bench-args.txt"), key=lambda p: p.stat().st_mtime)
+    assert [(args["-p"], args["-n"]) for args in bench_runs(files[-1])[-2:]] == [("128", "0"), ("0", "256")]
 
 
 async def test_a_missing_record_is_an_error_never_a_default(tree: Path, model: Path) -> None:
@@ -245,6 +265,41 @@ async def test_a_missing_record_is_an_error_never_a_default(tree: Path, model: P
         msg = await error(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="t",
                           recipe="llama.cpp", model=str(model))
     assert "expected one llama-bench record with avg_ts for tg_tps, found 0" in msg
+
+
+@pytest.fixture
+def built(tree: Path, model: Path) -> Path:
+    """The stand-in tree with the recipe's scripts, built."""
+    recipes.write(recipes.get("llama.cpp"), tree)
+    done = recipe_script(tree, model, "build")
+    assert done.returncode == 0, done.stderr
+    return tree
+
+
+def recipe_script(tree: Path, model: Path, step: str) -> subprocess.CompletedProcess[str]:
+    env = {"AUTORESEARCH_MODEL": str(model), "AUTORESEARCH_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["bash", "autoresearch.sh", step], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_the_bench_prints_each_rate_over_its_own_processes_cpu_time(built: Path, model: Path) -> None:
+    done = recipe_script(built, model, "bench")
+    assert done.returncode == 0, done.stderr
+    metrics = dict(re.findall(r"^METRIC (\S+)=(\S+)$", done.stdout, re.M))
+    assert sorted(metrics) == ["pp_tps", "pp_tps.cpu", "tg_tps", "tg_tps.cpu"]
+    assert metrics["tg_tps"] == "14.0" and metrics["pp_tps"] == "500.0"
+    # the fake spends at least 10 ms of CPU a process: 128 tokens over that is at most 12,800 t/s
+    assert 0 < float(metrics["tg_tps.cpu"]) <= 12800 and 0 < float(metrics["pp_tps.cpu"]) <= 12800
+    assert len(done.stdout.splitlines()) == 4
+
+
+def test_a_llama_bench_that_fails_fails_the_bench_naming_the_test(built: Path, model: Path) -> None:
+    binary = built / "build-autoresearch/bin/llama-bench"
+    binary.write_text("#!/bin/sh\necho 'llama-bench: failed to load model' >&2\nexit 3\n")
+    done = recipe_script(built, model, "bench")
+    assert done.returncode != 0 and "METRIC" not in done.stdout
+    assert "llama-bench: failed to load model" in done.stderr  # its own stderr passes through
+    assert "autoresearch.sh: llama-bench's pp_tps test failed (exit status 3)" in done.stderr
 
 
 async def test_without_a_model_the_session_says_how_to_give_one(tree: Path, model: Path) -> None:

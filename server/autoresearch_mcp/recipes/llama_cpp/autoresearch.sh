@@ -2,8 +2,10 @@
 # autoresearch recipe for llama.cpp: CPU inference, text generation and prompt processing.
 #
 #   ./autoresearch.sh build   CPU-only Release build of llama-bench, llama-perplexity and the op benchmark
-#   ./autoresearch.sh bench   one llama-bench run; prints METRIC tg_tps=... and METRIC pp_tps=...; with
-#                             AUTORESEARCH_FOCUS, first the op benchmark's METRIC focus.<...> and control.<...>
+#   ./autoresearch.sh bench   llama-bench's prompt test and its generation test, each in its own process;
+#                             prints METRIC pp_tps=..., pp_tps.cpu=..., tg_tps=... and tg_tps.cpu=... (the
+#                             tokens over that process's CPU time); with AUTORESEARCH_FOCUS, first the op
+#                             benchmark's METRIC focus.<...> and control.<...>
 #
 # The model is a GGUF file outside the repository: $AUTORESEARCH_MODEL (the server sets it from
 # `model` or `model_url` in .autoresearch/config.json). Settings, each with its default (the session
@@ -169,7 +171,7 @@ model() {
 }
 
 bench() {
-  local m out threads="${AUTORESEARCH_THREADS:-$(nproc)}"
+  local m threads="${AUTORESEARCH_THREADS:-$(nproc)}"
   m=$(model)
   # The op benchmark first: a focus it cannot time fails the run before llama-bench spends its time.
   if [ -n "${AUTORESEARCH_FOCUS:-}" ]; then
@@ -193,23 +195,46 @@ for name, values in runs.items():
     print(f"METRIC {name}={statistics.median(values):.4f}")
 PY
   fi
-  out=$("${EMULATOR[@]}" "$BUILD_DIR/bin/llama-bench" -m "$m" -ngl 0 -t "$threads" \
-        -fa "${LLAMA_BENCH_FA:-1}" -p "${LLAMA_BENCH_PROMPT:-128}" -n "${LLAMA_BENCH_GEN:-128}" -r 1 -o json)
-  # Each test is one JSON record; pick each by its fields, never by position or by a default:
-  # reading the wrong record once reported 14 t/s of text generation as 52 t/s.
-  python3 - "$out" <<'PY'
-import json, sys
+  local run=("${EMULATOR[@]}" "$BUILD_DIR/bin/llama-bench" -m "$m" -ngl 0 -t "$threads" -fa "${LLAMA_BENCH_FA:-1}"
+             -r 1 -o json)
+  llama_bench_test pp_tps "${run[@]}" -p "${LLAMA_BENCH_PROMPT:-128}" -n 0
+  llama_bench_test tg_tps "${run[@]}" -p 0 -n "${LLAMA_BENCH_GEN:-128}"
+}
+
+# One llama-bench test (its name, tg_tps or pp_tps, then its argv) in its own process: prints METRIC
+# <name>=<llama-bench's avg_ts> and METRIC <name>.cpu=<its tokens over the process's CPU time, all threads,
+# the model's load included>. Why the CPU time: the harness can run a pair's two sides in turns (each gets
+# the CPU for a short slice while the other is stopped), so a neighbour's burst falls on both sides; a
+# stopped process's wall clock runs on, its CPU time does not, so in turns the judged rates are the .cpu ones.
+llama_bench_test() {
+  python3 - "$@" <<'PY'
+import json, os, subprocess, sys
+name, argv = sys.argv[1], sys.argv[2:]
+tokens, other = {"tg_tps": ("n_gen", "n_prompt"), "pp_tps": ("n_prompt", "n_gen")}[name]
+proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+out = proc.stdout.read()
+proc.stdout.close()
+# wait4, not Popen.wait: the rusage of this child alone, all its threads
+_, status, usage = os.wait4(proc.pid, 0)
+proc.returncode = os.waitstatus_to_exitcode(status)
+if proc.returncode != 0:
+    sys.exit(f"autoresearch.sh: llama-bench's {name} test failed (exit status {proc.returncode}): {' '.join(argv)}")
 try:
-    records = json.loads(sys.argv[1])
+    records = json.loads(out)
 except ValueError:
-    sys.exit(f"autoresearch.sh: llama-bench did not print JSON records: {sys.argv[1][:300]!r}")
-tests = {"tg_tps": lambda r: r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0,
-         "pp_tps": lambda r: r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0}
-for name, match in tests.items():
-    found = [r for r in records if match(r)]
-    if len(found) != 1 or not isinstance(found[0].get("avg_ts"), (int, float)):
-        sys.exit(f"autoresearch.sh: expected one llama-bench record with avg_ts for {name}, found {len(found)}")
-    print(f"METRIC {name}={found[0]['avg_ts']}")
+    records = None
+if not isinstance(records, list):
+    sys.exit(f"autoresearch.sh: llama-bench's {name} test did not print JSON records: {out[:300]!r}")
+# Each test is one JSON record; pick it by its fields, never by position or by a default:
+# reading the wrong record once reported 14 t/s of text generation as 52 t/s.
+found = [r for r in records if isinstance(r, dict) and r.get(tokens, 0) > 0 and r.get(other, 0) == 0]
+if len(found) != 1 or not isinstance(found[0].get("avg_ts"), (int, float)):
+    sys.exit(f"autoresearch.sh: expected one llama-bench record with avg_ts for {name}, found {len(found)}")
+cpu_s = usage.ru_utime + usage.ru_stime
+if not cpu_s > 0:
+    sys.exit(f"autoresearch.sh: llama-bench's {name} test used no measurable CPU time ({cpu_s} s)")
+print(f"METRIC {name}={found[0]['avg_ts']}")
+print(f"METRIC {name}.cpu={found[0][tokens] / cpu_s:.4f}")
 PY
 }
 
