@@ -37,18 +37,24 @@ CONTEXT = "src/llama-context.cpp"
 OPS = "ggml/src/ggml-cpu/ops.cpp"
 # A fixed cost per single-token decode in the baseline: the test's "slow text generation" that a
 # candidate can win back (and pay for in prompt processing), so the guard has something to refuse.
-# The sleeps dwarf the tiny model's compute (0.5 ms a token), so the effects hold even on a loaded
-# shared machine; 5 ms a token keeps the recipe's 128 generated tokens to 0.64 s a run.
+# The costs dwarf the tiny model's compute (0.5 ms a token), so the effects hold even on a loaded
+# shared machine; 5 ms a token keeps the recipe's 128 generated tokens to 0.64 s a run. They are CPU time
+# (a spin on the process's clock, not a sleep): the recipe's pairs run in turns, judged on CPU time.
 DECODE_HOOK = "int llama_context::decode(const llama_batch_ext & batch_inp) {\n"
-SLOW_TG = ("    // test fixture: a fixed cost per decode call of one token\n"
-           "    if (batch_inp.tokens.size() == 1) { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }\n")
-SLOW_PP = SLOW_TG.replace("of one token", "of several tokens").replace("size() == 1", "size() > 1") \
-    .replace("milliseconds(5)", "milliseconds(200)")
+
+
+def spin(what: str, cond: str, ms: int) -> str:
+    return (f"    // test fixture: a fixed cost per decode call {what}\n"
+            f"    if (batch_inp.tokens.size() {cond}) {{ const std::clock_t t0 = std::clock(); "
+            f"while (std::clock() - t0 < CLOCKS_PER_SEC / 1000 * {ms}) {{}} }}\n")
+
+
+SLOW_TG = spin("of one token", "== 1", 5)
+SLOW_PP = spin("of several tokens", "> 1", 200)
 # A fixed cost per prompt batch in the baseline too: the tiny model computes its 128-token prompt in 5-8 ms, and
 # that moves 30% and more from one process to the next (measured), so a guard on pp_tps could show nothing
 # within its tolerance in any number of pairs a test can afford; a real model's prompt takes seconds.
-BASE_PP = ("    // test fixture: a fixed cost per prompt batch, as a larger model's compute\n"
-           "    if (batch_inp.tokens.size() > 1) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }\n")
+BASE_PP = spin("of a prompt batch, as a larger model's compute", "> 1", 100)
 RMS_SUM = "for (int64_t i00 = 0; i00 < ne00; i00++) {\n                    sum += (ggml_float)(x[i00] * x[i00]);"
 
 
@@ -64,8 +70,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]
     repo = root / "llama.cpp"
     shutil.copytree(tree, repo)
     context = repo / CONTEXT
-    text = context.read_text().replace("#include <cinttypes>", "#include <chrono>\n#include <cinttypes>\n"
-                                       "#include <thread>", 1)
+    text = context.read_text().replace("#include <cinttypes>", "#include <cinttypes>\n#include <ctime>", 1)
     assert DECODE_HOOK in text
     context.write_text(text.replace(DECODE_HOOK, DECODE_HOOK + SLOW_TG + BASE_PP, 1))
     init_repo(repo)

@@ -221,7 +221,11 @@ async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, mod
         res = await start(c, tree, recipe="llama.cpp", model=str(model))
     assert res["recipe"] == "llama.cpp" and res["objectives"] == ["tg_tps", "pp_tps"]
     assert set(res["templates_created"]) == set(recipes.get("llama.cpp").files)
-    assert res["baseline"]["tg_tps"]["mean"] == 14.0 and res["baseline"]["pp_tps"]["mean"] == 500.0
+    # the recipe's pairs run in turns: each objective is its CPU-time form, llama-bench's own rate kept as .wall
+    assert res["pairing"] == "turns"
+    assert res["baseline"]["tg_tps.wall"]["mean"] == 14.0 and res["baseline"]["pp_tps.wall"]["mean"] == 500.0
+    cpu = [float(line.split("=")[1]) for line in res["raw_metric_lines"] if line.startswith("METRIC tg_tps.cpu=")]
+    assert res["baseline"]["tg_tps"]["mean"] == pytest.approx(sum(cpu) / len(cpu))
     assert "METRIC tg_tps=14.0" in res["raw_metric_lines"] and "METRIC pp_tps=500.0" in res["raw_metric_lines"]
     # committed on the session branch, the user's branch untouched, and the tools that measure protected
     assert git(tree, "log", "-1", "--format=%s", "autoresearch/t") == \
@@ -307,7 +311,7 @@ async def test_without_a_model_the_session_says_how_to_give_one(tree: Path, mode
         res = await start(c, tree, recipe="llama.cpp")
         assert res["baseline"] == {} and "model=" in res["next_steps"][0]
         again = await start(c, tree, recipe="llama.cpp", model=str(model))  # resume, now with a model
-    assert again["resumed"] and again["baseline"]["tg_tps"]["mean"] == 14.0
+    assert again["resumed"] and again["baseline"]["tg_tps.wall"]["mean"] == 14.0
 
 
 async def test_a_file_that_is_not_gguf_is_refused(tree: Path, tmp_path: Path) -> None:
@@ -357,7 +361,7 @@ async def test_model_url_is_downloaded_once_into_the_cache(
                           model=f"{url}/fake.gguf")
         missing = await error(c, "start_session", repo=str(tree), metric="tg_tps", direction="higher", tag="v",
                               model=f"{url}/absent.gguf")
-    assert first["baseline"]["tg_tps"]["mean"] == 14.0 and again["resumed"]
+    assert first["baseline"]["tg_tps.wall"]["mean"] == 14.0 and again["resumed"]
     assert asked.count("/tiny.gguf") == 1
     cached = list((tmp_path / "cache" / "models").rglob("tiny.gguf"))
     assert len(cached) == 1 and cached[0].read_bytes() == model.read_bytes()

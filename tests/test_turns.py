@@ -5,6 +5,7 @@ CPU-time form (`<name>.cpu`), since a stopped side's wall clock runs on."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def stamps(tree: Path) -> list[float]:
 def switches(a: list[float], b: list[float]) -> int:
     """How often the merged clock readings of two runs pass from one run to the other."""
     merged = sorted([(t, 0) for t in a] + [(t, 1) for t in b])
-    return sum(1 for x, y in zip(merged, merged[1:], strict=False) if x[1] != y[1])
+    return sum(1 for x, y in itertools.pairwise(merged) if x[1] != y[1])
 
 
 @pytest.mark.parametrize("mode", MODES)

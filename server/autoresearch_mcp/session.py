@@ -329,6 +329,7 @@ def start_session(
         direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
         templates_created=plan.recipe_files or plan.missing, compiler_cache=compiler_cache(),
         recipe=config.recipe, objectives=config.objective_metrics(), guards=sorted(config.guards),
+        pairing=config.pairing,
     )
     unvalidated: dict[str, Any] = dict(baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0)
     if plan.suggested is not None:
