@@ -764,6 +764,9 @@ def measure_of(name: str, spec: Spec) -> str:
         if name.endswith(WALL_SUFFIX):
             return ("wall clock as the bench printed it, not judged: it counts the other side's turns" + turns
                     + per)
+        if name == HARNESS_WALL:
+            return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
+                    "from outside" + turns + per)
         if name in spec.required() or name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
             return f"CPU time (the bench's {name + CPU_SUFFIX}, where it printed one)" + turns + per
     if name == HARNESS_CPU:

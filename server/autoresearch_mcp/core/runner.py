@@ -387,6 +387,7 @@ class _Started:
         self.proc, self.argv, self.marker, self.capture, self.read_fd = proc, argv, marker, capture, read_fd
         self.launch, self.before = launch, before
         self.start = time.monotonic()
+        self.own_s = 0.0  # in turns: the wall time of its own turns
         self.stop = threading.Event()
         self.reader = threading.Thread(target=_drain, args=(read_fd, capture, self.stop), daemon=True)
         self.reader.start()
@@ -497,18 +498,22 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
     """Run the commands at once, each given the CPU in turns of decide.TURN_MS while the others are stopped
     (SIGSTOP to every process of its tree), in the order given; one that ends leaves the turns to the others.
     A burst of a neighbour's work then falls on every side of the pair. Each command's wall clock runs on while
-    it is stopped, so what it prints must time CPU (decide.in_turns). `timeout_s` is each command's: the turns
-    end, and whatever still runs is killed, once they have run for the sum of them."""
+    it is stopped, so what it prints must time CPU (decide.in_turns); its result's `wall_s` is the wall time of
+    its own turns. `timeout_s` is each command's: the turns end, and whatever still runs is killed, once they
+    have run for the sum of them."""
     slice_s = decide.TURN_MS / 1000
     started: list[_Started] = []
     deadline = time.monotonic() + timeout_s * len(runs)
     late: list[_Started] = []  # still running when the turns timed out
     try:
         for side, argv in runs:  # each starts at its first turn; the others are stopped by then
-            started.append(_Started.of(argv, side.tree, side.env, side.launch))
-            _turn_groups.add(started[-1].proc.pid)
-            if not started[-1].reaped.wait(slice_s):
-                hold(started[-1].proc.pid, stop=True)
+            s = _Started.of(argv, side.tree, side.env, side.launch)
+            started.append(s)
+            _turn_groups.add(s.proc.pid)
+            ended = s.reaped.wait(slice_s)
+            s.own_s += time.monotonic() - s.start
+            if not ended:
+                hold(s.proc.pid, stop=True)
         while True:
             alive = [s for s in started if not s.reaped.done.is_set()]
             if not alive:
@@ -518,9 +523,10 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
                 break
             for s in alive:
                 hold(s.proc.pid, stop=False)
-                if len(alive) == 1:
-                    s.reaped.wait(max(0.0, deadline - time.monotonic()))
-                elif not s.reaped.wait(slice_s):
+                t = time.monotonic()
+                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 else slice_s)
+                s.own_s += time.monotonic() - t
+                if not ended:
                     hold(s.proc.pid, stop=True)
     finally:
         for s in started:
@@ -529,8 +535,12 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
             _turn_groups.discard(s.proc.pid)
     if _subreaper:
         _reap_orphans()  # the jobs' PID namespace inits, reparented here; their CPU time is both sides' at once
-    return [s.result(s in late, timeout_s, log, s.reaped.cpu_s if s.launch is None or s.launch.confinement.off
-                     else None) for s in started]
+    results = []
+    for s in started:
+        res = s.result(s in late, timeout_s, log, None)
+        res.wall_s = None if s in late else round(s.own_s, 6)  # its CPU time is not its own: both sides' inits
+        results.append(res)                                    # were reaped together
+    return results
 
 
 # Set in a runner process (become_subreaper): every process its commands leave is reparented to it, and
@@ -911,11 +921,14 @@ def _sample(runs: list[tuple[CommandResult, ParsedMetrics, list[str]]], role: st
                 steps[name] = max(p.steps.get(name, 0.0) for _, p, _ in runs)
         walls = [r.wall_s for r, _, _ in runs]
         cpus = [r.cpu_s for r, _, _ in runs]
-        if spec.pairing != decide.TURNS and all(w is not None and w > 0 for w in walls) and all(
-                c is not None and c > 0 for c in cpus):
+        # in turns, the wall time of each run's own turns only (run_in_turns), and no CPU time of its own
+        turns = spec.pairing == decide.TURNS
+        if all(w is not None and w > 0 for w in walls) and (turns or all(c is not None and c > 0 for c in cpus)):
             values[decide.HARNESS_WALL] = round(_median([float(w) for w in walls if w is not None]), 6)
-            values[decide.HARNESS_CPU] = round(_median([float(c) for c in cpus if c is not None]), 6)
-            steps[decide.HARNESS_WALL] = steps[decide.HARNESS_CPU] = 1e-6
+            steps[decide.HARNESS_WALL] = 1e-6
+            if not turns:
+                values[decide.HARNESS_CPU] = round(_median([float(c) for c in cpus if c is not None]), 6)
+                steps[decide.HARNESS_CPU] = 1e-6
     return Sample(index, role, position, res.exit_code, round(sum(r.duration_s for r, _, _ in runs), 4), res.timed_out,
                   values, problems, steps, len(runs))
 
