@@ -11,6 +11,11 @@ spread (the noise the pair differences show, %), with the load average (`uptime`
 machine is shared, so "quiet" only means no neighbour of ours.
 
     python benchmarks/bench_noise.py [--pairs auto] [--processes 3] [--llama] [--conditions quiet,neighbour]
+                                     [--ways before,after,turns]
+
+`--ways`: which measures to run: `before` and `after` (above, pairs one run after the other) and `turns` (one
+process a sample, both runs of a pair at once in turns of the CPU, judged on CPU time: config pairing "turns";
+the llama.cpp recipe only, as the example's benchmark prints no CPU-time forms).
 """
 
 from __future__ import annotations
@@ -122,13 +127,14 @@ async def call(c: Client, name: str, **args: Any) -> dict[str, Any]:
     return data
 
 
-async def run_session(setup: dict[str, Any], processes: int, pairs: str | int, tag: str) -> list[dict[str, Any]]:
+async def run_session(setup: dict[str, Any], processes: int, pairs: str | int, tag: str,
+                      pairing: str = "sequential") -> list[dict[str, Any]]:
     repo = setup["repo"]
     rows = []
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), tag=tag, **setup["start"])
         config = json.loads(config_path(repo).read_text())
-        config.update(setup["config"], processes_per_sample=processes)
+        config.update(setup["config"], processes_per_sample=processes, pairing=pairing)
         config_path(repo).write_text(json.dumps(config))
         await call(c, "start_session", repo=str(repo), tag=tag, **setup["start"])
         for title, args in setup["experiments"]:
@@ -159,6 +165,7 @@ def main() -> int:
     ap.add_argument("--llama", action="store_true", help="also the llama.cpp recipe (builds llama.cpp 0.3.19)")
     ap.add_argument("--conditions", default="quiet,neighbour")
     ap.add_argument("--iters", default="6", help="NORMSOFT_ITERS of the example's benchmark")
+    ap.add_argument("--ways", default="before,after", help="before, after and turns (llama.cpp only)")
     args = ap.parse_args()
     pairs: str | int = args.pairs if args.pairs == "auto" else int(args.pairs)
     os.environ["NORMSOFT_ITERS"] = args.iters
@@ -168,7 +175,12 @@ def main() -> int:
           flush=True)
     for kind, make in kinds:
         for condition in args.conditions.split(","):
-            for label, k in (("before: 1 process a sample", 1), (f"after: median of {args.processes}", args.processes)):
+            ways = {"before": ("before: 1 process a sample", 1, "sequential"),
+                    "after": (f"after: median of {args.processes}", args.processes, "sequential"),
+                    "turns": ("turns: 1 process a sample, in turns", 1, "turns")}
+            for label, k, pairing in (ways[w] for w in args.ways.split(",")):
+                if pairing == "turns" and kind != "llama.cpp":
+                    continue
                 with tempfile.TemporaryDirectory(prefix="bench-noise-") as tmp:
                     root = Path(tmp)
                     os.environ["AUTORESEARCH_CACHE_DIR"] = str(root / "cache")
@@ -179,7 +191,7 @@ def main() -> int:
                     if other is not None:
                         other.start()
                     try:
-                        rows = anyio.run(run_session, setup, k, pairs, f"noise{k}")
+                        rows = anyio.run(run_session, setup, k, pairs, f"noise{k}", pairing)
                     finally:
                         stop_neighbour(stop, other)
                 for row in rows:
