@@ -119,6 +119,7 @@ class JobMaker:
     def _head(self, commit: str, content: str, platform: Platform | None, runs: int) -> JobSpec:
         spec = self._common(commit, platform)
         spec["validate"] = runs
+        spec["pairing"] = self.config.pairing
         spec["metric"] = self.config.metric
         spec["baseline_tree"] = content
         return spec

@@ -71,6 +71,7 @@ class JobSpec(TypedDict, total=False):
     sandbox: SandboxSpec
     prior_samples: list[dict[str, Any]]  # a continuation: the earlier rounds' samples (complete pairs)
     validate: int  # a validation run (start_session): how many benches
+    pairing: str  # a validation run: "turns" runs its benches two at a time in turns, as experiments pair them
     checks_trial: bool  # a validation run also tries the checks as they are and with the tree read-only
     profile: str  # a profile run (profile_hotspots): the profile's id
     profile_data: str  # where a profile run on this machine writes its raw perf.data

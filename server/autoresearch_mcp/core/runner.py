@@ -1305,13 +1305,22 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
     before = tree_state(tree)
     if job["validate"]:
         log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
-    for i in range(int(job["validate"])):
-        emit("progress", message=f"bench run {i + 1} of {job['validate']} at {env['AUTORESEARCH_THREADS']} thread(s)")
+    # in turns, two runs at a time in turns, as an experiment's pairs run: a run's CPU time depends on it (each
+    # turn starts with caches the other filled), and the baseline's drift is judged against these runs
+    at_once = 2 if job.get("pairing") == decide.TURNS else 1
+    total, i = int(job["validate"]), 0
+    while i < total:
+        k = min(at_once, total - i)
+        emit("progress", message=f"bench run {i + 1}{f'-{i + k}' if k > 1 else ''} of {total} at "
+                                 f"{env['AUTORESEARCH_THREADS']} thread(s)" + (" in turns" if k > 1 else ""))
+        timeout = float(job["timeouts"]["bench"])
         with machine_turn(job.get("machine_lock")):
-            res = bench.run(["bash", "./autoresearch.sh", "bench"], float(job["timeouts"]["bench"]), log)
-        out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
-                            "timed_out": res.timed_out, "output": kept_output(res.output)})
-        if not res.ok or job.get("metric") not in parse_metrics(res.output).values:
+            results = run_in_turns([(bench, BENCH)] * k, timeout, log) if k > 1 else [bench.run(BENCH, timeout, log)]
+        for res in results:
+            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
+                                "timed_out": res.timed_out, "output": kept_output(res.output)})
+        i += k
+        if any(not res.ok or job.get("metric") not in parse_metrics(res.output).values for res in results):
             break
     out["writes"] = tree_changes(before, tree_state(tree))
     if job.get("checks_trial") or job.get("run_checks"):
