@@ -89,7 +89,8 @@ def test_a_focus_is_timed_beside_controls_and_the_end_to_end_metrics(
     done = bench(shared["tree"], shared["tiny"], focus)
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = {name: float(value) for name, value in METRIC.findall(done.stdout)}
-    assert list(metrics) == [f"focus.{label}", *(f"control.{op}" for op in controls), "tg_tps", "pp_tps"]
+    assert list(metrics) == [f"focus.{label}", *(f"control.{op}" for op in controls), "pp_tps", "pp_tps.cpu",
+                             "tg_tps", "tg_tps.cpu"]
     assert all(value > 0 for value in metrics.values())
     # the shapes are the model's: n_embd 128, 4 heads of 32, 2 KV heads, 128 tokens over 256 KV cells
     assert "n_embd=128 n_head=4 n_head_kv=2 head_dim=32 n_ff=256" in done.stderr
@@ -99,7 +100,7 @@ def test_a_focus_is_timed_beside_controls_and_the_end_to_end_metrics(
 def test_without_a_focus_the_bench_prints_only_its_metrics(shared: dict[str, Path]) -> None:
     done = bench(shared["tree"], shared["tiny"], None)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(name for name, _ in METRIC.findall(done.stdout)) == ["pp_tps", "tg_tps"]
+    assert sorted(name for name, _ in METRIC.findall(done.stdout)) == ["pp_tps", "pp_tps.cpu", "tg_tps", "tg_tps.cpu"]
 
 
 def test_a_focus_it_cannot_time_fails_the_run_with_the_chains_it_can(shared: dict[str, Path]) -> None:
