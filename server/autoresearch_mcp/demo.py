@@ -7,6 +7,7 @@ a slower change), polling, and commit_winner, which commits the winner and refus
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -20,6 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp import resources
 from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core.config import config_path
 
 DEADLINE_S = 1200
 # The refusals the demo exists to show are logged by the MCP SDK at INFO ("Tool 'commit_winner' failed"):
@@ -54,6 +56,10 @@ def prepare(workdir: Path) -> Path:
                     ignore=shutil.ignore_patterns("normsoft", "patches", "*.o"))
     gitops.commit_all(gitops.init_repo(repo, "main"), "normsoft: initial import", "autoresearch demo",
                       "demo@localhost")
+    # A setting for the session to come, as a person writes one: each pair's two runs at once in turns of the
+    # CPU, judged on CPU time (the example prints rows_per_s.cpu), so a neighbour's burst falls on both.
+    config_path(repo).parent.mkdir()
+    config_path(repo).write_text(json.dumps({"pairing": "turns"}) + "\n")
     return repo
 
 
@@ -82,8 +88,14 @@ async def run_demo(workdir: Path) -> int:
             _say(f"start_session failed: {res}")
             return 1
         base = res["baseline"]["rows_per_s"]
+        turns = res.get("pairing") == "turns"
+        printed = "METRIC rows_per_s.cpu=" if turns else "METRIC rows_per_s="
+        raw = next((line for line in res["raw_metric_lines"] if line.startswith(printed)), "")
         _say(f"session on {res['branch']}: baseline rows_per_s {base['mean']:.1f} (the mean of start_session's "
-             f"{base['n']} validation runs, noise {100 * (base['cv'] or 0):.1f}%; raw: {res['raw_metric_lines'][0]})")
+             f"{base['n']} validation runs, noise {100 * (base['cv'] or 0):.1f}%; raw: {raw})")
+        if turns:
+            _say("  each pair's two runs share the machine in turns of the CPU, so rows_per_s is judged on CPU "
+                 "time (rows_per_s.cpu); the wall-clock rate is kept as rows_per_s.wall")
         for w in res["warnings"]:
             _say(f"  warning: {w}")
         if "diff_backends" in tools:

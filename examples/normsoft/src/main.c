@@ -7,9 +7,9 @@
 #include <time.h>
 #include "../backend/ops.h"
 
-static double now(void) {
+static double clock_s(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -42,11 +42,14 @@ int main(int argc, char **argv) {
         return (max_err < 1e-4 && fabs(sum - 1.0) < 1e-3) ? 0 : 1;
     }
     ns_cpu_forward(x, w, y, tmp, n); /* warm the pages */
-    double t0 = now();
+    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int it = 0; it < iters; it++) ns_cpu_forward(x, w, y, tmp, n);
-    double dt = now() - t0;
-    printf("normsoft: %d rows of %zu floats in %.4f s\n", iters, n, dt);
+    double dt = clock_s(CLOCK_MONOTONIC) - t0, dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    printf("normsoft: %d rows of %zu floats in %.4f s (%.4f s of CPU time)\n", iters, n, dt, dc);
     printf("METRIC rows_per_s=%.4f\n", iters / dt);
+    /* the same rate over the CPU time the rows took, which a pair's runs in turns judge (a stopped run's wall
+       clock runs on) */
+    printf("METRIC rows_per_s.cpu=%.4f\n", iters / dc);
     printf("METRIC ms_per_row=%.4f\n", dt * 1e3 / iters);
     free(x); free(w); free(y); free(ref); free(tmp);
     return 0;
