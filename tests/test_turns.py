@@ -123,3 +123,19 @@ def test_stopping_a_tree_stops_every_process_in_it_and_continuing_resumes_them(t
     finally:
         runner.kill_group(proc.pid, grace_s=0.5)
         proc.wait()
+
+
+def test_a_tree_is_found_from_each_processs_parent_where_the_kernel_lists_no_children(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        listed = sorted(runner._tree(proc.pid))
+        monkeypatch.setattr(runner, "_HAS_CHILDREN", False)
+        assert sorted(runner._tree(proc.pid)) == listed and len(listed) == 3
+    finally:
+        runner.kill_group(proc.pid, grace_s=0.5)
+        proc.wait()

@@ -449,9 +449,34 @@ class _Started:
 _turn_groups: set[int] = set()  # the process groups of the commands running in turns (killed on SIGTERM)
 
 
+_HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(c) for c in fh.read().split())
+    return out
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, from each one's parent in /proc/<pid>/stat (a kernel without
+    /proc/<pid>/task/<tid>/children)."""
+    below: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/stat") as fh:
+                below.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    return below
+
+
 def _tree(pid: int) -> list[int]:
-    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children. A job's
-    every process is below its command's leader: confined, an orphan goes to the job's PID namespace's init."""
+    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children (or, where
+    the kernel has no such file, from every process's parent). A job's every process is below its command's
+    leader: confined, an orphan goes to the job's PID namespace's init."""
+    below = None if _HAS_CHILDREN else _parents()
     out, todo, seen = [], [pid], set()
     while todo:
         p = todo.pop()
@@ -459,10 +484,7 @@ def _tree(pid: int) -> list[int]:
             continue
         seen.add(p)
         out.append(p)
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError, ValueError), open(f"/proc/{p}/task/{tid}/children") as fh:
-                    todo.extend(int(c) for c in fh.read().split())
+        todo.extend(_children(p) if below is None else below.get(p, []))
     return out
 
 
