@@ -62,8 +62,8 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
             continue  # in turns a run's wall clock counts the other side's turns too: it tells nothing
         if name != lead and other.delta_pct is not None:
             margin = (other.model_extra or {}).get("margin_pct") or other.tolerance_pct
-            role = (f" ({other.role}, {other.judgement}"
-                    + (f" within {round(margin, 1):g}%" if margin is not None else "")
+            role = (f" ({other.role}" + (f", {other.judgement}" if other.judgement else "")
+                    + (f" within {round(margin, 1):g}%" if margin is not None and other.judgement else "")
                     + ")") if other.role else ""
             lines.append(f"  {'end to end' if launch.focus and other.role == 'guard' else 'also'} {name}: "
                          f"{readouts.figure(other)}{role}")
