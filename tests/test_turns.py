@@ -21,6 +21,7 @@ MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
 # (in its tree); prints its wall and CPU seconds, the CPU time also as the metric's CPU form.
 BUSY = r"""python3 - <<'PY'
 import os, time
+time.sleep({SLEEP})
 t0, w0, stamps = time.process_time(), time.monotonic(), []
 while time.process_time() - t0 < 0.25:
     stamps.append(time.monotonic())
@@ -33,12 +34,14 @@ PY
 """
 
 
-def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True) -> dict[str, Any]:
+def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True, sleep: float = 0.0) -> dict[str, Any]:
+    """Two trees whose bench is busy for the same CPU time; the candidate's sleeps `sleep` seconds first."""
     trees = {}
     for role in ("baseline", "candidate"):
         tree = trees[role] = tmp_path / role
         tree.mkdir()
-        bench = BUSY.replace("{CPU}", "yes" if cpu else "no")
+        bench = BUSY.replace("{CPU}", "yes" if cpu else "no").replace("{SLEEP}", str(sleep if role == "candidate"
+                                                                                     else 0.0))
         (tree / "autoresearch.sh").write_text(f'#!/usr/bin/env bash\ncase "$1" in\n  bench)\n{bench};;\nesac\n')
     judging = dataclasses.asdict(decide.Spec("t", "lower", 0.01, pairing=decide.TURNS))
     return {"experiment_id": "e1", "baseline_dir": str(trees["baseline"]), "candidate_dir": str(trees["candidate"]),
@@ -139,3 +142,25 @@ def test_a_tree_is_found_from_each_processs_parent_where_the_kernel_lists_no_chi
     finally:
         runner.kill_group(proc.pid, grace_s=0.5)
         proc.wait()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_turns_a_candidate_that_waits_regresses_though_its_cpu_time_did_not_move(tmp_path: Path,
+                                                                                     mode: str) -> None:
+    """A sleep is no CPU time: the judged metric does not see it, the runs' own wall time (their turns) does, in
+    part: a stopped side's timers run on, so about half of a sleep passes in the other side's turns."""
+    with (tmp_path / "log").open("w") as log:
+        out = runner.run_experiment(a_job(tmp_path, mode, pairs=10, sleep=1.0), log)
+    assert out.status == "done" and out.stop_reason == "regressed", out
+    base = [s.metrics["t"] for s in out.samples if s.role == "baseline"]
+    cand = [s.metrics["t"] for s in out.samples if s.role == "candidate"]
+    assert abs(sum(cand) / sum(base) - 1) < 0.25  # the same CPU time, give or take the machine's noise
+    decision = decide.judge([dataclasses.asdict(s) for s in out.samples],
+                            decide.Spec("t", "lower", 0.01, pairing=decide.TURNS),
+                            decide.Plan.from_dict(stats.make_design("auto", warmup=0).job()), n=10)
+    assert decision.verdict == "regressed" and decide.HARNESS_WALL in decision.blocking
+    assert any("time no CPU-time metric counts" in p for p in decision.problems)
+    # the same samples judged as pairs one after the other would not look at the runs' own wall time
+    plain = decide.judge([dataclasses.asdict(s) for s in out.samples], decide.Spec("t", "lower", 0.01),
+                         decide.Plan.from_dict(stats.make_design("auto", warmup=0).job()), n=10)
+    assert decide.HARNESS_WALL not in plain.blocking

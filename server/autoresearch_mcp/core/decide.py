@@ -640,7 +640,8 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     decision.won = [name for name in improving if judged[name].verdict == "improved"]
     decision.blocking = [name for name in held if judged[name].judgement in ("regressed", "undecided")]
     regressed = ([name for name in improving if judged[name].verdict == "regressed"]
-                 + [name for name in held if judged[name].judgement == "regressed"])
+                 + [name for name in held if judged[name].judgement == "regressed"]
+                 + waiting(decision, samples, spec, plan))
     verdicts = {judged[name].verdict for name in improving}
     lead = judged.get(focus[0] if focus else spec.metric)
     if regressed:
@@ -851,6 +852,28 @@ def refute_by_outside(decision: Decision, samples: list[dict[str, Any]], spec: S
         if why is not None:
             j.verdict, j.judgement, j.reason = "undecided", "held", why
             decision.problems.append(why)
+
+
+WAIT_MIN = math.log1p(0.01)  # in turns: the least slowdown of a run's own wall time that refuses it
+
+
+def waiting(decision: Decision, samples: list[dict[str, Any]], spec: Spec, plan: Plan) -> list[str]:
+    """In turns ([HARNESS_WALL] or []): whether the runs' own wall time (the wall time of each run's own turns,
+    taken by the harness) shows the candidate clearly slower, its interval below 0 and its estimate at least
+    WAIT_MIN worse: time that no CPU-time metric counts (a sleep, I/O, a lock), so the experiment regressed
+    whatever its CPU time says. A real gain in CPU time never lengthens the run's turns."""
+    if spec.pairing != TURNS:
+        return []
+    p = pairs_of(samples, HARNESS_WALL)
+    look = metric_look(p, decision.n, "lower", plan, eq=False) if len(p) >= decision.n > 0 else None
+    if look is None or look.look != look.n or look.high is None or look.low is None or look.estimate is None \
+            or look.high >= 0 or look.estimate > -WAIT_MIN:
+        return []
+    decision.problems.append(
+        f"the runs' own wall time (the wall time of each run's own turns, taken by the harness) is "
+        f"{math.expm1(-look.estimate) * 100:+.1f}% [{math.expm1(-look.high) * 100:+.1f}%, "
+        f"{math.expm1(-look.low) * 100:+.1f}%] longer: time no CPU-time metric counts (a sleep, I/O, a lock)")
+    return [HARNESS_WALL]
 
 
 def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
