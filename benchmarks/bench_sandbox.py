@@ -13,7 +13,10 @@
   (a confined check cannot cache it in the baseline's tree), timed here directly; the sum is compared
   with the experiment's duration.
 
-    python benchmarks/bench_sandbox.py [--runs 200] [--protected 2000] [--llama]
+- the checkout (`--checkout`): the same command with the user's checkout hidden (issue 32.10), against
+  the checkout in sight.
+
+    python benchmarks/bench_sandbox.py [--runs 200] [--protected 2000] [--checkout] [--llama]
 """
 
 from __future__ import annotations
@@ -105,6 +108,37 @@ def protected_cost(files: int, runs: int) -> None:
           f"{off * 1000:.1f} ms with none: {(on - off) * 1000:.1f} ms more ({runs} each, interleaved)")
 
 
+def checkout_cost(runs: int) -> None:
+    """Median cost of hiding the user's checkout (issue 32.10: an empty tmpfs over it, with a model file its
+    environment names and a virtual environment its PATH names bound again), per confined bench command,
+    against the same command with the checkout in sight (printed). The checkout lies under the home folder,
+    where checkouts live (a private /tmp hides one under /tmp anyway)."""
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-checkout-", dir=Path.home()) as tmp:
+        checkout, tree = Path(tmp) / "checkout", Path(tmp) / "tree"
+        (checkout / ".venv" / "bin").mkdir(parents=True)
+        (checkout / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (checkout / "model.bin").write_text("weights\n")
+        tree.mkdir()
+        (tree / "autoresearch.sh").write_text(BENCH)
+        env_of = {"MODEL": str(checkout / "model.bin"), "PATH": f"{checkout}/.venv/bin:{os.environ['PATH']}"}
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for i in range(2 * runs + 2):
+            hidden = i % 2 == 0
+            job = {"baseline_dir": str(tree), "env": env_of,
+                   "sandbox": {"mode": "confined", "private": [str(checkout)] if hidden else []}}
+            c = sandbox.for_job(job, str(tree), "bench")
+            t0 = time.perf_counter()
+            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, 60,
+                                     env=runner.run_env(job, tree, "bench"), confine=c)
+            elapsed = time.perf_counter() - t0
+            assert res.ok, res.output
+            if i >= 2:
+                times[hidden].append(elapsed)
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    print(f"checkout hidden: {on * 1000:.1f} ms a command against {off * 1000:.1f} ms in sight: "
+          f"{(on - off) * 1000:+.1f} ms ({runs} each, interleaved; load {os.getloadavg()[0]:.1f})")
+
+
 async def llama_experiment(per_command: float) -> None:
     from mcp import Client
 
@@ -160,6 +194,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--protected", type=int, default=0, help="also time N protected files in one folder")
     parser.add_argument("--llama", action="store_true", help="also time a llama.cpp recipe experiment (slow)")
+    parser.add_argument("--checkout", action="store_true", help="also time hiding the user's checkout")
     args = parser.parse_args()
     why = sandbox.unavailable()
     if why:
@@ -169,6 +204,8 @@ def main() -> None:
     cost = per_run(args.runs)
     if args.protected:
         protected_cost(args.protected, max(5, args.runs // 10))
+    if args.checkout:
+        checkout_cost(max(20, args.runs // 2))
     if args.llama:
         import anyio
 

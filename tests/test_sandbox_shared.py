@@ -436,3 +436,94 @@ def test_protected_paths_are_bound_one_folder_at_a_time(tmp_path: Path) -> None:
     assert store is not None
     assert (Path(store) / "big" / "f0029.txt").read_text() == "1\n" and not (Path(store) / "src.c").exists()
     assert not os.access(Path(store) / "big", os.W_OK) or os.geteuid() == 0  # read-only (root may write anyway)
+
+
+# --- 10. one view for baseline and candidate --------------------------------------------------------------------
+
+
+@pytest.fixture
+def home_place() -> Iterator[Path]:
+    """A folder under the user's home, where checkouts live (not under /tmp, which a job's private /tmp hides)."""
+    place = Path.home() / ".cache" / f"autoresearch-test-{uuid.uuid4().hex[:8]}-place"
+    place.mkdir(parents=True)
+    yield place
+    shutil.rmtree(place, ignore_errors=True)
+
+
+# How a committed winner's code tells whether it runs as the baseline, each as a shell test that is true then.
+TELLS = {
+    "its tree is the one the environment names": '[ "$PWD" = "${AUTORESEARCH_BASELINE_TREE:-none}" ]',
+    "it may write the compiler cache": '[ -z "${CCACHE_READONLY:-}" ]',
+    "its content is the session branch's": ('h=$(git rev-parse "HEAD^{tree}" 2>/dev/null) && [ "$h" = '
+                                            '"$(git -C {repo} rev-parse -q --verify "autoresearch/t^{tree}")" ]'),
+    "its files are the checkout's": 'cmp -s prog.sh {repo}/prog.sh && cmp -s build.sh {repo}/build.sh',
+}
+
+
+@pytest.mark.parametrize("tell", list(TELLS))
+async def test_a_committed_winner_cannot_tell_when_it_runs_as_the_baseline(
+        tell: str, home_place: Path, home_cache: Path) -> None:
+    repo = hostile_repo(home_place)
+    # a real 10% win whose code halves its score whenever it runs as the baseline: every later candidate "wins"
+    test = TELLS[tell].replace("{repo}", str(repo))
+    sabotage = (f"if {test}; then f=0.5; else f=1; fi\necho ANSWER=42\n"
+                "awk -v v=$(cat value.txt) -v n=${1:-1} -v f=$f 'BEGIN{printf \"METRIC score=%.5f\\n\", v*n*f}'\n")
+    async with Client(build_server()) as c:
+        await hostile_start(c, repo)
+        winner = await measure(c, repo, "a real win, and a saboteur", {"value.txt": "110\n", "prog.sh": sabotage})
+        assert won(winner), winner["verdict"]
+        await call(c, "commit_winner", experiment_id=winner["experiment_id"], title="a real win")
+        no_op = await measure(c, repo, "a no-op", {"build.sh": "true  # nothing\n"})
+        control = await measure(c, repo, "another real win", {"value.txt": "121\n"})
+    assert no_op["verdict"] != "improved", no_op["metrics"]["score"]
+    assert won(control)
+
+
+def test_a_bench_sees_the_same_world_from_the_baselines_tree_and_from_the_candidates(
+        home_place: Path, home_cache: Path) -> None:
+    repo = home_place / "checkout"
+    repo.mkdir()
+    (repo / "file.txt").write_text("the head's\n")
+    init_repo(repo)
+    model = repo / "model.bin"
+    model.write_text("weights\n")
+    venv = repo / ".venv"  # a virtual environment in the checkout, on the PATH
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "lib").mkdir()
+    (venv / "lib" / "site.txt").write_text("a package\n")
+    (venv / "bin" / "tool").write_text(f"#!/bin/sh\ncat {venv}/lib/site.txt\n")
+    (venv / "bin" / "tool").chmod(0o755)
+    root = home_cache / "worktrees"
+    trees = {side: root / "repo-1" / f"tree-{i}" for i, side in enumerate(("baseline", "candidate"))}
+    for tree in trees.values():
+        tree.mkdir(parents=True)
+    cache = home_cache / "ccache"
+    cache.mkdir()
+    job = {"baseline_dir": str(trees["baseline"]), "machine_lock": str(root / "machine.lock"),
+           "env": {"MODEL": str(model), "CCACHE_DIR": str(cache), "PATH": f"{venv}/bin:{os.environ['PATH']}"},
+           "sandbox": {"mode": "confined", "private": [str(repo)], "git": [str(repo / ".git")]}}
+    # what a program could look at: its environment, the checkout, the trees, the compiler cache's rights
+    look = (f"env | grep -v -e '^_=' -e '^SHLVL=' | sort; ls -a {repo} {root}/repo-1; cat {model}; tool; "
+            f"touch {cache}/mine 2>/dev/null && echo cache writable; git -C {repo} log --oneline 2>/dev/null | wc -l")
+
+    def view(side: str, phase: str) -> str:
+        tree = trees[side]
+        res = runner.run_command(["sh", "-c", look], tree, 60, env=runner.run_env(job, tree, phase),
+                                 confine=sandbox.for_job(job, str(tree), phase))
+        assert res.ok, res.output
+        return res.output.replace(str(tree), "TREE").replace(tree.name, "TREE")
+
+    assert view("baseline", "bench") == view("candidate", "bench")
+    seen = view("candidate", "bench")
+    assert "weights" in seen and "a package" in seen  # the file its environment names, the PATH's venv whole
+    assert "file.txt" not in seen and ".git" not in seen and "AUTORESEARCH_BASELINE_TREE" not in seen
+    assert "cache writable" not in seen and "CCACHE_READONLY=1" in seen
+    assert seen.split()[-1] == "0"  # no history: git finds no repository
+    built = view("candidate", "build")
+    assert "file.txt" not in built and built.split()[-1] == "1"  # a build reads the git directory (one commit)
+    assert "cache writable" in view("baseline", "build")  # the one command that stores into the cache
+    checks = view("candidate", "checks")  # the checks compare with the baseline: its tree is theirs to read
+    assert f"AUTORESEARCH_BASELINE_TREE={trees['baseline']}" in checks
+    job["sandbox"]["mode"] = "confined+checkout"  # the session's choice: the checkout in sight, as before
+    assert "file.txt" in view("candidate", "bench")

@@ -153,6 +153,11 @@ def confinement_warnings(setting: str) -> list[str]:
         out.append("the network is shared by the session's choice (\"sandbox\": {\"share\": [\"network\"]}): a "
                    "job reaches the machine's network and its local services, and a candidate could leave a "
                    "service slow for the baseline's runs; start the service inside the benchmark where you can")
+    if sandbox.CHECKOUT in shares:
+        out.append("your checkout is shared by the session's choice (\"sandbox\": {\"share\": [\"checkout\"]}): "
+                   "every job sees its files, its git directory and .autoresearch/, so a candidate's code can tell "
+                   "the baseline's tree from its own (its content is the session head's) and run slower as the "
+                   "baseline; keep it only for a build that needs git (setuptools-scm, git describe)")
     return out
 
 

@@ -32,14 +32,29 @@ def environment(session_env: dict[str, str], platform: Platform, focus: Sequence
 
 
 def confinement(mode: str, frozen: Sequence[str] = (), read_only: Sequence[str] = (),
-                readable: Sequence[str] = ()) -> SandboxSpec:
+                readable: Sequence[str] = (), private: Sequence[str] = (), git: Sequence[str] = ()) -> SandboxSpec:
     """The one sandbox spec of a job (core/sandbox.py reads it): the session's `sandbox` mode, the protected
-    files bound read-only, the commands that see their tree read-only, and paths a private /tmp would hide.
-    The executor adds the session's scripts where it stores them (`placed`)."""
+    files bound read-only, the commands that see their tree read-only, paths a private /tmp would hide, and
+    the user's checkout that no command sees (`checkout`). The executor adds the session's scripts where it
+    stores them (`placed`)."""
     spec = SandboxSpec(mode=mode, frozen=list(frozen), read_only=list(read_only))
     if readable:
         spec["readable"] = list(readable)
+    if private:
+        spec["private"] = list(private)
+        spec["git"] = list(git)
     return spec
+
+
+def checkout(repo: gitops.Repo) -> tuple[list[str], list[str]]:
+    """The folders of the user's checkout no bench or checks command sees, and its git directory, which a build
+    reads: its work tree (the session head's files and `.autoresearch/`) and its git directory (its refs name
+    the session head), also where that lies outside the work tree."""
+    folders = [Path(repo.working_tree_dir or repo.git_dir).resolve()]
+    git_dir = Path(repo.common_dir).resolve()
+    if not any(f == git_dir or f in git_dir.parents for f in folders):
+        folders.append(git_dir)
+    return [str(f) for f in folders], [str(git_dir)]
 
 
 def frozen(spec: JobSpec) -> list[str]:
@@ -90,6 +105,7 @@ class JobMaker:
         (the protected files as `commit` has them)."""
         c = self.config
         host = c.all_platforms[0]
+        private, git = checkout(self.repo)
         platform = platform or host
         return JobSpec(
             timeouts=c.timeouts.for_job(), threads=c.threads, env=environment(self.env, platform, focus),
@@ -98,7 +114,8 @@ class JobMaker:
             # every command of the job sees these read-only: a build that rewrites the benchmark's source
             # after the launch's check cannot get it compiled
             sandbox=confinement(c.sandbox, gitops.protected_files(self.repo, commit, c.protected),
-                                list(c.read_only_runs or []) if read_only is None else read_only))
+                                list(c.read_only_runs or []) if read_only is None else read_only,
+                                private=private, git=git))
 
     def experiment(self, judging: dict[str, Any], design: dict[str, Any], stops: list[int], base_tree: str,
                    candidate_tree: str, incremental: bool, platform: Platform | None = None,

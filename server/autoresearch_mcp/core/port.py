@@ -46,6 +46,8 @@ class SandboxSpec(TypedDict, total=False):
     read_only: list[str]  # the commands (bench, checks) that see their tree read-only (config read_only_runs)
     readable: list[str]  # paths a private /tmp would hide that the job reads (the holdout's command)
     scripts: dict[str, str]  # the session's scripts as the executor stores them (added when it places the job)
+    private: list[str]  # the user's checkout and its git directory, which no command sees (jobs.checkout)
+    git: list[str]  # the checkout's git directory, which a build reads (a version from git)
 
 
 class JobSpec(TypedDict, total=False):

@@ -55,6 +55,7 @@ METRIC_BYTES = 1024 * 1024
 # Every process a job starts carries this variable (a value unique to the run), so whatever escapes
 # its process group (`setsid cmd &`, a daemon) can still be found and killed.
 JOB_ENV = "AUTORESEARCH_JOB"
+BASELINE_ENV = "AUTORESEARCH_BASELINE_TREE"  # the checks' baseline tree (run_env)
 # The one rule for a metric value, applied before any arithmetic, here and in the server: finite and
 # of a magnitude arithmetic on a few hundred samples cannot overflow or underflow (or exactly 0).
 VALUE_MAX = 1e30
@@ -634,16 +635,17 @@ class _Reaper:
         return self.done.wait(timeout_s)
 
 
-def run_env(job: dict[str, Any], tree: str | os.PathLike[str]) -> dict[str, str]:
-    """The one environment of a job's build, bench and checks commands in `tree` (nothing in it tells a
-    baseline from a candidate, nor a bench from a check): the compiler cache's variables, the job's
-    `env` (the platform's, the recipe's model), its threads and the baseline's built tree."""
-    env = {k: v for k, v in os.environ.items() if k not in ("AUTORESEARCH_ROLE", "AUTORESEARCH_RUN")}
+def run_env(job: dict[str, Any], tree: str | os.PathLike[str], phase: str = "build") -> dict[str, str]:
+    """The one environment of a job's `phase` commands (build, bench, checks) in `tree`: nothing in it tells a
+    baseline from a candidate. The compiler cache's variables, the job's `env` (the platform's, the recipe's
+    model), its threads and, for the checks alone (which compare with it), the baseline's built tree
+    (`BASELINE_ENV`): a bench that saw it could tell whether its own tree is that one."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTORESEARCH_ROLE", "AUTORESEARCH_RUN", BASELINE_ENV)}
     env.update(compiler_cache_env(str(tree)))
     env.update(job.get("env") or {})
     env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
-    if job.get("baseline_dir"):
-        env["AUTORESEARCH_BASELINE_TREE"] = str(Path(job["baseline_dir"]).resolve())
+    if job.get("baseline_dir") and phase == "checks":
+        env[BASELINE_ENV] = str(Path(job["baseline_dir"]).resolve())
     return env
 
 
@@ -659,7 +661,7 @@ class Prepared:
 
     @classmethod
     def of(cls, job: dict[str, Any], tree: str, phase: str) -> Prepared:
-        env = run_env(job, tree)
+        env = run_env(job, tree, phase)
         return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase), env))
 
     def run(self, argv: list[str], timeout_s: float, log: Any) -> CommandResult:
@@ -1219,7 +1221,7 @@ def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
     try:
         with machine_turn(job.get("machine_lock"), shared=True):
             res = run_command(["bash", "./" + sandbox.CHECKS_SCRIPT], tree, job["timeouts"]["checks"],
-                              env=run_env(job, tree), log=log, confine=c)
+                              env=run_env(job, tree, "checks"), log=log, confine=c)
     except OSError as exc:
         return {"ran": False, "passed": False, "note": f"the session's {sandbox.CHECKS_SCRIPT} could not be run "
                 f"in {tree} ({type(exc).__name__}: {exc}); the checks failed"}

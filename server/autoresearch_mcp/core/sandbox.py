@@ -47,8 +47,11 @@ HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewr
               "bubblewrap`; `bash scripts/setup.sh` does it as root), or, to measure unconfined at your own risk, "
               "set \"sandbox\": \"off\" in .autoresearch/config.json (every result then says so)")
 JOB_MARK = "AUTORESEARCH_JOB"  # runner.JOB_ENV
-NETWORK = "network"
-SHARES = (NETWORK,)  # what a session may open up: `"sandbox": {"share": ["network"]}`
+NETWORK, CHECKOUT = "network", "checkout"
+# what a session may open up: `"sandbox": {"share": ["network"]}`; "checkout" leaves the user's checkout and
+# its git directory in sight (a build that needs git: setuptools-scm, `git describe`)
+SHARES = (NETWORK, CHECKOUT)
+LEDGER = ".autoresearch"  # the session folder in the user's checkout, never bound again into a job
 # No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it,
 # no IPC object of anyone else's, a /proc no process can write another's memory through (/proc/PID/mem).
 BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
@@ -157,6 +160,10 @@ class Confinement:
     tree, a holdout command). `off`: the user turned confinement off; the scripts are then written
     back into the tree before each command instead of bound. `share`: what the session opened up
     (SHARES). `hidden`: folders the job must not see at all (the machine lock's, with the job files).
+    `private`: the user's checkout and its git directory, hidden as well (their files are the session head's,
+    their refs name it, `.autoresearch/` holds the ledger: each would tell a baseline from a candidate), with
+    what the job needs inside them bound again (its trees, the compiler cache, the files its environment
+    names, the programs its PATH names, and for a build the git directory, read-only).
     """
 
     tree: str
@@ -169,6 +176,7 @@ class Confinement:
     share: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
     frozen_from: str | None = None
+    private: tuple[str, ...] = ()
 
 
 def _spec(job: dict[str, Any]) -> dict[str, Any]:
@@ -196,13 +204,18 @@ def resolve(job: dict[str, Any], base_dir: str) -> None:
 
 def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement:
     """The confinement of a runner job's `phase` command (build, bench, checks) in `tree`: the job's
-    `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only})
-    and its baseline's tree (readable); the compiler cache is writable only when `tree` is that baseline's."""
+    `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only,
+    private: the user's checkout}) and, for the checks only, its baseline's tree (readable). The compiler
+    cache is writable only to the build of the baseline's tree; every bench and checks command reads it.
+
+    One view for both sides: what a bench or a build sees does not depend on whether its tree is the
+    baseline's (no baseline tree, the same cache rights, the checkout out of sight)."""
     spec = _spec(job)
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
     baseline = job.get("baseline_dir")
-    readable = [*spec.get("readable", []), *([baseline] if baseline else [])]
-    cache = bool(baseline) and _real(str(baseline)) == _real(tree)
+    readable = [*spec.get("readable", []), *([baseline] if baseline and phase == "checks" else []),
+                *(spec.get("git") or [] if phase == "build" else [])]  # a build may run git (a version from it)
+    cache = phase == "build" and bool(baseline) and _real(str(baseline)) == _real(tree)
     frozen = tuple(str(p) for p in spec.get("frozen") or [])
     frozen_from = str(spec["frozen_from"]) if spec.get("frozen_from") else None
     read_only = phase != "build" and phase in (spec.get("read_only") or [])
@@ -210,8 +223,10 @@ def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement
     folders = [*([Path(lock).parent] if lock and Path(lock).is_absolute() else []),
                *(Path(p) for p in spec.get("hidden") or [])]  # each once, and none inside another
     hidden = tuple(dict.fromkeys(str(f) for f in folders if not any(o in f.parents for o in folders)))
+    shares = shares_of(job)
+    private = () if CHECKOUT in shares else tuple(str(p) for p in spec.get("private") or [])
     return Confinement(str(tree), scripts, tuple(str(p) for p in readable), mode_of(job) == OFF, cache, frozen,
-                       read_only, shares_of(job), hidden, frozen_from)
+                       read_only, shares, hidden, frozen_from, private)
 
 
 def unavailable(bwrap: str | None = None) -> str | None:
@@ -548,12 +563,15 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[s
     resolver = _real("/etc/resolv.conf")
     wanted = [*((p, True) for p in needed), *((p, False) for p in named), (resolver, True)]
     hidden = [_real(h) for h in c.hidden]
+    private = [_real(p) for p in c.private]
     for path, needs in ((_real(p), needs) for p, needs in wanted if os.path.lexists(p)):
         inside = any(path == w or w in path.parents for w in writable)
         if inside or _is_socket(path) or path in (Path(TMP), Path(RUN)) or (not needs and _holds_socket(path)):
             continue
         if not needs and any(path == h or h in path.parents for h in hidden):
             continue  # a folder the environment names (a worker's PWD) that is hidden stays hidden
+        if not needs and any(_under(path, str(p)) or p in path.parents for p in private) and not path.is_file():
+            continue  # nor does a folder of the checkout, or one that holds it (`_private_binds`)
         if _under(path, TMP) or (_under(path, RUN) and (needs or path.is_file())):
             binds.append((len(path.parts), 0, "--ro-bind", path, path))
     for path in writable:
@@ -578,12 +596,40 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[s
                     binds.append((len(kept_real.parts), 1 if writable_place else 0,
                                   ("--ro-bind" if c.read_only and kept_real == tree else "--bind")
                                   if writable_place else "--ro-bind", kept_real, kept_real))
+    for place in private:
+        binds += _private_binds(place, c, named, programs, writable, caches)
     # parents before children, and a writable place after a read-only one that holds it
     for _depth, _order, option, source, target in sorted(set(binds)):
         args += [option, str(source)] if option == "--tmpfs" else [option, str(source), str(target)]
     for name, script in sorted(c.scripts.items()):
         args += ["--ro-bind", str(_real(script)), str(tree / name)]
     return args
+
+
+def _private_binds(folder: Path, c: Confinement, named: list[Path], programs: list[Path], writable: list[Path],
+                   caches: list[Path]) -> list[tuple[int, int, str, Path, Path]]:
+    """An empty tmpfs over `folder` (the user's checkout, or its git directory), and what the job needs inside
+    it bound again: its trees, the compiler cache, the paths it reads (`readable`), the files its environment
+    names (a model) and the folders its PATH names (a virtual environment whole); never the session folder,
+    a git directory, nor a folder of the checkout's own files. Not over the home folder or one that holds it."""
+    home = _real(Path.home())
+    if not folder.is_dir() or folder == home or folder in home.parents \
+            or any(folder == w or w in folder.parents for w in writable):
+        return []
+    out: list[tuple[int, int, str, Path, Path]] = [(len(folder.parts), -1, "--tmpfs", folder, folder)]
+    venvs = [p.parent if (p.parent / "pyvenv.cfg").is_file() else p for p in programs]
+    reads: list[str | Path] = [*venvs, *([] if c.cache else caches)]
+    kept = [*((_real(p), False, True) for p in c.readable), *((_real(p), False, False) for p in reads),
+            *((p, False, False) for p in (_real(n) for n in named) if p.is_file()),
+            *((w, True, True) for w in writable)]
+    for path, write, needed in kept:
+        rel = path.relative_to(folder).parts if folder in path.parents else None
+        if rel is None or LEDGER in rel or (".git" in rel and not needed) or not os.path.lexists(path) \
+                or _is_socket(path):
+            continue
+        option = "--ro-bind" if not write or (c.read_only and path == _real(c.tree)) else "--bind"
+        out.append((len(path.parts), 1 if write else 0, option, path, path))
+    return out
 
 
 def _tree_binds(c: Confinement) -> list[str]:
