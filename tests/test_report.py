@@ -341,6 +341,35 @@ def test_an_experiment_of_the_earlier_t_test_design_keeps_its_standard_error(syn
     assert out.total_gain_ci_low_pct == pytest.approx((1.21 * np.exp(-half) - 1) * 100, abs=1e-3)
 
 
+def _session_total(s: Synthetic, delta: float, lo: float, hi: float) -> None:
+    """Record a session total (launch_experiment(source='session')): the head measured against the start."""
+    s.n += 1
+    exp_id, ts = f"e{s.n:04d}", 1_800_000_000.0 + s.n * 10
+    s.ledger.append({"type": "launch", "ts": ts, "experiment_id": exp_id, "session_id": "s1", "title": "session total",
+                     "source": "session", "base_commit": s.start, "candidate_commit": s.head,
+                     "changed_files": [], "metric": "score", "direction": "higher"})
+    outcome = {"status": "done", "checks": {"ran": True, "passed": True}, "host": {"hostname": "box"}}
+    s.ledger.append({"type": "result", "ts": ts + 5, "experiment_id": exp_id, "status": "done", "worker": "local",
+                     "outcome": outcome,
+                     "analysis": {"metrics": {"score": _comparison(delta, lo, hi, "improved")}, "verdict": "improved"}})
+
+
+@pytest.mark.parametrize(("total", "warned"), [((10.0, 8.0, 12.0), True), ((118.0, 110.0, 126.0), False)])
+def test_a_session_total_clearly_short_of_the_kept_gains_is_warned_about(
+        synthetic: Synthetic, total: tuple[float, float, float], warned: bool) -> None:
+    """Issue 32.10's backstop: a kept gain made by a baseline that ran slower than it is (a winner that can still
+    tell it is the baseline, or a busier machine in that experiment) is not there when the head is measured
+    against the start; the report says so when the two intervals are apart, and not when they overlap."""
+    synthetic.experiment("first", 10.0, (8.0, 12.0), "improved", keep={"a.txt": "1\n"})
+    synthetic.experiment("second", 100.0, (95.0, 105.0), "improved", keep={"b.txt": "2\n"})
+    _session_total(synthetic, *total)
+    out = write_report(str(synthetic.root))
+    short = [w for w in out.warnings if "clearly short" in w]
+    assert bool(short) is warned, out.warnings
+    if warned:
+        assert "e0003" in short[0] and "+10.00%" in short[0] and "review each kept experiment's diff" in short[0]
+
+
 def test_the_total_is_what_is_on_the_session_branch(synthetic: Synthetic) -> None:
     synthetic.experiment("first", 10.0, (8.0, 12.0), "improved", keep={"a.txt": "1\n"})
     first = synthetic.head

@@ -297,12 +297,40 @@ def _fold(root: Path, config: SessionConfig, view: LedgerView, commits: list[Kep
         rows.append(row)
     low, high, total_level, basis = _total_interval([r for r in rows if r.position is not None], metric, level, errors,
                                              1 - config.alpha)
+    warnings += _short_total(rows, metric, config.direction, chain, low, high, total_level)
     machines = sorted({_machine(e) for e in mine if e.result})
     baseline, runs, noise = _baseline(config, view)
     return SessionData(root, config, rows, baseline, level, low, high, total_level, basis,
                        commits=commits, machines=machines, warnings=warnings,
                        profiles=[p for p in view.profiles if p.session_id == config.session_id],
                        baseline_runs=runs, baseline_noise_pct=noise)
+
+
+def _short_total(rows: list[Row], metric: str, direction: str, chain: list[_Link], low: float | None,
+                 high: float | None, level: float) -> list[str]:
+    """The warning for a session total, measured at the head, that falls clearly short of what the kept
+    experiments add up to (both intervals apart, on the worse side): a kept gain that is not there end to end.
+    A baseline that ran slower than it is makes such a gain: a machine busier during that experiment, or code
+    a winner brought in that runs slower when it is the baseline (a side a job can still tell: when its tree
+    was built, or whether its build may store into the compiler cache). Selection alone overstates the chained
+    total by about one standard error, not by two intervals' width."""
+    head = chain[-1].sha if chain else None
+    total = next((r for r in reversed(rows) if r.launch.source == "session" and r.verdict is not None), None)
+    if total is None or head is None or total.exp.launch.candidate_commit != head or low is None or high is None:
+        return []
+    cmp = total.primary(metric)
+    m_low, m_high, m_level = cmp.get("ci_low_pct"), cmp.get("ci_high_pct"), cmp.get("ci_level")
+    if m_low is None or m_high is None:
+        return []
+    short = m_high < low if direction == "higher" else m_low > high
+    if not short:
+        return []
+    m_shown = f"{cmp.get('delta_pct'):+.2f}% ({f'{m_level:.0%} ' if m_level else ''}CI {m_low:+.2f}% to {m_high:+.2f}%)"
+    return [f"the session total ({total.exp.experiment_id}, the head against the start) measured {metric} "
+            f"{m_shown}, clearly short of what the kept experiments add up to ({level:.0%} CI {low:+.2f}% to "
+            f"{high:+.2f}%): a kept gain is not there end to end. A baseline that ran slower than it is makes one (a "
+            "busier machine during that experiment, or code a winner brought in that runs slower as the baseline): "
+            "review each kept experiment's diff for what explains its gain before trusting it"]
 
 
 def _total_interval(kept: list[Row], metric: str, total_log: float, errors: list[tuple[float, int]],
