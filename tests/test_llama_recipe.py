@@ -170,12 +170,16 @@ async def test_profile_hotspots_runs_the_recipes_benchmark_with_its_model_and_fi
 ) -> None:
     async with Client(build_server()) as c:
         await start(c, llama, shared["model"], "profile")  # the session head's build, reused by the profile
-        prof = await call(c, "profile_hotspots", top=15)
+        # 50: the fixture's fixed costs (a spin on the process's CPU clock, in the kernel's clock code) and
+        # OpenMP's waits take most samples; the tiny model's ggml kernels came 9th of 15 on a quiet machine and
+        # below the 15th under load
+        prof = await call(c, "profile_hotspots", top=50)
         found = await call(c, "find_passes", profile_id=prof["profile_id"])
     assert prof["bench_exit_code"] == 0, prof["notes"]
     assert prof["total_samples"] > 0
     hot = {f["name"] for f in prof["functions"] if f["dso"] == "llama-bench"}
-    assert any(name.startswith("ggml_") for name in hot), hot  # the model ran: ggml's kernels are hot
+    top = [(f["name"], f["dso"]) for f in prof["functions"]][:20]
+    assert any(name.startswith("ggml_") for name in hot), top  # the model ran: ggml's kernels are hot
     assert found["files_scanned"] > 0 and found["functions_scanned"] > 0
     assert any(prof["profile_id"] in note for note in found["notes"])
 
