@@ -50,6 +50,7 @@ async def run(iters: int) -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as tmp:
         repo = example_repo(Path(tmp))
+        os.environ["AUTORESEARCH_CACHE_DIR"] = str(Path(tmp) / "cache")  # its trees and builds go with it
         async with Client(build_server(), mode="legacy", logging_callback=on_log) as c:
             await c.set_logging_level("info")
             res = await c.call_tool("start_session", {"repo": str(repo), "metric": "rows_per_s",
