@@ -29,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autoresearch_mcp.core import runner, sandbox
@@ -69,6 +71,25 @@ def per_run(runs: int) -> float:
 BENCH = '#!/usr/bin/env bash\ncase "$1" in bench) echo "METRIC score=100" ;; esac\n'
 
 
+def interleaved(tree: Path, runs: int, timeout_s: float,
+                job_of: Callable[[bool], dict[str, Any]]) -> tuple[float, float]:
+    """The median time of a confined bench command in `tree` with the job `job_of(True)` and with `job_of(False)`,
+    `runs` each, alternated (after one warm-up each)."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(2 * runs + 2):
+        on = i % 2 == 0
+        job = job_of(on)
+        c = sandbox.for_job(job, str(tree), "bench")
+        t0 = time.perf_counter()
+        res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, timeout_s,
+                                 env=runner.run_env(job, tree, "bench"), confine=c)
+        elapsed = time.perf_counter() - t0
+        assert res.ok, res.output
+        if i >= 2:
+            times[on].append(elapsed)
+    return statistics.median(times[True]), statistics.median(times[False])
+
+
 def protected_cost(files: int, runs: int) -> None:
     """Median cost of `files` protected files in one folder, per confined command (printed)."""
     from autoresearch_mcp.core import gitops
@@ -91,19 +112,8 @@ def protected_cost(files: int, runs: int) -> None:
         spec: dict[str, object] = {"mode": "confined", "scripts": trees.scripts(head), "frozen": frozen}
         if hasattr(trees, "frozen_store"):
             spec["frozen_from"] = trees.frozen_store(head, frozen)
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for i in range(2 * runs + 2):
-            with_files = i % 2 == 0
-            job = {"baseline_dir": str(tree), "sandbox": spec if with_files else {**spec, "frozen": []}}
-            c = sandbox.for_job(job, str(tree), "bench")
-            t0 = time.perf_counter()
-            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, 600, env=runner.run_env(job, tree),
-                                     confine=c)
-            elapsed = time.perf_counter() - t0
-            assert res.ok, res.output
-            if i >= 2:
-                times[with_files].append(elapsed)
-    on, off = statistics.median(times[True]), statistics.median(times[False])
+        on, off = interleaved(tree, runs, 600, lambda with_files: {
+            "baseline_dir": str(tree), "sandbox": spec if with_files else {**spec, "frozen": []}})
     print(f"protected: {files} files in one folder ({len(frozen)} binds): {on * 1000:.1f} ms a command against "
           f"{off * 1000:.1f} ms with none: {(on - off) * 1000:.1f} ms more ({runs} each, interleaved)")
 
@@ -121,20 +131,9 @@ def checkout_cost(runs: int) -> None:
         tree.mkdir()
         (tree / "autoresearch.sh").write_text(BENCH)
         env_of = {"MODEL": str(checkout / "model.bin"), "PATH": f"{checkout}/.venv/bin:{os.environ['PATH']}"}
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for i in range(2 * runs + 2):
-            hidden = i % 2 == 0
-            job = {"baseline_dir": str(tree), "env": env_of,
-                   "sandbox": {"mode": "confined", "private": [str(checkout)] if hidden else []}}
-            c = sandbox.for_job(job, str(tree), "bench")
-            t0 = time.perf_counter()
-            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, 60,
-                                     env=runner.run_env(job, tree, "bench"), confine=c)
-            elapsed = time.perf_counter() - t0
-            assert res.ok, res.output
-            if i >= 2:
-                times[hidden].append(elapsed)
-    on, off = statistics.median(times[True]), statistics.median(times[False])
+        on, off = interleaved(tree, runs, 60, lambda hidden: {
+            "baseline_dir": str(tree), "env": env_of,
+            "sandbox": {"mode": "confined", "private": [str(checkout)] if hidden else []}})
     print(f"checkout hidden: {on * 1000:.1f} ms a command against {off * 1000:.1f} ms in sight: "
           f"{(on - off) * 1000:+.1f} ms ({runs} each, interleaved; load {os.getloadavg()[0]:.1f})")
 

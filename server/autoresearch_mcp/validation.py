@@ -157,7 +157,8 @@ def confinement_warnings(setting: str) -> list[str]:
         out.append("your checkout is shared by the session's choice (\"sandbox\": {\"share\": [\"checkout\"]}): "
                    "every job sees its files, its git directory and .autoresearch/, so a candidate's code can tell "
                    "the baseline's tree from its own (its content is the session head's) and run slower as the "
-                   "baseline; keep it only for a build that needs git (setuptools-scm, git describe)")
+                   "baseline; keep it only for a benchmark that reads files git does not track in your "
+                   "checkout (a build reads the git directory without it)")
     return out
 
 

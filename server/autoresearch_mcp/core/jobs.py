@@ -35,8 +35,8 @@ def confinement(mode: str, frozen: Sequence[str] = (), read_only: Sequence[str] 
                 readable: Sequence[str] = (), private: Sequence[str] = (), git: Sequence[str] = ()) -> SandboxSpec:
     """The one sandbox spec of a job (core/sandbox.py reads it): the session's `sandbox` mode, the protected
     files bound read-only, the commands that see their tree read-only, paths a private /tmp would hide, and
-    the user's checkout that no command sees (`checkout`). The executor adds the session's scripts where it
-    stores them (`placed`)."""
+    the user's checkout and git directory hidden from every command (`private`; a build reads `git`). The
+    executor adds the session's scripts where it stores them (`placed`)."""
     spec = SandboxSpec(mode=mode, frozen=list(frozen), read_only=list(read_only))
     if readable:
         spec["readable"] = list(readable)
@@ -47,9 +47,9 @@ def confinement(mode: str, frozen: Sequence[str] = (), read_only: Sequence[str] 
 
 
 def checkout(repo: gitops.Repo) -> tuple[list[str], list[str]]:
-    """The folders of the user's checkout no bench or checks command sees, and its git directory, which a build
-    reads: its work tree (the session head's files and `.autoresearch/`) and its git directory (its refs name
-    the session head), also where that lies outside the work tree."""
+    """The folders of the user's checkout no command sees, and its git directory, which a build reads
+    (read-only): its work tree (the session head's files and `.autoresearch/`) and its git directory (its refs
+    name the session head), also where that lies outside the work tree."""
     folders = [Path(repo.working_tree_dir or repo.git_dir).resolve()]
     git_dir = Path(repo.common_dir).resolve()
     if not any(f == git_dir or f in git_dir.parents for f in folders):

@@ -49,7 +49,8 @@ HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewr
 JOB_MARK = "AUTORESEARCH_JOB"  # runner.JOB_ENV
 NETWORK, CHECKOUT = "network", "checkout"
 # what a session may open up: `"sandbox": {"share": ["network"]}`; "checkout" leaves the user's checkout and
-# its git directory in sight (a build that needs git: setuptools-scm, `git describe`)
+# its git directory in sight (a benchmark that reads untracked files there; a build reads the git directory
+# anyway)
 SHARES = (NETWORK, CHECKOUT)
 LEDGER = ".autoresearch"  # the session folder in the user's checkout, never bound again into a job
 # No capabilities (a root job could remount / writable), no other process in sight, nothing outliving it,
