@@ -153,7 +153,7 @@ def test_a_job_cannot_fill_the_machines_memory_through_its_private_tmp(
     assert control.ok and "1048576" in control.output
 
 
-@pytest.mark.skipif(sandbox.memory_group() is None, reason="no memory cgroup can be made on this machine")
+@pytest.mark.skipif("memory" in sandbox.lacking(), reason="no memory cgroup can be made on this machine")
 def test_a_job_that_takes_more_memory_than_its_limit_is_stopped(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox, "memory_limit", lambda: 64 << 20)
@@ -163,14 +163,14 @@ def test_a_job_that_takes_more_memory_than_its_limit_is_stopped(tmp_path: Path,
     assert control.ok and "took" in control.output
 
 
-@pytest.mark.skipif(sandbox.memory_group() is None, reason="no memory cgroup can be made on this machine")
+@pytest.mark.skipif("memory" in sandbox.lacking(), reason="no memory cgroup can be made on this machine")
 def test_a_command_keeps_its_memory_group_while_others_start(tmp_path: Path) -> None:
     # another command (of this process or another) sweeps ended groups: never one made a moment ago
-    group = sandbox.memory_group()
+    group = sandbox.group()
     assert group is not None
     try:
         for _ in range(3):
             assert confined(tmp_path, "true").ok
-        assert Path(group).is_dir()
+        assert all(folder.is_dir() for folder in group.folders.values())
     finally:
-        os.rmdir(group)
+        group.remove()

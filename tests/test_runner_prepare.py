@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import decide, runner, sandbox
+from autoresearch_mcp.core import cgroups, decide, runner, sandbox
 from autoresearch_mcp.measure import stats
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
@@ -75,8 +75,9 @@ def started(argv: list[str], fds: list[int]) -> list[str]:
     for fd in fds:
         os.close(fd)
     fresh = {str(fd): "FD" for fd in fds}
-    if argv[:3] == ["/bin/sh", "-c", sandbox.JOIN_GROUP]:
-        fresh[argv[3]] = "GROUP"
+    if argv[:3] == ["/bin/sh", "-c", cgroups.JOIN]:
+        end = argv.index("--")
+        fresh.update({folder: "GROUP" for folder in argv[4:end]})
     return [fresh.get(a, a) for a in argv]
 
 

@@ -36,12 +36,16 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # imported by the server
-    from . import decide, sandbox
-else:  # run as a script (locally, or on a worker beside decide.py and sandbox.py)
+    from . import cgroups, decide, sandbox
+else:  # run as a script (locally, or on a worker beside decide.py, sandbox.py and cgroups.py)
+    import cgroups  # type: ignore[no-redef,import-not-found]
     import decide  # type: ignore[no-redef,import-not-found]
     import sandbox  # type: ignore[no-redef,import-not-found]
 
 METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:+]*)\s*=\s*(\S+)\s*$")
+# A METRIC line that does not start its line: the output before it left its line open, and a line joined so is
+# refused, never dropped (a program could otherwise print its own line and glue the bench's real one to it).
+JOINED_RE = re.compile(r"\S.*?METRIC\s+[A-Za-z_][A-Za-z0-9_.\-/:+]*\s*=")
 RESULT_PREFIX = "AUTORESEARCH_RESULT "
 EVENT_PREFIX = "AUTORESEARCH_EVENT "
 BUILT_MARKER = ".autoresearch-built"
@@ -136,6 +140,10 @@ def parse_metrics(text: str) -> ParsedMetrics:
             if line.lstrip().startswith("METRIC"):
                 problems.add("malformed METRIC lines",
                              f"malformed METRIC line (expected `METRIC name=number`): {_short(line)!r}")
+            elif "METRIC" in line and JOINED_RE.match(line.lstrip()):
+                problems.add("METRIC lines joined to other output",
+                             f"a METRIC line joined to the end of other output (what was printed before it left its "
+                             f"line open; a METRIC line must start its own line): {_short(line)!r}")
             continue
         if len(lines) < MAX_LISTED * 5:
             lines.append(_short(line.rstrip()))
@@ -186,10 +194,12 @@ class CommandResult:
     # that was waited for (under bubblewrap, every process of the job: its PID namespace's init reaps them).
     wall_s: float | None = None
     cpu_s: float | None = None
+    # What the harness saw go wrong from outside (a bound passed, a turn's stop that failed): the run is unusable
+    problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and self.problem is None
 
     def tail(self, chars: int = TAIL_CHARS) -> str:
         return self.output[-chars:]
@@ -254,6 +264,7 @@ def kill_marked(job: str, rounds: int = 5) -> int:
     return killed
 
 
+SCRATCH_POLL_S = 0.1  # how often a running command's scratch is read (one small file of its group)
 _current_pgid: int | None = None
 _command_count = 0
 # Python 3.11 starts the child in its own group race-free; cloud images often ship 3.8-3.10.
@@ -262,7 +273,16 @@ _NEW_GROUP: dict[str, Any] = (
 )
 
 
-_METRIC_LINE = re.compile(rb"(?m)^[ \t]*METRIC[^\n]*\n")
+def _metric_lines(region: bytes) -> Iterator[bytes]:
+    """Every whole line of `region` that holds the word METRIC anywhere (one joined to another line's end too,
+    which parse_metrics refuses rather than loses)."""
+    i = region.find(b"METRIC")
+    while i >= 0:
+        end = region.find(b"\n", i)
+        if end < 0:
+            return
+        yield region[region.rfind(b"\n", 0, i) + 1:end + 1]
+        i = region.find(b"METRIC", end)
 
 
 class Capture:
@@ -299,8 +319,7 @@ class Capture:
 
     def _cut(self, region: bytes) -> None:
         self.cut += len(region)
-        for m in _METRIC_LINE.finditer(region):
-            line = m.group(0)
+        for line in _metric_lines(region):
             if self.middle_size + len(line) <= METRIC_BYTES:
                 self.middle.append(line)
                 self.middle_size += len(line)
@@ -372,8 +391,8 @@ def run_command(
     finally:
         started.end()
         _current_pgid = None
-    cpu_s = started.reaped.cpu_s if started.launch is None or started.launch.confinement.off else None
-    if started.before is not None and _reap_orphans():
+    cpu_s = started.reaped.cpu_s if started.launch is None or started.launch.confinement.off else started.group_cpu_s
+    if started.before is not None and _reap_orphans() and started.group_cpu_s is None:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = (after.ru_utime - started.before.ru_utime) + (after.ru_stime - started.before.ru_stime)
     return started.result(timed_out, timeout_s, log, cpu_s)
@@ -384,15 +403,33 @@ class _Started:
     its leader reaped by another; `end` kills whatever of it is left and closes its output."""
 
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], marker: str, capture: Capture, read_fd: int,
-                 launch: sandbox.Launch | None, before: Any) -> None:
+                 launch: sandbox.Launch | None, before: Any, group: cgroups.Group | None) -> None:
         self.proc, self.argv, self.marker, self.capture, self.read_fd = proc, argv, marker, capture, read_fd
-        self.launch, self.before = launch, before
+        self.launch, self.before, self.group = launch, before, group
         self.start = time.monotonic()
         self.own_s = 0.0  # in turns: the wall time of its own turns
+        self.problem: str | None = None
+        self.group_cpu_s: float | None = None
         self.stop = threading.Event()
         self.reader = threading.Thread(target=_drain, args=(read_fd, capture, self.stop), daemon=True)
         self.reader.start()
         self.reaped = _Reaper(proc, self.start)
+        if group is not None and group.has("memory"):
+            threading.Thread(target=self._bound_scratch, daemon=True).start()
+
+    def _bound_scratch(self) -> None:
+        """End the command once its scratch (its private /tmp and /run, its shared memory: memory the kernel
+        charges to its group) reaches the bound (sandbox.TMP_BYTES): it has filled what it may use."""
+        assert self.group is not None
+        while not self.reaped.wait(SCRATCH_POLL_S):
+            used = cgroups.scratch(self.group)
+            if used is not None and used >= sandbox.TMP_BYTES * 0.99:
+                bound = sandbox.TMP_BYTES / 2**20
+                self.problem = (f"the job filled its scratch space ({used / 2**20:.0f} MiB of memory-backed files in "
+                                f"its private /tmp, /run and shared memory; the bound is {bound:.0f} MiB, counted "
+                                "in its memory): the command was ended")
+                self.group.kill()
+                return
 
     @classmethod
     def of(cls, argv: list[str], cwd: str | os.PathLike[str], env: dict[str, str] | None,
@@ -404,8 +441,11 @@ class _Started:
         marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
         fds: list[int] = []
         launch = None if confine is None else sandbox.launch(confine, env)
+        group = None
         if launch is not None:
-            argv, env, fds = sandbox.command(argv, launch, env)
+            # a group of its own where one can be made: its CPU time, its freezer, its kill, its memory bound
+            group = None if launch.confinement.off or "memory" in sandbox.lacking() else sandbox.group()
+            argv, env, fds = sandbox.command(argv, launch, env, into=group)
         argv = [*(outside or []), *argv]
         read_fd, write_fd = os.pipe()
         before = resource.getrusage(resource.RUSAGE_CHILDREN) if _subreaper else None
@@ -416,12 +456,14 @@ class _Started:
             )
         except BaseException:
             os.close(read_fd)
+            if group is not None:
+                group.remove()
             raise
         finally:
             os.close(write_fd)
             for fd in fds:
                 os.close(fd)
-        return cls(proc, argv, marker, Capture(), read_fd, launch, before)
+        return cls(proc, argv, marker, Capture(), read_fd, launch, before, group)
 
     def end(self) -> None:
         """Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not disturb later
@@ -429,12 +471,22 @@ class _Started:
         kill_group(self.proc.pid, grace_s=0.5)
         self.reaped.wait(None)
         kill_marked(self.marker)
+        if self.group is not None:
+            self.group.kill()  # what outlived its namespace's end, or escaped it (an unconfined one)
+            self.group_cpu_s = self.group.cpu_s()
+            limit = self.group.memory_hit()
+            if limit is not None and self.problem is None:
+                self.problem = (f"the job reached its memory limit ({limit / 2**20:.0f} MiB for its processes and its "
+                                "memory-backed files together)")
+            self.group.remove()
         self.stop.set()
         self.reader.join()
         os.close(self.read_fd)
 
     def result(self, timed_out: bool, timeout_s: float, log: Any | None, cpu_s: float | None) -> CommandResult:
         text = self.capture.text()
+        if self.problem is not None:
+            text += f"\n[autoresearch] {self.problem}\n"
         if log is not None:
             log.write(text)
             if timed_out:
@@ -442,12 +494,13 @@ class _Started:
             log.flush()
         return CommandResult(list(self.argv), None if timed_out else self.proc.returncode,
                              time.monotonic() - self.start, timed_out, text, self.capture.dropped,
-                             self.reaped.wall_s, cpu_s)
+                             self.reaped.wall_s, cpu_s, self.problem)
 
 
 # --- pairs in turns (decide.TURNS) ------------------------------------------------------------------
 
-_turn_groups: set[int] = set()  # the process groups of the commands running in turns (killed on SIGTERM)
+# the process groups of the commands running in turns, with their cgroups (thawed and killed on SIGTERM)
+_turn_groups: dict[int, cgroups.Group | None] = {}
 
 
 _HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
@@ -517,27 +570,49 @@ def hold(pid: int, stop: bool, rounds: int = 200) -> bool:
     return False
 
 
+_turn_rng = random.Random()  # turn lengths (seeded from the system: no rhythm a program could learn in advance)
+
+
+def _pause(s: _Started, stop: bool) -> bool:
+    """Stop (or continue) every process of a command running in turns: its group frozen where the machine gives
+    a freezer (no signal, nothing a process sees), else SIGSTOP to its tree; whether it all is."""
+    if s.group is not None and s.group.has("freeze"):
+        return s.group.freeze() if stop else s.group.thaw()
+    return hold(s.proc.pid, stop)
+
+
 def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: Any) -> list[CommandResult]:
-    """Run the commands at once, each given the CPU in turns of decide.TURN_MS while the others are stopped
-    (SIGSTOP to every process of its tree), in the order given; one that ends leaves the turns to the others.
-    A burst of a neighbour's work then falls on every side of the pair. Each command's wall clock runs on while
-    it is stopped, so what it prints must time CPU (decide.in_turns); its result's `wall_s` is the wall time of
-    its own turns. `timeout_s` is each command's: the turns end, and whatever still runs is killed, once they
-    have run for the sum of them."""
-    slice_s = decide.TURN_MS / 1000
+    """Run the commands at once, each given the CPU in turns while the others are stopped (frozen), in the order
+    given; one that ends leaves the turns to the others. A burst of a neighbour's work then falls on every side
+    of the pair. Each turn's length is drawn at random around decide.TURN_MS, so no program can place its waits
+    at a turn's end. Each command's wall clock runs on while it is stopped, so what it prints must time CPU
+    (decide.in_turns); its result's `wall_s` is the wall time of its own turns and its `cpu_s` the CPU time of
+    its whole group, orphans included (where the machine gives a group). A stop that fails (a process forking
+    faster than it is stopped) makes every run of the pair unusable, saying so. `timeout_s` is each command's:
+    the turns end, and whatever still runs is killed, once they have run for the sum of them."""
     started: list[_Started] = []
     deadline = time.monotonic() + timeout_s * len(runs)
     late: list[_Started] = []  # still running when the turns timed out
+    failed: str | None = None
+
+    def turn() -> float:
+        return decide.TURN_MS / 1000 * _turn_rng.uniform(0.5, 1.5)
+
+    def stop(s: _Started) -> None:
+        nonlocal failed
+        if not _pause(s, stop=True) and failed is None:
+            failed = ("a turn's stop failed: not every process of a side could be stopped in time (a process that "
+                      "forks faster than it is stopped?), so the pair's turns are not each side's own")
     try:
         for side, argv in runs:  # each starts at its first turn; the others are stopped by then
             s = _Started.of(argv, side.tree, side.env, side.launch)
             started.append(s)
-            _turn_groups.add(s.proc.pid)
-            ended = s.reaped.wait(slice_s)
+            _turn_groups[s.proc.pid] = s.group
+            ended = s.reaped.wait(turn())
             s.own_s += time.monotonic() - s.start
             if not ended:
-                hold(s.proc.pid, stop=True)
-        while True:
+                stop(s)
+        while failed is None:
             alive = [s for s in started if not s.reaped.done.is_set()]
             if not alive:
                 break
@@ -545,24 +620,28 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
                 late = alive
                 break
             for s in alive:
-                hold(s.proc.pid, stop=False)
+                _pause(s, stop=False)
                 t = time.monotonic()
-                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 else slice_s)
+                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 else turn())
                 s.own_s += time.monotonic() - t
                 if not ended:
-                    hold(s.proc.pid, stop=True)
+                    stop(s)
+                if failed is not None:
+                    break
     finally:
         for s in started:
-            hold(s.proc.pid, stop=False)  # a stopped process would hold its SIGTERM until continued
+            _pause(s, stop=False)  # a stopped process would hold its SIGTERM until continued
             s.end()
-            _turn_groups.discard(s.proc.pid)
+            _turn_groups.pop(s.proc.pid, None)
     if _subreaper:
-        _reap_orphans()  # the jobs' PID namespace inits, reparented here; their CPU time is both sides' at once
+        _reap_orphans()  # the jobs' PID namespace inits, reparented here
     results = []
     for s in started:
-        res = s.result(s in late, timeout_s, log, None)
-        res.wall_s = None if s in late else round(s.own_s, 6)  # its CPU time is not its own: both sides' inits
-        results.append(res)                                    # were reaped together
+        if failed is not None:
+            s.problem = s.problem or failed
+        res = s.result(s in late, timeout_s, log, s.group_cpu_s)
+        res.wall_s = None if s in late else round(s.own_s, 6)
+        results.append(res)
     return results
 
 
@@ -945,12 +1024,14 @@ def _sample(runs: list[tuple[CommandResult, ParsedMetrics, list[str]]], role: st
                 steps[name] = max(p.steps.get(name, 0.0) for _, p, _ in runs)
         walls = [r.wall_s for r, _, _ in runs]
         cpus = [r.cpu_s for r, _, _ in runs]
-        # in turns, the wall time of each run's own turns only (run_in_turns), and no CPU time of its own
+        # in turns, the wall time of each run's own turns only (run_in_turns), and its group's CPU time where the
+        # machine gives each side a group (the side's processes alone, orphans included)
         turns = spec.pairing == decide.TURNS
-        if all(w is not None and w > 0 for w in walls) and (turns or all(c is not None and c > 0 for c in cpus)):
+        has_cpu = all(c is not None and c > 0 for c in cpus)
+        if all(w is not None and w > 0 for w in walls) and (turns or has_cpu):
             values[decide.HARNESS_WALL] = round(_median([float(w) for w in walls if w is not None]), 6)
             steps[decide.HARNESS_WALL] = 1e-6
-            if not turns:
+            if has_cpu:
                 values[decide.HARNESS_CPU] = round(_median([float(c) for c in cpus if c is not None]), 6)
                 steps[decide.HARNESS_CPU] = 1e-6
     return Sample(index, role, position, res.exit_code, round(sum(r.duration_s for r, _, _ in runs), 4), res.timed_out,
@@ -970,7 +1051,9 @@ def _bench_problems(res: CommandResult, parsed: ParsedMetrics, spec: decide.Spec
     if res.dropped_metric_lines:
         problems.append(f"{res.dropped_metric_lines} METRIC lines beyond the {METRIC_BYTES} bytes kept of a huge "
                         "output were dropped")
-    if res.timed_out:
+    if res.problem is not None:
+        problems.append(res.problem)
+    elif res.timed_out:
         problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
     elif res.exit_code != 0:
         problems.append(f"bench exited with status {res.exit_code}")
@@ -1251,6 +1334,9 @@ def open_log(path: str) -> Any:
 
 def _on_term(signum: int, _frame: Any) -> None:
     # Cancel: take the running build/bench group down with us, then leave.
+    for cgroup in list(_turn_groups.values()):
+        if cgroup is not None:
+            cgroup.kill()
     for group in [_current_pgid, *_turn_groups]:
         if group is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -1299,7 +1385,7 @@ def kept_output(text: str, limit: int = 20000) -> str:
     head_end = text.rfind("\n", 0, half) + 1 or half
     tail_start = text.find("\n", len(text) - half) + 1 or len(text) - half
     middle = text[head_end:tail_start].encode("utf-8", errors="replace")
-    metric = b"".join(m.group(0) for m in _METRIC_LINE.finditer(middle))
+    metric = b"".join(_metric_lines(middle))
     metric = metric[:metric.rfind(b"\n", 0, limit) + 1]
     return (text[:head_end] + "[autoresearch] output cut here; the METRIC lines between follow\n"
             + metric.decode("utf-8", errors="replace") + text[tail_start:])

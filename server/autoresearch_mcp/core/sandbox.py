@@ -26,16 +26,19 @@ machine lock and the job files is hidden under an empty tmpfs.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import stat
 import struct
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+if __package__:  # imported by the server
+    from . import cgroups
+else:  # run as a script on a worker, beside runner.py and cgroups.py
+    import cgroups  # type: ignore[no-redef,import-not-found]
 
 BWRAP = "bwrap"
 CONFINED, OFF = "confined", "off"
@@ -59,18 +62,13 @@ BASE_OPTIONS = ("--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-wi
                 "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
 PROC_OPTIONS = ("--remount-ro", "/proc")
 NET_OPTIONS = ("--unshare-net",)  # a network namespace of its own: only its own loopback
-# The private /tmp is memory: sized, so a job cannot fill the machine's memory through it.
-TMP_BYTES = 1 << 30
+# The private /tmp and /run are memory: each sized, and the two together (with any shared memory) are the job's
+# scratch, which the runner bounds at TMP_BYTES (cgroups.scratch): a job that fills it fails, saying so.
+TMP_BYTES = 256 << 20
 # A job's memory (its processes' and its /tmp's pages) is limited to this share of the machine's by a memory
 # cgroup of its own, where one can be made (cgroup v2 with the memory controller, or v1's memory hierarchy).
 # Not an rlimit: an address-space or data limit stops sanitizer builds, whose shadow memory is reserved.
 MEMORY_SHARE = 0.75
-CGROUP_V2, CGROUP_V1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
-GROUP_PREFIX = "autoresearch-mem-"
-# the groups of the first release, whose sweep removed any empty group: a name it does not touch
-SWEPT_PREFIXES = (GROUP_PREFIX, "autoresearch-job-")
-# Joins the memory cgroup ($0) before bubblewrap starts, so every process of the job is in it.
-JOIN_GROUP = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
 # A build that may not store into the compiler cache is told so (and cannot anyway, confined): ccache
 # then reads hits and compiles misses without storing, with its temporary files in the private /tmp.
 CACHE_READ_ONLY = {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": f"{TMP}/ccache-tmp", "SCCACHE_LOCAL_RW_MODE": "READ_ONLY"}
@@ -257,18 +255,6 @@ def unavailable(bwrap: str | None = None) -> str | None:
     return why
 
 
-def _memory_root() -> tuple[Path, str] | None:
-    """Where a job's memory cgroup is made, and the file its limit is written to; None where neither cgroup
-    v2 (with the memory controller) nor v1's memory hierarchy lets this process make one."""
-    v2 = CGROUP_V2 / "cgroup.controllers"
-    with contextlib.suppress(OSError):
-        if "memory" in v2.read_text().split() and os.access(CGROUP_V2, os.W_OK):
-            return CGROUP_V2, "memory.max"
-    if (CGROUP_V1 / "memory.limit_in_bytes").exists() and os.access(CGROUP_V1, os.W_OK):
-        return CGROUP_V1, "memory.limit_in_bytes"
-    return None
-
-
 def memory_limit() -> int:
     """A job's memory limit in bytes: MEMORY_SHARE of the machine's."""
     try:
@@ -277,49 +263,10 @@ def memory_limit() -> int:
         return 0
 
 
-_groups = {"made": 0}
-
-
-def memory_group() -> str | None:
-    """A fresh memory cgroup of one command, limited to memory_limit() (None where none can be made). The
-    groups of earlier commands whose processes are gone are removed first."""
-    found = _memory_root()
+def group() -> cgroups.Group | None:
+    """A fresh cgroup of one command (its memory limited to memory_limit()), or None where none can be made."""
     limit = memory_limit()
-    if found is None or not limit:
-        return None
-    root, limit_file = found
-    _sweep_groups(root)
-    _groups["made"] += 1
-    group = root / f"{GROUP_PREFIX}{os.getpid()}-{_groups['made']}-{time.monotonic_ns()}"
-    try:
-        group.mkdir()
-        (group / limit_file).write_text(str(limit))
-        if limit_file == "memory.limit_in_bytes":  # v1: swap too, where the kernel accounts it
-            with contextlib.suppress(OSError):
-                (group / "memory.memsw.limit_in_bytes").write_text(str(limit))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    return str(group)
-
-
-GROUP_GRACE_NS = 60 * 10**9  # a group this young may be one whose command has not joined it yet
-
-
-def _sweep_groups(root: Path) -> None:
-    """Remove the memory cgroups of commands that ended: empty, and made long enough ago that their command
-    has joined and left (the name holds the system-wide monotonic time it was made at; a group with a
-    process in it refuses rmdir anyway). Any process's: one that died leaves its last group behind."""
-    now = time.monotonic_ns()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root):
-            made = entry.name.rsplit("-", 1)[-1]
-            if not (entry.name.startswith(SWEPT_PREFIXES) and made.isdigit() and now - int(made) > GROUP_GRACE_NS):
-                continue
-            with contextlib.suppress(OSError):
-                if entry.is_dir(follow_symlinks=False) and not Path(entry.path, "cgroup.procs").read_text().strip():
-                    os.rmdir(entry.path)
+    return cgroups.make(limit) if limit else None
 
 
 # The protections a machine may refuse although bubblewrap runs (an old kernel without seccomp, a container
@@ -357,13 +304,12 @@ def lacking(bwrap: str | None = None) -> dict[str, str]:
                     os.close(fd)
             if not ok:
                 out[key] = what
-        group = memory_group()
-        if group is None:
+        made = group()
+        if made is None:
             out["memory"] = ("no memory cgroup can be made here (cgroup v2 with the memory controller, or v1's memory "
                              "hierarchy, writable by this user): a job may use all of the machine's memory")
         else:
-            with contextlib.suppress(OSError):
-                os.rmdir(group)
+            made.remove()
     _lacking[name] = out
     return out
 
@@ -448,15 +394,17 @@ def _confined_env(c: Confinement, env: dict[str, str]) -> dict[str, str]:
     return env if c.off else {**env, "TMPDIR": TMP}  # a TMPDIR under the real /tmp is read-only in the job
 
 
-def command(argv: list[str], c: Confinement | Launch,
-            env: dict[str, str]) -> tuple[list[str], dict[str, str], list[int]]:
+def command(argv: list[str], c: Confinement | Launch, env: dict[str, str],
+            into: cgroups.Group | None = None) -> tuple[list[str], dict[str, str], list[int]]:
     """`argv` as it runs in `c`, its environment, and the descriptors it must inherit (the seccomp
     filter's, which the caller closes once it started the command): bubblewrap's command line (argv
     itself when off).
 
     Made for each run, whatever was prepared (`launch`): the scripts put back in place, the binds of the tree's
     protected paths as the tree holds them now, a fresh descriptor of the filter (bubblewrap reads it to its
-    end) and a fresh memory cgroup (its limit and its account are this command's alone)."""
+    end) and a fresh cgroup (its limit and its account are this command's alone): `into` when the caller made it
+    (the runner, which reads its CPU time and freezes it), else one of its own. In a group, the command gets a
+    cgroup namespace of its own: it sees its group as the root, and no name of it."""
     prepared = launch(c, env)
     c = prepared.confinement
     prepare(c)
@@ -471,9 +419,10 @@ def command(argv: list[str], c: Confinement | Launch,
     args = [*prepared.options, *_tree_binds(c), "--unsetenv", JOB_MARK]
     if fds:
         args += ["--seccomp", str(fds[0])]
-    group = None if "memory" in missing else memory_group()
-    join = ["/bin/sh", "-c", JOIN_GROUP, group] if group else []
-    return [*join, *args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
+    made = into if into is not None else None if "memory" in missing else group()
+    if made is None:
+        return [*args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
+    return made.join([*args, "--unshare-cgroup-try", "--chdir", str(_real(c.tree)), "--", *argv]), env, fds
 
 
 def _real(path: str | Path) -> Path:
@@ -536,13 +485,14 @@ def _holds_socket(folder: Path) -> bool:
         return False
 
 
-def _run_options() -> list[str]:
+def _run_options(sized: bool = True) -> list[str]:
     """A private /run: the sockets of the machine's services live there (the system bus, whose systemd
     starts units outside any sandbox; docker's, whose containers mount /; databases'), and a unix socket
     on a read-only mount still accepts a connection. What programs expect of it stays: /run/shm, /run/lock."""
     if not os.path.isdir(RUN) or os.path.islink(RUN):
         return []
-    return ["--tmpfs", RUN, "--symlink", "/dev/shm", f"{RUN}/shm", "--dir", f"{RUN}/lock"]
+    return [*(["--size", str(TMP_BYTES)] if sized else []), "--tmpfs", RUN, "--symlink", "/dev/shm", f"{RUN}/shm",
+            "--dir", f"{RUN}/lock"]
 
 
 def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[str, str] | None = None) -> list[str]:
@@ -581,7 +531,8 @@ def _bwrap_args(bwrap: str, c: Confinement, env: dict[str, str], missing: dict[s
     args = [bwrap, *BASE_OPTIONS, *([] if "proc" in missing else PROC_OPTIONS)]
     if NETWORK not in c.share and NETWORK not in missing:
         args += NET_OPTIONS
-    args += [*([] if "tmp_size" in missing else ["--size", str(TMP_BYTES)]), "--tmpfs", TMP, *_run_options()]
+    sized = "tmp_size" not in missing
+    args += [*(["--size", str(TMP_BYTES)] if sized else []), "--tmpfs", TMP, *_run_options(sized)]
     # The machine lock's folder (the lock, its turn files, the job files with their pair-order seed) is an
     # empty tmpfs: a job could probe the lock (taken shared for checks, exclusively for a bench) or read the
     # seed. What the job needs under it (its trees, the cache) is bound again after it.

@@ -34,11 +34,18 @@ def repo_key(repo: gitops.Repo) -> str:
     return f"{top.name}-{hashlib.sha1(str(top).encode()).hexdigest()[:10]}"
 
 
-def write_protected(repo: gitops.Repo, commit: str, units: list[str], folder: Path) -> None:
+def protected_entries(repo: gitops.Repo, commit: str, units: list[str]) -> list[gitops.TreeEntry]:
+    """The files and links of the protected paths `units` of `commit`."""
+    return [e for unit in units for e in gitops.tree_entries(repo, commit, unit)
+            if e.mode in ("100644", "100755", "120000")]
+
+
+def write_protected(repo: gitops.Repo, commit: str, units: list[str], folder: Path,
+                    entries: list[gitops.TreeEntry] | None = None) -> None:
     """Write the protected paths `units` of `commit` from git's objects under `folder` (files read-only,
     programs read-only and executable, links as links): the bytes a job's commands bind over their tree."""
-    entries = [e for unit in units for e in gitops.tree_entries(repo, commit, unit)
-               if e.mode in ("100644", "100755", "120000")]
+    if entries is None:
+        entries = protected_entries(repo, commit, units)
     for entry, data in zip(entries, gitops.read_blobs(repo, [e.sha for e in entries]), strict=True):
         target = folder / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -98,14 +105,17 @@ class Worktrees:
         have moved a protected folder aside and written its own). None when nothing is protected."""
         if not units:
             return None
-        digest = hashlib.sha256("\0".join([commit, *units]).encode()).hexdigest()[:24]
+        # named from the content (each file's mode, object and path), never the commit: the folder's name shows in
+        # every job's mount table, and a commit's would tell a baseline from a candidate (and one side from the other)
+        entries = protected_entries(self.repo, commit, units)
+        digest = hashlib.sha256("\0".join(f"{e.mode} {e.sha} {e.path}" for e in entries).encode()).hexdigest()[:24]
         store = self.root.parent / "protected" / digest
         if store.is_dir():
             return str(store)
         part = store.parent / f".{digest}.{os.getpid()}.{threading.get_ident()}"
         remove_folder(part)
         part.mkdir(parents=True)
-        write_protected(self.repo, commit, units, part)
+        write_protected(self.repo, commit, units, part, entries)
         for folder, _dirs, _files in os.walk(part, topdown=False):
             os.chmod(folder, 0o555)
         try:

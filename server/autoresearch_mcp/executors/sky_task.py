@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import decide, gitops, jobs, profiler, runner, sandbox, worktrees
+from autoresearch_mcp.core import cgroups, decide, gitops, jobs, profiler, runner, sandbox, worktrees
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -31,6 +31,7 @@ RUNNER = Path(runner.__file__).resolve()
 DECIDE = Path(decide.__file__).resolve()
 PROFILER = Path(profiler.__file__).resolve()
 SANDBOX = Path(sandbox.__file__).resolve()
+CGROUPS = Path(cgroups.__file__).resolve()
 WORK = "~/autoresearch/work"
 MACHINE_LOCK = "machine.lock"  # under WORK: every job of the worker takes its turns there
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
@@ -194,6 +195,7 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
     shutil.copyfile(RUNNER, inbox / "runner.py")
     shutil.copyfile(DECIDE, inbox / "decide.py")  # the decision rule the runner applies, beside it
     shutil.copyfile(SANDBOX, inbox / "sandbox.py")
+    shutil.copyfile(CGROUPS, inbox / "cgroups.py")
     scripts = {}
     (inbox / "scripts").mkdir()
     for name in sandbox.SCRIPTS:
