@@ -264,7 +264,7 @@ def kill_marked(job: str, rounds: int = 5) -> int:
     return killed
 
 
-SCRATCH_POLL_S = 0.1  # how often a running command's scratch is read (one small file of its group)
+SCRATCH_POLL_S = 0.02  # how often a running command's scratch is read (one small file of its group)
 _current_pgid: int | None = None
 _command_count = 0
 # Python 3.11 starts the child in its own group race-free; cloud images often ship 3.8-3.10.

@@ -1,0 +1,111 @@
+"""Pairs in turns that a candidate cannot forge (issue 40), through the real MCP client on the bundled example
+with `"pairing": "turns"`: the CPU time judged against each side's own group (orphans included), a METRIC line
+glued to another refused, and a job's scratch bounded (issue 45)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from autoresearch_mcp.app import build_server
+from autoresearch_mcp.core import decide, runner, sandbox
+from autoresearch_mcp.core.config import config_path
+from helpers import call, error, wait_final
+
+needs_groups = pytest.mark.skipif(sandbox.unavailable() is not None or "memory" in sandbox.lacking(),
+                                  reason="no bubblewrap or no cgroup can be made here")
+MAIN = "src/main.c"
+LOOP = "    for (int it = 0; it < iters; it++) ns_cpu_forward(x, w, y, tmp, n);\n"
+# The rows are computed in a child the program never waits for (a pipe says when it is done): the program's own
+# CPU clock, which its rows_per_s.cpu divides by, then counts none of them.
+UNCOUNTED = ("    { int p[2]; char c; if (pipe(p)) return 1;\n"
+             "      if (fork() == 0) { for (int it = 0; it < iters; it++) ns_cpu_forward(x, w, y, tmp, n);\n"
+             "                         if (write(p[1], \"x\", 1) < 0) _exit(1); _exit(0); }\n"
+             "      if (read(p[0], &c, 1) < 0) return 1; }\n")
+REAL_CPU_LINE = '    printf("METRIC rows_per_s.cpu=%.4f\\n", iters / dc);\n'
+# Its own rows_per_s.cpu first, then a line left open, so the real one is glued to it.
+GLUED = '    printf("METRIC rows_per_s.cpu=%.4f\\nnote: ", 1e6);\n' + REAL_CPU_LINE
+
+
+def edited(repo: Path, rel: str, old: str, new: str, header: str = "") -> str:
+    before = (repo / rel).read_text()
+    assert old in before
+    after = header + before.replace(old, new)
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}", f"b/{rel}"))
+
+
+def in_turns(repo: Path) -> None:
+    config_path(repo).parent.mkdir(exist_ok=True)
+    config_path(repo).write_text(json.dumps({"pairing": "turns"}) + "\n")
+
+
+@needs_groups
+@pytest.mark.anyio
+async def test_work_done_in_a_process_nobody_waits_for_is_counted_and_the_claim_refused(
+        example_repo: Path, patches: Path) -> None:
+    in_turns(example_repo)
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="orphan")
+        fake = await call(c, "launch_experiment", title="rows in a child", source="patch", repeats=30,
+                          patch=edited(example_repo, MAIN, LOOP, UNCOUNTED, "#include <unistd.h>\n"))
+        real = await call(c, "launch_experiment", title="fused rms_norm and mul", source="patch", repeats="auto",
+                          patch=(patches / "fuse-rms-norm-mul.patch").read_text())
+        await wait_final(c, fake["experiment_id"], timeout=900)
+        await wait_final(c, real["experiment_id"], timeout=900)
+        # everything, the harness's own measures in full among it
+        faked = await call(c, "get_experiment", experiment_id=fake["experiment_id"], samples=True)
+        fused = await call(c, "get_experiment", experiment_id=real["experiment_id"], samples=True)
+        refusal = await error(c, "commit_winner", experiment_id=fake["experiment_id"], title="rows in a child")
+    assert faked["status"] == "done" and faked["checks"]["passed"], faked["log_tail"][-800:]
+    rows = faked["metrics"]["rows_per_s"]
+    assert rows["delta_pct"] > 100  # the claim, as its own CPU clock makes it
+    assert faked["verdict"] != "improved" and "timed from outside" in refusal, refusal
+    # the side's group counted the child: the same work (and a fork's page copies), no less CPU time
+    assert faked["metrics"][decide.HARNESS_CPU]["delta_pct"] > -10
+    # the control: a real fusion shows from outside too, and is not refused by it
+    assert "timed from outside" not in str(fused["metrics"]["rows_per_s"].get("note") or "")
+    assert fused["metrics"][decide.HARNESS_CPU]["delta_pct"] < 0
+    assert fused["verdict"] in ("improved", "inconclusive", "noisy"), fused["metrics"]["rows_per_s"]
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+@pytest.mark.anyio
+async def test_a_metric_line_glued_to_an_open_line_makes_the_run_invalid_not_a_winner(example_repo: Path) -> None:
+    in_turns(example_repo)
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="glue")
+        exp = await call(c, "launch_experiment", title="a glued line", source="patch", repeats=30,
+                         patch=edited(example_repo, MAIN, REAL_CPU_LINE, GLUED))
+        out = await wait_final(c, exp["experiment_id"], timeout=600)
+        await error(c, "commit_winner", experiment_id=exp["experiment_id"], title="a glued line")
+    assert out["verdict"] == "invalid", (out["verdict"], out["error"])
+    assert "joined to the end of other output" in (out["error"] or ""), out["error"]
+
+
+@needs_groups
+@pytest.mark.anyio
+async def test_a_build_that_fills_its_scratch_space_fails_saying_so(example_repo: Path) -> None:
+    makefile = "normsoft: $(OBJS)\n"
+    # it writes 1 GB (the write stops at the bound) and goes on building for a while
+    fill = "normsoft: $(OBJS)\n\thead -c 1000M /dev/zero > /tmp/fill || true\n\tsleep 1\n"
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="fill")
+        exp = await call(c, "launch_experiment", title="a greedy build", source="patch", repeats=30,
+                         patch=edited(example_repo, "Makefile", makefile, fill))
+        out = await wait_final(c, exp["experiment_id"], timeout=600)
+    assert out["status"] == "failed", (out["status"], out["verdict"])
+    assert "filled its scratch space" in (out["error"] or "") + out["log_tail"], (out["error"], out["log_tail"])
+
+
+@needs_groups
+def test_a_confined_command_sees_no_name_of_its_group(tmp_path: Path) -> None:
+    job = {"baseline_dir": str(tmp_path), "sandbox": {"mode": sandbox.CONFINED}}
+    res = runner.run_command(["cat", "/proc/self/cgroup"], tmp_path, 60, env=runner.run_env(job, tmp_path),
+                             confine=sandbox.for_job(job, str(tmp_path), "bench"))
+    assert res.ok, res.output
+    lines = res.output.split()
+    assert lines and all(line.endswith(":/") for line in lines), res.output  # its cgroup namespace's root
