@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from mcp import Client
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide, runner, sandbox
 from autoresearch_mcp.core.config import config_path
+from conftest import script_repo
 from helpers import call, error, wait_final
 
 needs_groups = pytest.mark.skipif(sandbox.unavailable() is not None or "memory" in sandbox.lacking(),
@@ -109,3 +111,46 @@ def test_a_confined_command_sees_no_name_of_its_group(tmp_path: Path) -> None:
     assert res.ok, res.output
     lines = res.output.split()
     assert lines and all(line.endswith(":/") for line in lines), res.output  # its cgroup namespace's root
+
+
+# --- a bench as people write it: a wall-clock figure only, in turns ------------------------------------------
+
+# Fixed work (the count in cost.txt), timed with the wall clock: the bench prints only that figure.
+WALL_BENCH = """import time
+n = int(open("cost.txt").read())
+t = time.perf_counter()
+x = 0
+for i in range(n):
+    x = (x * 31 + i) % 1000003
+print(f"METRIC t_ms={(time.perf_counter() - t) * 1e3:.3f}")
+"""
+
+
+def wall_clock_repo(tmp_path: Path) -> Path:
+    repo = script_repo(tmp_path, "python3 work.py")
+    (repo / "work.py").write_text(WALL_BENCH)
+    (repo / "cost.txt").write_text("1500000\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "the bench"], cwd=repo, check=True)
+    in_turns(repo)
+    return repo
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+@pytest.mark.anyio
+async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(tmp_path: Path) -> None:
+    repo = wall_clock_repo(tmp_path)
+    async with Client(build_server()) as c:
+        started = await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="wall")
+        faster = await call(c, "launch_experiment", title="less work", source="patch", repeats="auto",
+                            patch=edited(repo, "cost.txt", "1500000\n", "1200000\n"))
+        same = await call(c, "launch_experiment", title="a comment", source="patch", repeats="auto",
+                          patch=edited(repo, "work.py", "x = 0\n", "x = 0  # the accumulator\n"))
+        won = await wait_final(c, faster["experiment_id"], timeout=900)
+        flat = await wait_final(c, same["experiment_id"], timeout=900)
+    assert started["pairing"] == "turns", started
+    assert won["verdict"] == "improved", (won["verdict"], won["metrics"]["t_ms"])
+    assert -30 < won["metrics"]["t_ms"]["delta_pct"] < -10  # 20% less work: about -20% over each side's own turns
+    # the figure as printed (its clock ran through the other side's turns) is kept, not judged
+    assert "t_ms.wall" in won["metrics"] and won["metrics"]["t_ms.wall"].get("verdict") is None
+    assert flat["verdict"] in ("no_change", "inconclusive"), (flat["verdict"], flat["metrics"]["t_ms"])

@@ -216,12 +216,16 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
     for i, res in enumerate(done.runs):
         parsed = runner.parse_metrics(res.output)
         if config.pairing == decide.TURNS and res.ok:  # judged as experiments judge them: on their CPU time
-            judged_names, turn_problems = decide.in_turns(parsed.values, judged_metrics(config))
+            share = res.wall_s / res.span_s if res.wall_s and res.span_s else None
+            directions: dict[str, str] = {
+                name: config.guards[name].direction if name in config.guards else config.direction
+                for name in judged_metrics(config)}
+            taken, turn_problems = decide.turn_values(parsed.values, judged_metrics(config), share, directions)
             if turn_problems:
                 raise StateError(f"run {i}: {turn_problems[0]}. Pairs run in turns (config pairing "
                                  f"{decide.TURNS!r}): print each objective's and guard's CPU-time form, or set "
                                  f"\"pairing\": \"{decide.SEQUENTIAL}\" in {config_path(Path(config.repo))}")
-            parsed.values = {n: parsed.values[o] for n, o in judged_names.items()}
+            parsed.values = {n: parsed.values[o] * f for n, (o, f) in taken.items()}
         runs.append(BenchRun(index=i, exit_code=res.exit_code, duration_s=round(res.duration_s, 3),
                              timed_out=res.timed_out, raw_metric_lines=parsed.lines, parsed=parsed.values,
                              problems=parsed.problems))

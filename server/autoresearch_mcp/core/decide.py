@@ -723,29 +723,51 @@ TURN_MS = 20  # a side's turn on the CPU: far shorter than a neighbour's burst, 
 CPU_SUFFIX, WALL_SUFFIX = ".cpu", ".wall"  # <name>.cpu: the bench's <name> measured on CPU time
 
 
-def in_turns(values: dict[str, float], judged: list[str]) -> tuple[dict[str, str], list[str]]:
+def in_turns(values: dict[str, float], judged: list[str], scalable: bool = False) -> tuple[dict[str, str], list[str]]:
     """The names of one run's metrics as a pair in turns judges them (judged name -> the name the bench printed),
     and what makes the run unusable so.
 
     A stopped side's wall clock runs on while the other has its turn, so each judged metric is read from its
     CPU-time form (`<name>.cpu`, which a stop does not inflate); the wall-clock value is kept as `<name>.wall`
-    (measured, not judged). An objective or guard printed without its CPU form cannot be judged in turns. A
-    focus or control metric without one is taken as printed (an op benchmark that times CPU, as the
-    llama.cpp recipe's does)."""
+    (measured, not judged). An objective or guard printed without its CPU form is judged over the wall time of
+    its own turns where it is a time or a rate (TIMED_NAME) and `scalable` (the harness knows that share of the
+    run: turn_values), and cannot be judged otherwise. A focus or control metric without one is taken as
+    printed (an op benchmark that times CPU, as the llama.cpp recipe's does)."""
     names = {name: name for name in values}
     problems = []
     for name in judged:
         if name + CPU_SUFFIX not in values:
-            if not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
+            if not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)) and not (scalable and TIMED_NAME.search(name)):
                 problems.append(f"metric {name!r} has no {name + CPU_SUFFIX!r} beside it: a pair in turns judges "
                                 f"{name} on CPU time (a stopped side's wall clock runs on), so the bench must print "
-                                f"METRIC {name + CPU_SUFFIX}=<{name} measured on CPU time>")
+                                f"METRIC {name + CPU_SUFFIX}=<{name} measured on CPU time>, or name it as a time "
+                                "or a rate (t_ms, items_per_s...), which the harness scales to the side's own turns")
             continue
         if name in values:
             names[name + WALL_SUFFIX] = name
         names[name] = name + CPU_SUFFIX
         del names[name + CPU_SUFFIX]
     return names, problems
+
+
+def turn_values(values: dict[str, float], judged: list[str], own_share: float | None,
+                directions: dict[str, str]) -> tuple[dict[str, tuple[str, float]], list[str]]:
+    """One run's metrics as a pair in turns judges them (in_turns): judged name -> (the name printed, the factor
+    its value is taken at), and what makes the run unusable. A judged time or rate printed without its CPU form is
+    taken over the run's own turns: `own_share` is the share of the run's wall time that was its own turns (the
+    harness's measure), so a time is scaled by it and a rate by its inverse, whether the bench did fixed work (its
+    clock counted the other side's turns) or ran for a fixed time (it did its work in its own share of that time);
+    the figure as printed is kept as `<name>.wall`. The claim is still held to the harness's own measures
+    (outside_refutes)."""
+    names, problems = in_turns(values, judged, scalable=own_share is not None and own_share > 0)
+    out = {n: (o, 1.0) for n, o in names.items()}
+    if own_share and not problems:
+        for name in judged:
+            if name in values and name + CPU_SUFFIX not in values and TIMED_NAME.search(name) \
+                    and not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
+                out[name] = (name, own_share if directions.get(name) == "lower" else 1 / own_share)
+                out[name + WALL_SUFFIX] = (name, 1.0)
+    return out, problems
 
 
 def turn_judged(values: dict[str, float], spec: Spec) -> list[str]:
@@ -761,7 +783,7 @@ def measure_of(name: str, spec: Spec) -> str:
     k = max(1, int(spec.processes_per_sample))
     per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
     if spec.pairing == TURNS:
-        turns = f", the pair's two runs at once in turns of {TURN_MS} ms (each stopped while the other runs)"
+        turns = f", the pair's two runs at once in turns of about {TURN_MS} ms (each stopped while the other runs)"
         if name.endswith(WALL_SUFFIX):
             return ("wall clock as the bench printed it, not judged: it counts the other side's turns" + turns
                     + per)
@@ -769,7 +791,8 @@ def measure_of(name: str, spec: Spec) -> str:
             return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
                     "from outside" + turns + per)
         if name in spec.required() or name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
-            return f"CPU time (the bench's {name + CPU_SUFFIX}, where it printed one)" + turns + per
+            return (f"CPU time (the bench's {name + CPU_SUFFIX}, where it printed one; else, for a time or a rate, its "
+                    "figure over the wall time of its own turns, as the harness took them)" + turns + per)
     if name == HARNESS_CPU:
         return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
     if name == HARNESS_WALL:

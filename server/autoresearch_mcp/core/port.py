@@ -269,8 +269,12 @@ class ValidationRun:
 
 
 def _command(raw: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
-    return None if raw is None else runner.CommandResult(argv, raw["exit_code"], float(raw["duration_s"]),
-                                                         bool(raw["timed_out"]), str(raw["output"]))
+    if raw is None:
+        return None
+    res = runner.CommandResult(argv, raw["exit_code"], float(raw["duration_s"]), bool(raw["timed_out"]),
+                               str(raw["output"]))
+    res.wall_s, res.span_s = raw.get("wall_s"), raw.get("span_s")  # in turns: its own turns, and its whole span
+    return res
 
 
 def validation_run(final: Event, job: Job) -> ValidationRun:

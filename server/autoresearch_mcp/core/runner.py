@@ -196,6 +196,7 @@ class CommandResult:
     cpu_s: float | None = None
     # What the harness saw go wrong from outside (a bound passed, a turn's stop that failed): the run is unusable
     problem: str | None = None
+    span_s: float | None = None  # in turns: the wall time from its start to its end, the other side's turns in it
 
     @property
     def ok(self) -> bool:
@@ -641,6 +642,7 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
             s.problem = s.problem or failed
         res = s.result(s in late, timeout_s, log, s.group_cpu_s)
         res.wall_s = None if s in late else round(s.own_s, 6)
+        res.span_s = s.reaped.wall_s
         results.append(res)
     return results
 
@@ -1000,9 +1002,13 @@ def _bench_turns(order: list[tuple[str, Prepared]], index: int, spec: decide.Spe
             parsed = parse_metrics(res.output)
             problems = _bench_problems(res, parsed, spec, job)
             if not problems:
-                names, problems = decide.in_turns(parsed.values, decide.turn_judged(parsed.values, spec))
-                parsed = ParsedMetrics({n: parsed.values[o] for n, o in names.items()}, parsed.lines, parsed.problems,
-                                       {n: parsed.steps[o] for n, o in names.items() if o in parsed.steps})
+                share = res.wall_s / res.span_s if res.wall_s and res.span_s else None
+                directions = {n: rule.direction for n, rule in spec.rules(list(parsed.values)).items()}
+                taken, problems = decide.turn_values(parsed.values, decide.turn_judged(parsed.values, spec), share,
+                                                     directions)
+                values = {n: parsed.values[o] * f for n, (o, f) in taken.items()}
+                steps = {n: parsed.steps[o] * f for n, (o, f) in taken.items() if o in parsed.steps}
+                parsed = ParsedMetrics(values, parsed.lines, parsed.problems, steps)
             runs[role].append((res, parsed, problems))
         if any(run[-1][2] for run in runs.values()):
             break
@@ -1427,8 +1433,8 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
         with machine_turn(job.get("machine_lock")):
             results = run_in_turns([(bench, BENCH)] * k, timeout, log) if k > 1 else [bench.run(BENCH, timeout, log)]
         for res in results:
-            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s,
-                                "timed_out": res.timed_out, "output": kept_output(res.output)})
+            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
+                                "output": kept_output(res.output), "wall_s": res.wall_s, "span_s": res.span_s})
         i += k
         if any(not res.ok or job.get("metric") not in parse_metrics(res.output).values for res in results):
             break
