@@ -290,9 +290,10 @@ class SessionConfig(BaseModel):
                                    "noise between processes (layout, page placement) is what a pair suffers most")
     pairing: Literal["sequential", "turns"] = Field(
         "sequential", description="how a pair's two bench runs share the machine: one after the other, or both at "
-                                  "once in turns of 20 ms of the CPU (each stopped while the other runs), so a "
+                                  "once in turns of about 20 ms of the CPU (each frozen while the other runs), so a "
                                   "neighbour's burst falls on both; in turns every objective and guard is judged "
-                                  "on its CPU-time form, which the bench prints as METRIC <name>.cpu=...")
+                                  "on its CPU-time form (METRIC <name>.cpu=...) where the bench prints one, else a "
+                                  "time or rate (t_ms, items_per_s) over the wall time of the run's own turns")
     harness_share: dict[str, float] = Field(
         default_factory=dict, description="per improving metric: the least share (0-1) of each bench run's time "
                                           "its timed work takes; the harness's CPU and wall time of the same runs "
