@@ -1,5 +1,6 @@
 """What the tools answer, through real MCP clients: metrics nobody judges, samples on request, one noise note,
-the get_experiment name, progress and log messages of long calls, and a server that ends with its client."""
+the get_experiment name and the size of its answer, progress and log messages of long calls, and a server that
+ends with its client."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ async def test_get_experiment_leaves_samples_out_unless_asked_and_fetch_sky_logs
     assert len(full["metrics"]["rows_per_s"]["baseline"]["samples"]) == primary["n_pairs"]
     assert len(json.dumps(full)) > len(json.dumps(got))
     # the bundled benchmark also prints ms_per_row, which nobody asked to judge
-    assert got["metrics"]["ms_per_row"]["verdict"] is None and got["metrics"]["ms_per_row"]["direction"] is None
+    assert "verdict" not in got["metrics"]["ms_per_row"] and "direction" not in got["metrics"]["ms_per_row"]
     assert {k: v for k, v in alias.items() if k != "log_tail"} == {k: v for k, v in got.items() if k != "log_tail"}
     assert tools["fetch_sky_logs"].output_schema == tools["get_experiment"].output_schema
     assert set(tools["fetch_sky_logs"].input_schema["properties"]) == set(tools["get_experiment"].input_schema[
@@ -119,6 +120,44 @@ async def test_get_experiment_leaves_samples_out_unless_asked_and_fetch_sky_logs
     assert told and all(p[1] == 30 for p in told)
     for told in calls:  # within one call, progress only grows
         assert all(b[0] > a[0] for a, b in itertools.pairwise(told))
+
+
+def _size(res: Any) -> int:
+    """What a client gets of an answer: its structured content as JSON on the wire, and its text."""
+    return len(json.dumps(res.structured_content, separators=(",", ":"))) + sum(
+        len(getattr(block, "text", "")) for block in res.content)
+
+
+async def test_get_experiment_answers_within_4000_characters_at_30_pairs_and_the_samples_come_when_asked(
+        example_repo: Path, patches: Path) -> None:
+    async with Client(build_server(), mode="legacy") as c:
+        exp_id = await _experiment(c, patches, example_repo)
+        with anyio.fail_after(300):
+            while (await call(c, "get_experiment", experiment_id=exp_id, wait_s=60))["status"] not in FINAL:
+                pass
+        res = await c.call_tool("get_experiment", {"experiment_id": exp_id})
+        full = await c.call_tool("get_experiment", {"experiment_id": exp_id, "samples": True})
+    got, whole = res.structured_content, full.structured_content
+    assert got is not None and whole is not None and got["status"] == "done", got
+    n = got["metrics"]["rows_per_s"]["n_pairs"]
+    assert n == 30
+    # five metrics (the objective, its CPU form, ms_per_row and the harness's wall and CPU time): was 15,841
+    assert _size(res) < 4000, (_size(res), got)
+    # every field the contract names is there, null or not
+    assert {"status", "log_tail", "log_path", "metrics", "verdict", "checks", "worker", "cost_usd"} <= set(got)
+    for m in got["metrics"].values():
+        assert {"baseline", "candidate", "delta_pct", "ci_low_pct", "ci_high_pct", "p_value", "n_pairs"} <= set(m)
+        assert set(m["candidate"]) == {"n", "mean", "median", "stddev", "cv", "samples"}
+        assert m["baseline"]["samples"] == m["candidate"]["samples"] == []
+    # the harness's own measures in one line; asked for, every metric in full with its samples
+    assert not any(k.startswith("harness.") for k in got["metrics"]) and "harness.wall_s" in got["harness"]
+    assert set(whole["metrics"]) == {*got["metrics"], "harness.wall_s", "harness.cpu_s"} and "harness" not in whole
+    for m in whole["metrics"].values():
+        assert len(m["baseline"]["samples"]) == len(m["candidate"]["samples"]) == n
+    # the text says the same in short, not the fields a second time
+    text = res.content[0].text  # type: ignore[union-attr]
+    assert f"done, {got['verdict']}" in text and "rows_per_s: " in text and got["next_step"] in text
+    assert not text.startswith("{")
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

@@ -141,9 +141,8 @@ async def test_the_session_total_measures_the_head_against_the_start_and_is_not_
     assert "Measured together (the head against the start" in report["summary"]
     assert total["base_commit"] != total["candidate_commit"] and res["title"] == "session total"
     # end to end, on the objectives (beside the harness's own outside measures of every run, not judged)
-    judged = {name for name in res["metrics"] if not name.startswith("harness.")}
-    assert res["verdict"] == "no_change" and judged == {"tok_s"}
-    assert res["metrics"]["harness.cpu_s"]["role"] is None
+    assert res["verdict"] == "no_change" and set(res["metrics"]) == {"tok_s"}
+    assert "harness.cpu_s" in res["harness"]
     assert "measured total" in refused
     assert listing["session_total"]["experiment_id"] == total["experiment_id"]
     assert listing["session_total"]["source"] == "session" and listing["estimated_total_pct"] is not None

@@ -22,7 +22,15 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp.types import EmptyResult, LoggingLevel, SetLevelRequestParams, Tool, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    EmptyResult,
+    LoggingLevel,
+    SetLevelRequestParams,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
@@ -264,6 +272,13 @@ async def _blocking(ctx: Context[Any], fn: Callable[[], R]) -> R:
             listener.stop.set()
 
 
+def _answer(result: FetchResult) -> CallToolResult:
+    """get_experiment's answer: its fields as structured content (fields with nothing to say left out), and as
+    text the same in a few lines rather than the fields' JSON a second time: the answer is read at every poll."""
+    return CallToolResult(content=[TextContent(type="text", text=readouts.in_short(result))],
+                          structured_content=result.model_dump(mode="json"))
+
+
 def _refuse_unknown_arguments(server: MCPServer[AppState]) -> None:
     """Make every tool refuse arguments it does not have, naming the valid ones (MCPServer's argument
     models ignore extras, so a misspelt or unsupported argument would look accepted)."""
@@ -439,15 +454,16 @@ def build_server() -> _Server:
     async def get_experiment(
         ctx: Context[AppState],
         experiment_id: Annotated[str, Field(description="from launch_experiment")],
-        tail_lines: Annotated[int, Field(ge=0, le=400, description="log lines to return")] = 40,
+        tail_lines: Annotated[int, Field(ge=0, le=400, description="log lines to return")] = 10,
         wait_s: Annotated[float, Field(ge=0, le=600, description="first wait this long for a status change")]
         = 0,
-        samples: Annotated[bool, Field(description="include every raw sample")] = False,
-    ) -> FetchResult:
+        samples: Annotated[bool, Field(description="include every raw sample and figure")] = False,
+    ) -> Annotated[CallToolResult, FetchResult]:
         """Status, log tail and verdict of an experiment: per metric the change with its CI, level and pairs;
         checks, cost, next_step. Use wait_s rather than polling in a loop."""
         manager = _state(ctx).require_session().manager
-        return await _blocking(ctx, lambda: readouts.fetch(manager, experiment_id, tail_lines, wait_s, samples))
+        result = await _blocking(ctx, lambda: readouts.fetch(manager, experiment_id, tail_lines, wait_s, samples))
+        return _answer(limits.bound(result))
 
     server.tool(annotations=_READ_ONLY)(_guard(get_experiment))
     for alias, name in ALIASES.items():  # kept for prompts and programs that call the first name

@@ -5,7 +5,7 @@ Field names are the contract of ../shared/DESIGN.md: other programs read them, s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -16,6 +16,19 @@ Status = Literal[
 ]
 Verdict = Literal["improved", "regressed", "no_change", "inconclusive", "noisy", "invalid"]
 FINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "checks_failed", "cancelled", "lost"})
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, list | dict) and not value)
+
+
+# A field get_experiment's answer leaves out while it has nothing to say (null, or an empty list or map): the
+# answer is read at every poll, and most of these are null for a typical experiment. The contract's fields
+# (../shared/DESIGN.md) are always there, null or not.
+Quiet = Field(exclude_if=_unset)
+QuietFloat = Annotated[float | None, Quiet]
+QuietStr = Annotated[str | None, Quiet]
+QuietNames = Annotated[list[str], Quiet]
 
 
 # --- session -------------------------------------------------------------------------------------
@@ -116,44 +129,46 @@ class ComparisonResult(BaseModel):
     ci_low_pct: float | None
     ci_high_pct: float | None
     p_value: float | None = Field(None, description="order-adjusted signed-rank test, scaled for the sequential looks")
-    ci_level: float | None = Field(None, description="confidence of the interval: the design's for a decision, "
-                                   "lower (equivalence) for no_change")
+    ci_level: QuietFloat = Field(None, description="confidence of the interval: the design's for a decision, "
+                                 "lower (equivalence) for no_change")
     n_pairs: int
-    verdict: Verdict | None = Field(None, description="null for a metric nobody judges (role null)")
-    pairs_needed: int | None = Field(None, description="when undecided: pairs in all that would decide, 80% power")
-    noise_pct: float | None = Field(None, description="per-run noise seen in the pair differences, %")
-    resolvable_pct: float | None = Field(None, description="smallest change the budget resolves at this noise, %")
-    direction: Direction | None = Field(None, description="which way is better; null when not judged")
-    role: Literal["objective", "guard", "focus", "control"] | None = Field(
-        None, description="null: measured, not judged; focus: what the change acts on; control: untouched work "
+    verdict: Annotated[Verdict | None, Quiet] = Field(None, description="absent for a metric nobody judges (no role)")
+    pairs_needed: Annotated[int | None, Quiet] = Field(
+        None, description="when undecided: pairs in all that would decide, 80% power")
+    noise_pct: QuietFloat = Field(None, description="per-run noise seen in the pair differences, %")
+    resolvable_pct: QuietFloat = Field(None, description="smallest change the budget resolves at this noise, %")
+    direction: Annotated[Direction | None, Quiet] = Field(
+        None, description="which way is better; absent when not judged")
+    role: Annotated[Literal["objective", "guard", "focus", "control"] | None, Quiet] = Field(
+        None, description="absent: measured, not judged; focus: what the change acts on; control: untouched work "
         "timed beside it")
-    tolerance_pct: float | None = Field(None, description="guards: the regression allowed")
-    judgement: Literal["improved", "held", "regressed", "undecided"] | None = Field(
+    tolerance_pct: QuietFloat = Field(None, description="guards: the regression allowed")
+    judgement: Annotated[Literal["improved", "held", "regressed", "undecided"] | None, Quiet] = Field(
         None, description="objectives: improved / held / regressed; guards: held (the interval stays within "
         "tolerance) / regressed / undecided")
-    mean_pct: float | None = Field(None, description="the average run's change (ratio of means), order-adjusted")
-    mean_low_pct: float | None = None
-    mean_high_pct: float | None = None
-    tail_pct: float | None = Field(None, description="the change of each side's worst 5% of runs")
-    equivalence_pct: float | None = Field(None, description="no_change: no change beyond +- this")
-    note: str | None = Field(None, description="why not improved, or why noisy")
-    measure: str | None = Field(None, description="how it was measured: as the bench printed it, or the harness's "
-                                "own outside time of each run (harness.*); how many processes a sample")
-    bound_pct: float | None = Field(None, description="guards and a session total's objectives: the worst change "
-                                    "their one-sided bounds leave, % (+ is better), at claim_level")
-    margin_pct: float | None = Field(None, description="the slowdown it was judged against, %")
-    claim_level: float | None = None
-    claim: str | None = Field(None, description="what was shown of it, in one line")
+    mean_pct: QuietFloat = Field(None, description="the average run's change (ratio of means), order-adjusted")
+    mean_low_pct: QuietFloat = None
+    mean_high_pct: QuietFloat = None
+    tail_pct: QuietFloat = Field(None, description="the change of each side's worst 5% of runs")
+    equivalence_pct: QuietFloat = Field(None, description="no_change: no change beyond +- this")
+    note: QuietStr = Field(None, description="why not improved, or why noisy")
+    measure: QuietStr = Field(None, description="how it was measured: as the bench printed it, or the harness's "
+                              "own outside time of each run (harness.*); how many processes a sample")
+    bound_pct: QuietFloat = Field(None, description="guards and a session total's objectives: the worst change "
+                                "their one-sided bounds leave, % (+ is better), at claim_level")
+    margin_pct: QuietFloat = Field(None, description="the slowdown it was judged against, %")
+    claim_level: QuietFloat = None
+    claim: QuietStr = Field(None, description="what was shown of it, in one line")
 
 
 class ChecksResult(BaseModel):
     ran: bool
     passed: bool
-    exit_code: int | None = None
+    exit_code: Annotated[int | None, Quiet] = None
     timed_out: bool = False
-    duration_s: float | None = None
-    tail: str | None = None
-    note: str | None = None
+    duration_s: QuietFloat = None
+    tail: QuietStr = None
+    note: QuietStr = None
 
 
 class PlatformResult(BaseModel):
@@ -162,19 +177,19 @@ class PlatformResult(BaseModel):
     name: str
     executor: ExecutorName
     measured: bool
-    emulator: str | None = None
+    emulator: QuietStr = None
     status: str = Field(description="a status, or not_run until the host has a winner")
-    worker: str | None = None
-    build: Literal["ok", "failed"] | None = None
-    checks: ChecksResult | None = None
-    verdict: Verdict | None = None
-    delta_pct: float | None = None
-    ci_low_pct: float | None = None
-    ci_high_pct: float | None = None
+    worker: QuietStr = None
+    build: Annotated[Literal["ok", "failed"] | None, Quiet] = None
+    checks: Annotated[ChecksResult | None, Quiet] = None
+    verdict: Annotated[Verdict | None, Quiet] = None
+    delta_pct: QuietFloat = None
+    ci_low_pct: QuietFloat = None
+    ci_high_pct: QuietFloat = None
     passed: bool | None = Field(None, description="whether this platform lets the winner through (None: not yet)")
-    summary: str | None = None
-    error: str | None = None
-    cost_usd: float | None = None
+    summary: QuietStr = None
+    error: QuietStr = None
+    cost_usd: QuietFloat = None
 
 
 class FetchResult(BaseModel):
@@ -188,28 +203,30 @@ class FetchResult(BaseModel):
     log_tail: str
     log_path: str
     metrics: dict[str, ComparisonResult] = Field(default_factory=dict)
-    won: list[str] = Field(default_factory=list, description="objectives that improved")
-    blocking: list[str] = Field(default_factory=list, description="objectives or guards that keep it from winning")
+    harness: QuietStr = Field(None, description="the harness's own outside time of the same runs (harness.*, not "
+                              "judged) in one line; with samples=true they are in metrics in full")
+    won: QuietNames = Field(default_factory=list, description="objectives that improved")
+    blocking: QuietNames = Field(default_factory=list, description="objectives or guards that keep it from winning")
     checks: ChecksResult | None = None
     confidence_level: float | None = Field(None, description="level of the CIs, e.g. 0.98")
     pairs_done: int = 0
-    stop_reason: str | None = None
-    durations_s: dict[str, float] = Field(default_factory=dict)
-    build: dict[str, Any] = Field(default_factory=dict)
-    host: dict[str, Any] = Field(default_factory=dict)
-    noise_cv: float | None = Field(None, description="per-run noise of the primary metric, from the pair differences")
-    noise_note: str | None = Field(None, description="how noisy and why the budget cannot decide; a bimodal or "
-                                   "tail-heavy side")
-    focus: list[str] = Field(default_factory=list, description="what the experiment was judged on, if a focus")
-    claims: list[str] = Field(default_factory=list, description="what was shown, each at its level: the focus, "
-                              "each end-to-end guard (this experiment), a session total's tolerances")
-    layout_pct: float | None = Field(None, description="focus: the most the untouched controls moved, % (a focus "
-                                     "win must exceed it)")
-    error: str | None = None
+    stop_reason: QuietStr = None
+    durations_s: Annotated[dict[str, float], Quiet] = Field(default_factory=dict)
+    build: Annotated[dict[str, Any], Quiet] = Field(default_factory=dict)
+    host: Annotated[dict[str, Any], Quiet] = Field(default_factory=dict)
+    noise_cv: QuietFloat = Field(None, description="per-run noise of the primary metric, from the pair differences")
+    noise_note: QuietStr = Field(None, description="how noisy and why the budget cannot decide; a bimodal or "
+                                 "tail-heavy side")
+    focus: QuietNames = Field(default_factory=list, description="what the experiment was judged on, if a focus")
+    claims: QuietNames = Field(default_factory=list, description="what was shown, each at its level: the focus, "
+                               "each end-to-end guard (this experiment), a session total's tolerances")
+    layout_pct: QuietFloat = Field(None, description="focus: the most the untouched controls moved, % (a focus "
+                                 "win must exceed it)")
+    error: QuietStr = None
     cost_usd: float | None = None
-    warnings: list[str] = Field(default_factory=list)
+    warnings: QuietNames = Field(default_factory=list)
     next_step: str | None = None
-    platforms: list[PlatformResult] = Field(
+    platforms: Annotated[list[PlatformResult], Quiet] = Field(
         default_factory=list, description="the other platforms of the session (the host is this result itself)")
 
 

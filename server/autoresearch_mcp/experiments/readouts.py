@@ -1,5 +1,6 @@
-"""The experiments as the tools show them: one experiment (fetch_sky_logs) with its log tail and next step,
-the session's list (list_experiments) and the claim of its measured total; and the figures they read in."""
+"""The experiments as the tools show them: one experiment (fetch_sky_logs) with its log tail and next step, and
+the same in a few lines; the session's list (list_experiments) and the claim of its measured total; and the
+figures they read in."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from autoresearch_mcp.core.decide import HARNESS_PREFIX, SETTLED, WORK
 from autoresearch_mcp.core.ledger import ExperimentState
 from autoresearch_mcp.core.records import Comparison
 from autoresearch_mcp.errors import InputError
@@ -31,7 +33,8 @@ MAX_WAIT_S = 600.0
 def fetch(manager: ExperimentManager, experiment_id: str, tail_lines: int, wait_s: float = 0.0,
           samples: bool = False) -> FetchResult:
     """The experiment as it stands; with `wait_s`, first wait up to that long for its status to change
-    (telling `progress` each pair meanwhile). Raw samples only with `samples`."""
+    (telling `progress` each pair meanwhile). Raw samples, and the harness's own measures in full, only with
+    `samples`: the answer is read at every poll, and its size should not grow with the pairs or the metrics."""
     if not 0 <= tail_lines <= MAX_TAIL_LINES:
         raise InputError(f"tail_lines must be between 0 and {MAX_TAIL_LINES}, not {tail_lines}")
     if not 0 <= wait_s <= MAX_WAIT_S:
@@ -46,18 +49,25 @@ def fetch(manager: ExperimentManager, experiment_id: str, tail_lines: int, wait_
     checks = ChecksResult.model_validate(exp.checks.model_dump(exclude_unset=True)) if exp.checks else None
     judged = {exp.launch.metric, *exp.launch.objectives, *exp.launch.guards}
     noise_note = exp.analysis.noise_note
+    shown = {k: _shown(v, k in judged, samples, noise_note) for k, v in exp.metrics.items()}
+    # the harness's outside time of every run, which nobody judges: one line, unless everything is asked for or
+    # it blocks the experiment (pairs in turns whose own wall time grew)
+    outside = [] if samples else [k for k, m in shown.items() if k.startswith(HARNESS_PREFIX) and m.role is None
+                                  and k not in exp.analysis.blocking]
     return FetchResult(
         experiment_id=experiment_id, title=exp.title, status=exp.status,
         verdict=exp.verdict, worker=exp.worker, base_commit=exp.launch.base_commit,
         candidate_commit=exp.launch.candidate_commit, log_tail=_tail(log_path, tail_lines),
         log_path=str(log_path),
-        metrics={k: _shown(v, k in judged, samples, noise_note) for k, v in exp.metrics.items()},
+        metrics={k: m for k, m in shown.items() if k not in outside},
+        harness="; ".join(f"{k} {figure(shown[k])}" for k in outside) + "; in full with samples=true"
+        if outside else None,
         won=list(exp.analysis.won), blocking=list(exp.analysis.blocking),
         checks=checks, confidence_level=1 - design.alpha,
         pairs_done=manager.pairs_done.get(experiment_id, 0) if exp.result is None
         else figures.pair_count(outcome),
         stop_reason=outcome.stop_reason, durations_s=outcome.durations,
-        build=outcome.build, host=outcome.host, noise_cv=exp.analysis.noise_cv,
+        build=outcome.build, host=outcome.host, noise_cv=_significant(exp.analysis.noise_cv, 4),
         noise_note=noise_note, focus=list(exp.launch.focus), claims=claims(exp),
         layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
         error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
@@ -107,6 +117,10 @@ def _next_step(manager: ExperimentManager, exp: ExperimentState) -> str | None:
         more = f"; about {need - n} more pairs would decide with 80% power" if need else ""
         return f"not decided yet: {further}{more}"
     if verdict == "invalid":
+        settled = next((p for p in exp.analysis.problems if p.startswith(SETTLED)), None)
+        if settled is not None:
+            return (f"{settled}: do not measure it further. A forged figure is refused; a real change to a bench "
+                    f"that runs for a fixed time shows once the bench prints METRIC {WORK}=<the work it did>")
         return "a run lacked the primary metric: read the log and fix the benchmark or the crash"
     return None
 
@@ -184,39 +198,80 @@ def lead_metric(exp: ExperimentState) -> str:
 
 
 def _shown(m: Comparison, judged: bool, samples: bool, noise_note: str | None) -> ComparisonResult:
-    """One metric as fetch shows it: raw samples only when asked for; a metric nobody judges (not an
-    objective, guard, focus or control) without a verdict or a direction, whatever an older record says;
-    its note left out when the experiment's noise_note already says it."""
+    """One metric as fetch shows it: each side's figures rounded (its mean and median to 6 significant
+    digits), raw samples only when asked for; a metric nobody judges (not an objective, guard, focus or
+    control) without a verdict or a direction, whatever an older record says, and its change and noise
+    without the figures a verdict weighs unless everything is asked for; its note left out when the
+    experiment's noise_note already says it."""
     shown = ComparisonResult.model_validate(m.model_dump(exclude_unset=True))
-    update: dict[str, Any] = {}
-    if not samples:
-        update.update(baseline=_without_samples(shown.baseline), candidate=_without_samples(shown.candidate))
+    update: dict[str, Any] = {"baseline": _side(shown.baseline, samples), "candidate": _side(shown.candidate, samples),
+                              "p_value": _significant(shown.p_value, 4)}
     if shown.role is None and not judged:
         update.update(verdict=None, direction=None, judgement=None, pairs_needed=None)
+        if not samples:
+            update.update(mean_pct=None, mean_low_pct=None, mean_high_pct=None, tail_pct=None, resolvable_pct=None)
     if shown.note and noise_note and shown.note in noise_note:
         update["note"] = None
-    return shown.model_copy(update=update) if update else shown
+    return shown.model_copy(update=update)
 
 
-def _without_samples(summary: MetricSummary) -> MetricSummary:
-    return summary.model_copy(update={"samples": []}) if summary.samples else summary
+def _side(summary: MetricSummary, samples: bool) -> MetricSummary:
+    return summary.model_copy(update={
+        "mean": _significant(summary.mean, 6), "median": _significant(summary.median, 6),
+        "stddev": _significant(summary.stddev, 4), "cv": _significant(summary.cv, 4),
+        "samples": summary.samples if samples else []})
 
 
-def figure(m: Comparison | dict[str, Any]) -> str:
+def _significant(x: float | None, digits: int) -> float | None:
+    """`x` to `digits` significant digits: what a reader compares, without a float's trailing noise."""
+    return None if x is None else float(f"{x:.{digits}g}")
+
+
+def in_short(result: FetchResult) -> str:
+    """get_experiment's answer in a few lines, for a client that shows its text: the change and verdict of each
+    metric, what blocks it, the gist of each note, the next step. Every field is in the structured content (all
+    that Claude Code shows the model), so the answer does not carry the fields twice."""
+    r = result
+    done = f", {r.verdict}" if r.verdict else ""
+    lines = [f"experiment {r.experiment_id} ({r.title}): {r.status}{done}, {r.pairs_done} pairs"]
+    for name, m in r.metrics.items():
+        judged = m.role is not None or m.verdict is not None
+        said = f"{m.judgement or m.verdict or 'undecided'} ({m.role or 'judged'})" if judged else "not judged"
+        lines.append(f"{name}: {figure(m)}, {said}" + (f"; {_gist(m.note)}" if m.note and judged else ""))
+    if r.checks:
+        lines.append("checks " + ("passed" if r.checks.passed else "failed" if r.checks.ran else "not run"))
+    notes = [("noise", r.noise_note), *(("claim", c) for c in r.claims), *(("warning", w) for w in r.warnings)]
+    for label, text in (("blocking", ", ".join(r.blocking)), ("error", r.error),
+                        *((label, _gist(note)) for label, note in notes), ("next step", r.next_step)):
+        if text:
+            lines.append(f"{label}: {text}")
+    lines.append("(every field, the log tail too, is in the structured content; raw samples with samples=true)")
+    return "\n".join(lines)
+
+
+def _gist(note: str | None, limit: int = 100) -> str:
+    """A note's beginning: the whole is in the structured content."""
+    text = note or ""
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def figure(m: Comparison | ComparisonResult | dict[str, Any]) -> str:
     """`+1.23% [+0.50%, +2.00%]`, or `no interval` when a metric has none (a holdout's is a dict)."""
-    c = m if isinstance(m, Comparison) else Comparison.model_validate(m)
+    c = m if isinstance(m, Comparison | ComparisonResult) else Comparison.model_validate(m)
     if c.delta_pct is None or c.ci_low_pct is None or c.ci_high_pct is None:
         return "no interval"
-    level = (c.model_extra or {}).get("ci_level")
+    level = c.ci_level if isinstance(c, ComparisonResult) else (c.model_extra or {}).get("ci_level")
     return (f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
             + (f" ({float(level):.0%} CI)" if level else ""))
 
 
 TAIL_BYTES = 32 * 1024
+LINE_CHARS = 100  # a tail's characters per line asked for: a bench's table rows or progress bars can be long
 
 
 def _tail(path: Path, lines: int) -> str:
-    """The last `lines` lines of a log, at most TAIL_BYTES of them (one 10 MB line is not a tail)."""
+    """The last `lines` lines of a log, at most LINE_CHARS characters a line in all (one 10 MB line is not a
+    tail, and the answer's size should follow what was asked for, not how the bench prints)."""
     if lines == 0:
         return ""
     try:
@@ -228,8 +283,10 @@ def _tail(path: Path, lines: int) -> str:
         size = fh.tell()
         fh.seek(max(0, size - TAIL_BYTES))
         text = fh.read().decode("utf-8", errors="replace")
-    cut = "[... earlier output cut]\n" if size > TAIL_BYTES else ""
-    return cut + "\n".join(text.splitlines()[-lines:])
+    tail = "\n".join(text.splitlines()[-lines:])
+    if len(tail) > lines * LINE_CHARS:
+        return "[... earlier output cut]" + tail[-lines * LINE_CHARS:]
+    return ("[... earlier output cut]\n" if size > TAIL_BYTES else "") + tail
 
 
 def _disagreement(exp: ExperimentState) -> list[str]:
