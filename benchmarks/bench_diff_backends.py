@@ -46,6 +46,8 @@ def main() -> None:
     size = len(result.model_dump_json())
     print(f"output: {size:,} characters of JSON (about {size // 4:,} tokens), "
           f"{len(result.gaps)} gaps shown of {result.total_gaps}")
+    cut = [note for note in result.notes if note.startswith("cut to fit")]
+    print(f"fitted to the answer cap: {cut[0] if cut else 'no, sent whole at full detail'}")
     built = [f"{b.name} <- {', '.join(b.built_from)}" for b in result.backends if b.built_from]
     print(f"built from another backend's sources: {'; '.join(built) or 'none'}")
     for gap in result.gaps[:5]:

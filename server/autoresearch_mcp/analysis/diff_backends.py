@@ -11,9 +11,17 @@ Rules (documented in the tool description and README):
 - A fusion check is a call of a fusion helper (a function that takes a list of ops and says so in its
   name, or hands the list on to one: each backend's own, found from the definitions) with an op list,
   or an op list in a statement, function or file about fusing.
+- A backend may spell the op list otherwise: an array filled element by element, with one op
+  (`std::fill`, a loop: a run of that op, written A+A), or a container it is added to
+  (`ops.insert(ops.end(), {...})`), that a fusion check uses; a first item that is a variable holds the
+  op(s) it was assigned (`gating_op = sigmoid ? UNARY : SOFT_MAX`). A condition about fusing that tests
+  the op of another node than the `if` around it is one too (Vulkan's ADD+RMS_NORM:
+  `if (node->op == ADD) { if (nodes[next]->op == RMS_NORM && ... add_rms_fusion)`).
 - A backend built from another's sources (its build files compile them: MUSA and HIP compile CUDA's
   `.cu` files) has that backend's ops and fusions too.
 - Gaps are ranked by how many backends have the item; fusions first on ties.
+- The answer fits the answer cap whole: each backend's lists and the evidence per gap get shorter first, then
+  fewer gaps are shown; a gap's `present_in` and `missing_in` are never cut.
 """
 
 from __future__ import annotations
@@ -49,13 +57,19 @@ from autoresearch_mcp.models import (
 
 LIST_LIMIT = 20  # items per backend list in the output; counts give the rest
 EVIDENCE_LIMIT = 10  # places shown per gap, one each: 9 backends fuse RMS_NORM+MUL in llama.cpp 0.3.36
+# (ops and kernels per backend, fusions per backend, evidence places per gap, leading gaps that keep all their
+# places), richest first: the first whose answer fits the cap is sent (llama.cpp's 17 backends and 25 gaps make
+# about 100 KB at full detail, as sent: the structured answer and its indented text)
+Detail = tuple[int, int, int, int]
+DETAIL: tuple[Detail, ...] = ((LIST_LIMIT, LIST_LIMIT, EVIDENCE_LIMIT, 0), (5, 10, 3, 5), (0, 5, 1, 5))
 NOTES_LIMIT = 20
 PARALLEL_MIN_BYTES = 8_000_000  # below this a process pool costs more than it saves
 
 
 def compare_backends(repo: str, backends: list[str] | None = None, target: str | None = None,
-                     max_gaps: int = 25) -> DiffBackendsResult:
-    """Inventory every backend of `repo` and list what the others have and `target` lacks."""
+                     max_gaps: int = 25, *, fit: bool = True) -> DiffBackendsResult:
+    """Inventory every backend of `repo` and list what the others have and `target` lacks. The tool's answer is
+    fitted to what the server sends whole; `fit=False` keeps every list at its full length (tests, benchmarks)."""
     t0 = time.perf_counter()
     repo_path = Path(repo).expanduser()
     if not repo_path.is_dir():
@@ -97,10 +111,6 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
     gaps = _gaps(inventories, chosen, extractor)
     t_gaps = time.perf_counter()
 
-    shown = gaps[:max_gaps]
-    by_kind: dict[str, int] = {}
-    for gap in gaps[max_gaps:]:
-        by_kind[gap.kind] = by_kind.get(gap.kind, 0) + 1
     for inv in inventories:
         if inv.supports_by_default:
             ev = inv.supports_by_default
@@ -108,26 +118,66 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
                 f"{inv.name} supports every op by default ({ev.file}:{ev.line}); it lacks only the ops it "
                 f"rejects explicitly ({len(inv.rejected)})"
             )
-    return DiffBackendsResult(
-        repo=str(repo_path),
-        target=chosen,
-        op_families=[f.prefix for f in families],
-        backends=[_inventory_model(inv) for inv in inventories],
-        gaps=shown,
-        total_gaps=len(gaps),
-        omitted=len(gaps) - len(shown),
-        omitted_by_kind=by_kind,
-        files_scanned=sum(inv.files for inv in inventories),
-        lines_scanned=sum(inv.lines for inv in inventories),
-        timings_s={
-            "discover_and_read": round(t_read - t0, 3),
-            "strip_and_index": round(t_scan - t_read, 3),
-            "op_families": round(t_families - t_scan, 3),
-            "extract": round(t_extract - t_families, 3),
-            "gaps": round(t_gaps - t_extract, 3),
-        },
-        notes=notes[:NOTES_LIMIT] + ([f"... and {len(notes) - NOTES_LIMIT} more"] if len(notes) > NOTES_LIMIT else []),
-    )
+    timings = {
+        "discover_and_read": round(t_read - t0, 3),
+        "strip_and_index": round(t_scan - t_read, 3),
+        "op_families": round(t_families - t_scan, 3),
+        "extract": round(t_extract - t_families, 3),
+        "gaps": round(t_gaps - t_extract, 3),
+    }
+
+    more = len(notes) - NOTES_LIMIT
+    shown_notes = notes[:NOTES_LIMIT] + ([f"... and {more} more"] if more > 0 else [])
+
+    def answer(detail: Detail, shown: int, cut: list[str]) -> DiffBackendsResult:
+        items, fusions, places, rich = detail
+        by_kind: dict[str, int] = {}
+        for gap in gaps[shown:]:
+            by_kind[gap.kind] = by_kind.get(gap.kind, 0) + 1
+        return DiffBackendsResult(
+            repo=str(repo_path),
+            target=chosen,
+            op_families=[f.prefix for f in families],
+            backends=[_inventory_model(inv, items, fusions) for inv in inventories],
+            gaps=[g.model_copy(update={"evidence": g.evidence[:EVIDENCE_LIMIT if rank < rich else places]})
+                  for rank, g in enumerate(gaps[:shown])],
+            total_gaps=len(gaps),
+            omitted=len(gaps[shown:]),
+            omitted_by_kind=by_kind,
+            files_scanned=sum(inv.files for inv in inventories),
+            lines_scanned=sum(inv.lines for inv in inventories),
+            timings_s=timings,
+            notes=shown_notes + cut,
+        )
+
+    return _fitted(answer, min(max_gaps, len(gaps))) if fit else answer(DETAIL[0], max_gaps, [])
+
+
+def _fitted(answer: Callable[[Detail, int, list[str]], DiffBackendsResult], max_gaps: int) -> DiffBackendsResult:
+    """The richest answer that fits the answer cap whole. The server's own cut (limits.bound) shortens every
+    nested list alike, a gap's `present_in` too: on llama.cpp 0.3.19 the RMS_NORM+MUL gap named cuda, hip and
+    metal of its six backends. Here each backend's lists and the evidence get shorter first, then fewer gaps
+    are shown (counted in `omitted`)."""
+    cut = ""
+    result = answer(DETAIL[0], max_gaps, [])
+    for detail in DETAIL[1:]:
+        if _fits(result):
+            return result
+        items, fusions, places, rich = detail
+        cut = (f"cut to fit {limits.ANSWER_CAP // 1024} KB: each backend lists its first {items} ops and "
+               f"kernels and {fusions} fusions (the *_count fields give the totals); the first {rich} gaps show "
+               f"every place, the others {places}; ask for fewer gaps or backends for more detail")
+        result = answer(detail, max_gaps, [cut])
+    shown = max_gaps
+    while not _fits(result) and shown > 1:
+        shown = max(1, shown * 3 // 4)
+        result = answer(DETAIL[-1], shown, [f"{cut}; the first {shown} gaps shown"])
+    return result
+
+
+def _fits(result: DiffBackendsResult) -> bool:
+    """Whether the server sends the answer whole (limits.bound gives back the very answer when it fits)."""
+    return limits.bound(result) is result
 
 
 def _scan_all(roots: list[BackendRoot]) -> list[list[Scan]]:
@@ -238,7 +288,8 @@ def _gaps(inventories: list[Inventory], target: str, extractor: Extractor) -> li
     return gaps
 
 
-def _inventory_model(inv: Inventory) -> BackendInventory:
+def _inventory_model(inv: Inventory, items: int, fusion_items: int) -> BackendInventory:
+    """A backend's inventory with its first `items` ops, rejected ops and kernels and `fusion_items` fusions."""
     ops = sorted(inv.ops)
     fusions = sorted(inv.fusions, key=lambda k: (-k.count("+"), k))
     isa = sorted(inv.isa.items(), key=lambda kv: -kv[1][0])
@@ -250,14 +301,14 @@ def _inventory_model(inv: Inventory) -> BackendInventory:
         skipped_files=len(inv.skipped),
         skipped_examples=inv.skipped[:3],
         ops_count=len(ops),
-        ops=ops[:LIST_LIMIT],
+        ops=ops[:items],
         supports_by_default=inv.supports_by_default is not None,
-        rejected_ops=sorted(inv.rejected)[:LIST_LIMIT],
+        rejected_ops=sorted(inv.rejected)[:items],
         fusions_count=len(fusions),
-        fusions=fusions[:LIST_LIMIT],
+        fusions=fusions[:fusion_items],
         isa=[IsaUse(name=name, hits=hits, file=ev.file, line=ev.line) for name, (hits, ev) in isa],
         kernels_count=len(inv.kernels),
-        kernels=inv.kernels[:LIST_LIMIT],
+        kernels=inv.kernels[:items],
         fusion_helpers=inv.fusion_helpers[:LIST_LIMIT],
         built_from=inv.built_from,
     )

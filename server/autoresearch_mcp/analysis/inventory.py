@@ -47,7 +47,20 @@ _SHADER_SUFFIXES = (".comp", ".glsl", ".hlsl")
 _LIST = re.compile(r"\{\s*((?:[A-Za-z_][\w:]*(?:->\w+)?\s*,\s*)+[A-Za-z_][\w:]*(?:->\w+)?)\s*,?\s*\}")
 _SUBLIST = re.compile(r"\s*,\s*\{\s*([A-Za-z_][\w:]*(?:\s*,\s*[A-Za-z_][\w:]*)*)\s*,?\s*\}")
 _LIST_NAME = re.compile(r"(?:#\s*define\s+|\b)([A-Za-z_]\w*)\s*(?:\[[^\]\n]*\]\s*)?=?\s*$")
-_ELEM = re.compile(r"\[\s*(\d+)\s*\]\s*=\s*([A-Za-z_][\w:]*(?:->\w+)?)\s*;")
+# `ops.insert(ops.end(), { A, B })`: a list handed to a method of a named container
+_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*\w+\s*\((?:[^;{}()]|\([^;{}()]*\))*\Z")
+# `ops[1] = B;`, and `ops[i] = A;` (a loop filling the array with one op)
+_ELEM = re.compile(r"\[\s*(\d+|[A-Za-z_]\w*)\s*\]\s*=\s*([A-Za-z_][\w:]*(?:->\w+)?)\s*;")
+# std::fill(ops, ops + 8, A), std::fill_n(ops, n, A) (no leading \b: a literal start is scanned for fast)
+_FILL = re.compile(r"fill(?:_n)?\s*\(\s*([A-Za-z_]\w*)[^;{}]*,\s*([A-Za-z_][\w:]*(?:->op)?)\s*\)\s*;")
+# `x = A;`, `x = flag ? A : B;`: the ops a variable may hold
+_ASSIGNED = r"\s*=(?!=)\s*([^;{}]*);"
+_ALTERNATIVES = re.compile(r"(?<!:):(?!:)")
+# `node->op == A`, `nodes[i + 1]->op == B`, `node.op() == C`: an op test (the `->` or `.` before is checked
+# after: a literal start is scanned for fast), and the node it tests
+_OP_TEST = re.compile(r"op\b\s*(?:\(\s*\))?\s*==\s*([A-Za-z_][\w:]*)")
+_SUBJECT = re.compile(r"[A-Za-z_]\w*(?:\s*(?:->|\.)\s*[A-Za-z_]\w*|\s*\[[^\[\]\n]*\])*\s*(?:->|\.)\Z")
+_CONTROL = re.compile(r"\b(?:if|while|for|else|do)\s*\Z")  # a block opened by these keeps its guard's tests
 _ELEM_NAME = re.compile(r"([A-Za-z_]\w*)\s*\Z")
 _FUSION_STRING = re.compile(r"\b\w*fus\w*\s*(?:=|\()\s*\"([A-Za-z][A-Za-z0-9_]*)\"", re.IGNORECASE)
 _SUPPORTS_FN = re.compile(r"(?i)supports?_?op|op_?supported|is_?supported_?op")
@@ -326,6 +339,76 @@ def _matching(code: str, at: int, opening: str = "(", closing: str = ")") -> int
     return -1
 
 
+def _chain_key(names: list[str]) -> str:
+    """`A+B+C`; a run of one op (`ADD, ADD, ADD`: consecutive adds in one kernel) is `ADD+ADD` whatever its
+    length, so backends that fuse up to 4 or up to 8 of them have the same fusion."""
+    return "+".join(names[:2] if len(set(names)) == 1 else names)
+
+
+def _statement(code: str, offset: int, limit: int = 2000) -> tuple[int, int]:
+    """The statement or condition around `offset`: from the `;`, `{` or `}` before it to the one after it, with
+    the brackets in between (a call's arguments, a list) skipped."""
+    start, depth = max(0, offset - limit), 0
+    for i in range(offset - 1, start - 1, -1):
+        ch = code[i]
+        if ch in ")]" or (ch == "}" and depth):
+            depth += 1
+        elif ch in "([" or (ch == "{" and depth):
+            depth = max(0, depth - 1)
+        elif ch in "{};" and depth == 0:
+            start = i + 1
+            break
+    end, depth = min(len(code), offset + limit), 0
+    for i in range(offset, end):
+        ch = code[i]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == "{" and depth:
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+        elif ch in "{};" and depth == 0:
+            end = i
+            break
+    return start, end
+
+
+def _graph_offset(node: str) -> int:
+    """Where a tested node lies from the current one, read from its index: `nodes[i - 1]` -1, `nodes[i + 2]` 2,
+    any other 0 (the order written is kept)."""
+    m = re.search(r"\[\w+([+-]\d+)\]$", node)
+    return int(m.group(1)) if m else 0
+
+
+def _enclosing_brace(code: str, offset: int, limit: int = 20_000) -> int:
+    """The offset of the `{` that opens the block holding `offset` (-1 when not found within limit)."""
+    depth = 0
+    for i in range(offset - 1, max(-1, offset - limit), -1):
+        ch = code[i]
+        if ch == "}":
+            depth += 1
+        elif ch == "{":
+            if depth == 0:
+                return i
+            depth -= 1
+    return -1
+
+
+def _opening_paren(code: str, close: int) -> int:
+    """The offset of the `(` that the `)` at `close` closes (-1 when unbalanced within 2,000 characters)."""
+    depth = 0
+    for i in range(close, max(-1, close - 2000), -1):
+        if code[i] == ")":
+            depth += 1
+        elif code[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
 def _split_top(params: str) -> list[str]:
     """Parameters split at the commas outside brackets (`std::map<int, int> m, int n`)."""
     out, depth, start = [], 0, 0
@@ -479,24 +562,30 @@ class Extractor:
                 continue
             if not (file_says_fusion or "fus" in head.lower() or self._in_fusion_function(scan, m.start())
                     or _callee_around(code, m.start()) in self.helpers):
-                named = _LIST_NAME.search(head)
+                named = _LIST_NAME.search(head) or _RECEIVER.search(head)
                 if not (named and self._used_in_fusion(named.group(1), scan, scans, m.end(), head)):
                     continue
             sub = _SUBLIST.match(code, m.end())
             for seq in self._sequences(items, sub.group(1).split(",") if sub else [], scan, scans, m.start()):
-                inv.fusions.setdefault("+".join(seq), scan.evidence(m.start()))
+                inv.fusions.setdefault(_chain_key(seq), scan.evidence(m.start()))
         self._element_arrays(scan, scans, inv)
-        if "fus" in code or "FUS" in code:
+        if "fill" in code:
+            for m in _FILL.finditer(code):
+                if not _glued(code, m.start()):
+                    self._filled(m.group(1), m.group(2), scan, scans, inv, m.start(), m.end())
+        if "fus" in code or "Fus" in code or "FUS" in code:
+            self._tested_chains(scan, scans, inv)
             for m in _FUSION_STRING.finditer(scan.file.text):
                 line = scan.file.text.count("\n", 0, m.start()) + 1
                 if not self._line_has_code(scan, line, m.group().split('"')[0].rstrip(" =(")):
                     continue
                 chain = self._split_name(m.group(1))
-                key = "+".join(chain) if chain else m.group(1)
+                key = _chain_key(chain) if chain else m.group(1)
                 inv.fusions.setdefault(key, Evidence(scan.file, line))
 
     def _element_arrays(self, scan: Scan, scans: list[Scan], inv: Inventory) -> None:
-        """Runs of `ops[0] = A; ops[1] = B; ...` on one array, used by a fusion check nearby."""
+        """Runs of `ops[0] = A; ops[1] = B; ...` on one array, and a loop's `ops[i] = A;`, used by a fusion check
+        nearby."""
         code = scan.code
         run: list[tuple[str, int, str, int, int]] = []  # (array, index, value, start, end)
 
@@ -507,14 +596,20 @@ class Extractor:
                 start, end = run[0][3], run[-1][4]
                 if self._used_nearby(run[0][0], code[end: end + 3000]) or self._in_fusion_function(scan, start):
                     for seq in self._sequences(items, [], scan, scans, start):
-                        inv.fusions.setdefault("+".join(seq), scan.evidence(start))
+                        inv.fusions.setdefault(_chain_key(seq), scan.evidence(start))
             run.clear()
 
         for m in _ELEM.finditer(code):
+            index = m.group(1)
+            if not index.isdigit() and not (self.is_op(m.group(2)) or m.group(2).endswith("->op")):
+                continue
             name = _ELEM_NAME.search(code, max(0, m.start() - 80), m.start())
             if name is None:
                 continue
-            item = (name.group(1), int(m.group(1)), m.group(2), name.start(), m.end())
+            if not index.isdigit():
+                self._filled(name.group(1), m.group(2), scan, scans, inv, name.start(), m.end())
+                continue
+            item = (name.group(1), int(index), m.group(2), name.start(), m.end())
             if run and (item[0] != run[-1][0] or code[run[-1][4]: item[3]].strip()):
                 flush()
             run.append(item)
@@ -527,7 +622,8 @@ class Extractor:
         (`case NORM: case RMS_NORM:` fuses NORM+MUL and RMS_NORM+MUL)."""
         if not items or not all(self.is_op(t) for t in items[1:]):
             return []
-        firsts = [items[0]] if self.is_op(items[0]) else self._dispatch_ops(scan, scans, offset)
+        firsts = [items[0]] if self.is_op(items[0]) else (
+            self._held_ops(scan, items[0], offset) or self._dispatch_ops(scan, scans, offset))
         out = []
         for first in firsts:
             seq = [first, *items[1:]]
@@ -543,6 +639,101 @@ class Extractor:
             if len(names) >= 2:
                 out.append(names)
         return out
+
+    def _filled(self, name: str, value: str, scan: Scan, scans: list[Scan], inv: Inventory, start: int,
+                end: int) -> None:
+        """An array filled with one op (`std::fill(ops, ops + 8, ADD)`, a loop's `adds[i] = ADD`) and handed to a
+        fusion check: consecutive nodes of that op fuse (CUDA's and Vulkan's chains of adds). The op may be the
+        node's own (`std::fill(ops, ops + 8, node->op)` under `if (node->op == ADD || node->op == MUL)`)."""
+        if not (self._used_nearby(name, scan.code[end: end + 3000]) or self._in_fusion_function(scan, start)):
+            return
+        ops = [value] if self.is_op(value) else self._guard(scan.code, start).get(value.removesuffix("->op"), [])
+        for op in ops:
+            for seq in self._sequences([op, op], [], scan, scans, start):
+                inv.fusions.setdefault(_chain_key(seq), scan.evidence(start))
+
+    def _held_ops(self, scan: Scan, name: str, offset: int) -> list[str]:
+        """The ops a variable may hold where `offset` uses it, from its last assignment before in the same
+        function: one op, or ops chosen by a flag (`gating_op = sigmoid ? UNARY : SOFT_MAX`)."""
+        if not _WORD.fullmatch(name):
+            return []
+        fn = scan.function_at(offset)
+        assignments = list(re.compile(r"\b" + re.escape(name) + _ASSIGNED).finditer(scan.code, fn[0] if fn else 0,
+                                                                                  offset))
+        if not assignments:
+            return []
+        value = assignments[-1].group(1)
+        choices = [c.strip().strip("()").strip() for c in _ALTERNATIVES.split(value.split("?", 1)[-1])]
+        return choices if all(self.is_op(c) for c in choices) else []
+
+    def _tested_chains(self, scan: Scan, scans: list[Scan], inv: Inventory) -> None:
+        """Fusions written as op tests: a condition that speaks of fusing and tests the op of another node than the
+        one its block is guarded by (`if (node->op == ADD) { if (nodes[next]->op == RMS_NORM && ... add_rms_fusion)`
+        is ADD+RMS_NORM), or of several nodes (`a->op == RMS_NORM && b->op == MUL && fuse`). A condition that calls
+        a fusion helper is left to its op list."""
+        code = scan.code
+        seen: set[int] = set()
+        for m in _OP_TEST.finditer(code):
+            if not self._is_op_test(code, m):
+                continue
+            start, end = _statement(code, m.start())
+            if start in seen:
+                continue
+            seen.add(start)
+            condition = code[start:end]
+            if "fus" not in condition.lower() or self._calls(condition):
+                continue
+            nodes = self._guard(code, start)
+            if not nodes:
+                cases = self._cases_before(scan, start)
+                nodes = {"": cases} if cases else {}
+            for node, ops in self._op_tests(code, start, end).items():
+                nodes.setdefault(node, ops)  # the guarded node tested again is the same node
+            if len(nodes) < 2:
+                continue
+            in_order = [nodes[node] for node in sorted(nodes, key=_graph_offset)]
+            for chain in itertools.islice(itertools.product(*in_order), 16):
+                for seq in self._sequences(list(chain), [], scan, scans, m.start()):
+                    inv.fusions.setdefault(_chain_key(seq), scan.evidence(m.start()))
+
+    def _op_tests(self, code: str, start: int, end: int) -> dict[str, list[str]]:
+        """The `X->op == A` tests between start and end: tested node (as written) -> the ops it is tested for."""
+        tests: dict[str, list[str]] = {}
+        for m in _OP_TEST.finditer(code, start, end):
+            if self._is_op_test(code, m):
+                node = _SUBJECT.search(code, max(start, m.start() - 200), m.start())
+                key = re.sub(r"\s+", "", node.group()).rstrip(".->") if node else ""
+                if m.group(1) not in tests.setdefault(key, []):
+                    tests[key].append(m.group(1))
+        return tests
+
+    def _is_op_test(self, code: str, m: re.Match[str]) -> bool:
+        """Whether an `_OP_TEST` match tests a node's op (`->op`, `.op()`) against an op of a family."""
+        before = code[max(0, m.start() - 2): m.start()]
+        return (before == "->" or before.endswith(".")) and self.is_op(m.group(1))
+
+    def _guard(self, code: str, offset: int) -> dict[str, list[str]]:
+        """The op tests of the `if`/`while` whose block holds `offset`, looking up to three blocks out through
+        control statements (never out of a function or a `switch`)."""
+        at = offset
+        for _ in range(3):
+            opening = _enclosing_brace(code, at)
+            j = opening - 1
+            while j >= 0 and code[j].isspace():
+                j -= 1
+            if opening < 0 or j < 0:
+                return {}
+            if code[j] == ")":
+                paren = _opening_paren(code, j)
+                if paren < 0 or not _CONTROL.search(code[max(0, paren - 12): paren]):
+                    return {}  # a function's body, a switch, a lambda
+                tests = self._op_tests(code, paren, j)
+                if tests:
+                    return tests
+            elif not _CONTROL.search(code[max(0, j - 11): j + 1]):
+                return {}
+            at = opening
+        return {}
 
     def _dispatch_ops(self, scan: Scan, scans: list[Scan], offset: int) -> list[str]:
         """The ops of the `case` group the code sits in, or of the `case` group whose body calls its function."""
