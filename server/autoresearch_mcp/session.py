@@ -296,11 +296,16 @@ def script_env(config: SessionConfig, settings: Settings) -> dict[str, str]:
     return {**config.env, **({model_file.ENV: str(path)} if path is not None else {})}
 
 
-def shown_settings(config: SessionConfig) -> dict[str, str]:
-    """What every run of the session is measured with, as start_session shows it and the ledger keeps it."""
+def shown_settings(config: SessionConfig, shape: str | None = None) -> dict[str, str]:
+    """What every run of the session is measured with, as start_session shows it and the ledger keeps it: the
+    threads, the read-only runs, how each side is measured and what the bench turned out to be (`shape`)."""
     read_only = config.read_only_runs
-    return {"threads": str(config.threads) if config.threads else "all CPUs",
-            "read_only_runs": "not chosen yet" if read_only is None else ", ".join(read_only) or "none", **config.env}
+    out = {"threads": str(config.threads) if config.threads else "all CPUs",
+           "read_only_runs": "not chosen yet" if read_only is None else ", ".join(read_only) or "none",
+           "measure": validation.side_measure(config)}
+    if shape:
+        out["bench"] = shape
+    return {**out, **config.env}
 
 
 def start_session(
@@ -394,8 +399,9 @@ def start_session(
         warnings.append(
             f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
             f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
-            "machine" + (", or pairs in turns for a new session: config \"pairing\": \"turns\" with the bench "
-                         "printing each judged metric's CPU time as METRIC <name>.cpu=..."
+            "machine" + (", or pairs in turns for a new session: config \"pairing\": \"turns\", with the bench "
+                         "printing a time or rate of fixed work named as one (t_ms, items_per_s) or its CPU-time "
+                         "form (METRIC <name>.cpu=...)"
                          if config.pairing != "turns" else "") + ") or expect many pairs per experiment")
     warnings += validation.confinement_warnings(config.sandbox)
     if compiler_cache() is None:
@@ -414,11 +420,12 @@ def start_session(
     append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in baseline.items()},
-        build_duration_s=round(build_s, 3), gate=config.gate(), settings=shown_settings(config)))
+        build_duration_s=round(build_s, 3), gate=config.gate(), settings=shown_settings(config, validated.shape)))
     result = StartSessionResult(
         **common, baseline=baseline, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
-        platforms=platform_lines, worker=worker, settings=shown_settings(config), threads_tried=validated.tried,
+        platforms=platform_lines, worker=worker, settings=shown_settings(config, validated.shape),
+        threads_tried=validated.tried,
         next_steps=[
             "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",
             "Research before editing: search_arxiv, survey_forks, diff_backends, analyze_bounds.",

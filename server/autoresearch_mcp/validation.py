@@ -40,6 +40,49 @@ class Validation:
     writes: list[str] | None = None  # what the bench runs wrote into their tree (None: not looked at)
     read_only: list[str] | None = None  # chosen by choose_read_only; None: the config's
     worker: str | None = None  # the cloud worker it ran on, as start_session reports it
+    shape: str | None = None  # what the run at half duty showed of the bench (bench_shape)
+
+
+# A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
+FIXED_WORK_RATIO, FIXED_TIME_RATIO = 1.7, 1.45
+
+
+def side_measure(config: SessionConfig) -> str:
+    """How each side of a pair is measured, as start_session says it (on this machine; a cloud worker's own)."""
+    if config.sandbox == sandbox.OFF:
+        return ("unconfined (sandbox off): a run's CPU time is its waited-for processes', and pairs in turns stop "
+                "each side with SIGSTOP; nothing keeps a process from leaving its run")
+    if config.executor == "sky":
+        return ("on each cloud worker: each command in a cgroup of its own where the worker lets the runner make one "
+                "(its CPU time of every process, a freezer for turns); where it does not, the runner's reaping and "
+                "SIGSTOP")
+    return sandbox.side_measure()
+
+
+def bench_shape(done: ValidationRun) -> tuple[str | None, list[str]]:
+    """What the bench is, from one run alone and one at half duty (runner.shape_trial), as start_session says it,
+    with a warning where the harness's outside check cannot confirm its figures."""
+    shape = done.shape
+    if not shape or not shape.get("ok") or not shape.get("full_s") or not shape.get("half_s"):
+        return None, []
+    ratio = float(shape["half_s"]) / float(shape["full_s"])
+    seen = f"a run at half duty took {ratio:.2f}x as long as one alone"
+    work = decide.WORK in shape.get("full", {})
+    if ratio >= FIXED_WORK_RATIO:
+        return (f"fixed work ({seen}): its figures are held to the harness's own CPU and wall time of each run"
+                + (f" per unit of the work it prints ({decide.WORK})" if work else ""), [])
+    if ratio > FIXED_TIME_RATIO:
+        return (f"unclear ({seen}: part fixed work, part fixed time, or a long start): its figures are held to the "
+                "harness's own time of each run" + (f" per unit of the work it prints ({decide.WORK})" if work
+                                                       else ""), [])
+    if work:
+        return (f"fixed time ({seen}): its figures are held to the harness's own CPU and wall time per unit of the "
+                f"work it prints ({decide.WORK})", [])
+    return (f"fixed time ({seen}): the harness's own time of a run cannot confirm its figures", [
+        f"the bench seems to run for a fixed time ({seen}): it takes as long whatever the code does, so the harness "
+        "cannot confirm a claimed rate from outside and will refuse it. Let it print the work it did, "
+        f"METRIC {decide.WORK}=<items, iterations or bytes>, or switch it to fixed work (Go -benchtime=<N>x, Google "
+        "Benchmark --benchmark_min_time=<N>x, pyperf --loops=<N>, a compressor's iteration count)"])
 
 
 def validate_benchmark(
@@ -74,6 +117,8 @@ def validate_benchmark(
         done = run(config.model_copy(update={"threads": threads}))
         validated = Validation(*judge_validation(done, config), writes=done.writes)
         validated.worker = done.worker
+        validated.shape, more = bench_shape(done)
+        validated.warnings.extend(more)
         return validated
 
     if config.executor == "sky":
@@ -136,7 +181,8 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
     if max(trial.noise_pct.values()) > limit:
         warnings.append(f"the steadiest setting is still over the noise limit of {limit:g}% ({noisiest(trial)}): "
                         "expect many pairs or `noisy` verdicts; make one run longer or use a quieter machine")
-    return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes)
+    return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes,
+                      shape=kept.shape)
 
 
 WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "

@@ -388,6 +388,7 @@ class Spec:
     processes_per_sample: int = 1  # how the runner measures: each sample the median of this many bench runs
     pairing: str = "sequential"  # how a pair's two runs share the machine: one after the other, or in turns
     shown_directions: dict[str, str] = field(default_factory=dict)  # metrics measured, not judged: shown this way
+    threads: int = 1  # the threads the session runs (0: all the machine's): several, and the wall time decides
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
@@ -451,6 +452,7 @@ class Decision:
     layout: float | None = None  # what the untouched controls moved (log), which a focus win must exceed
     problems: list[str] = field(default_factory=list)
     disagreement: str | None = None  # a focus and the end-to-end objectives that tell different stories
+    settled: list[str] = field(default_factory=list)  # claims the outside measure refutes beyond more pairs
 
 
 POWER_Z = z_quantile(0.2)  # the 80% power pairs_needed plans for
@@ -656,6 +658,11 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
     elif lead is not None and lead.verdict == "noisy":
         decision.verdict = "noisy"
     decision.final = decision.verdict in ("improved", "regressed", "no_change", "noisy")
+    if decision.verdict == "inconclusive" and decision.settled and not decision.won \
+            and all(judged[name].verdict != "undecided" or name in decision.settled for name in improving):
+        decision.verdict, decision.final = "invalid", True
+        decision.problems.insert(0, f"{SETTLED} the harness's own measure of the same runs refutes the claim of "
+                                    f"{', '.join(decision.settled)} at {n} pairs (below)")
     claims = [j.claim for j in judged.values() if j.rule.role != "guard" and j.claim is not None]
     if claims and decision.verdict != "regressed":
         # a session's total goes on until every objective's tolerance is shown held too (or one regressed)
@@ -709,6 +716,11 @@ def focus_disagreement(decision: Decision, focus: str, objectives: list[str]) ->
 
 HARNESS_PREFIX = "harness."
 HARNESS_WALL, HARNESS_CPU = "harness.wall_s", "harness.cpu_s"  # seconds per sample, lower is better
+# The work a run says it did (`METRIC ops=<items, iterations, bytes>`): the harness's outside measures per unit of
+# it (harness.*_per_op) are what a claim is held to, so a bench that runs for a fixed time can be checked too.
+WORK, PER_OP = "ops", "_per_op"
+PER_OP_SHARE = 0.5  # the least share of a run's time per unit of work that is the work's (outside_refutes)
+SETTLE_PAIRS = 10  # a refutation by the outside measure that more pairs cannot change ends the experiment from here
 # A metric whose name says it is a time or a rate of the bench's work (ms_per_row, rows_per_s, tg_tps,
 # latency_us): the one kind outside_refutes checks unless the session's harness_share names it.
 TIMED_NAME = re.compile(r"(?:^|[._/-])(?:s|ms|us|ns|sec|secs|seconds|time|latency|tps|fps|qps|rps|throughput)$"
@@ -782,6 +794,9 @@ def measure_of(name: str, spec: Spec) -> str:
     """How a metric of the samples was measured, as a result says it."""
     k = max(1, int(spec.processes_per_sample))
     per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
+    if name.startswith(HARNESS_PREFIX) and name.endswith(PER_OP):
+        return (measure_of(name[:-len(PER_OP)], spec).split(",", 1)[0]
+                + f" per unit of the work the run printed (METRIC {WORK}), taken by the harness from outside" + per)
     if spec.pairing == TURNS:
         turns = f", the pair's two runs at once in turns of about {TURN_MS} ms (each stopped while the other runs)"
         if name.endswith(WALL_SUFFIX):
@@ -800,8 +815,31 @@ def measure_of(name: str, spec: Spec) -> str:
     return "as the bench printed it" + per
 
 
+def outside_need(look: MetricLook, share: float, per_op: bool = False) -> float:
+    """The least change (log, of the run time) the outside measure must show for `look`'s claimed change, where
+    the timed work is `share` of each run: the least change the claim's interval allows, or, per unit of the work
+    the runs did (`per_op`, where the outside measure is of the same work), its estimate."""
+    claimed = look.estimate if per_op else look.low
+    assert claimed is not None
+    return -math.log1p(share * math.expm1(-claimed)) if share > 0 else 0.0
+
+
+def outside_settled(look: MetricLook, share: float, wall: MetricLook | None, cpu: MetricLook | None,
+                    per_op: bool = False, threads: int = 1) -> bool:
+    """Whether a refutation (outside_refutes) is one more pairs cannot change: at SETTLE_PAIRS or more, the outside
+    measure that decides (the CPU time for one thread where there is one; the wall time for several threads, whose
+    win may be better balance at the same CPU time) shows at most half the change the claim needs, its interval
+    short of it."""
+    o = cpu if threads == 1 and cpu is not None and cpu.estimate is not None else wall
+    if look.n < SETTLE_PAIRS or look.low is None or look.estimate is None or o is None or o.estimate is None \
+            or o.high is None:
+        return False
+    need = outside_need(look, share, per_op)
+    return o.high < need and o.estimate <= need / 2
+
+
 def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook | None,
-                    cpu: MetricLook | None) -> str | None:
+                    cpu: MetricLook | None, per: str = "") -> str | None:
     """Why the outside time of the same runs contradicts `name`'s improvement (look: oriented, at a look), or None.
 
     A metric that times (or counts the rate of) work inside the bench runs cannot get better while those runs,
@@ -834,21 +872,24 @@ def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook 
             break
         if shown(o) and o is not None and o.high is not None and o.estimate is not None \
                 and o.high < 0 and o.estimate <= -worse:
-            return (f"{claim}, but the same runs timed from outside took {pct(o.estimate)} {label} {bounds(o)}: the "
-                    "harness's measure moved the other way")
+            return (f"{claim}, but the same runs timed from outside took {pct(o.estimate)} {label}{per} {bounds(o)}: "
+                    "the harness's measure moved the other way")
     if share <= 0:
         return None
-    need = -math.log1p(share * math.expm1(-look.low))
+    need = outside_need(look, share, bool(per))
     ok_cpu = shown(cpu) and cpu is not None and cpu.high is not None and cpu.high >= need
     ok_wall = faster and wall is not None and wall.high is not None and wall.high >= need
     if ok_cpu or ok_wall or not shown(cpu):
         return None
     assert cpu is not None and cpu.estimate is not None
-    return (f"{claim}, but the same runs timed from outside took {pct(cpu.estimate)} CPU time {bounds(cpu)}"
-            + (f" and {pct(wall.estimate)} wall time {bounds(wall)}" if shown(wall) and wall is not None
+    return (f"{claim}, but the same runs timed from outside took {pct(cpu.estimate)} CPU time{per} {bounds(cpu)}"
+            + (f" and {pct(wall.estimate)} wall time{per} {bounds(wall)}" if shown(wall) and wall is not None
                and wall.estimate is not None else "")
             + f": work that is at least {share:.0%} of each run (harness_share) would have made them at least "
-            f"{pct(need)}; the harness's measure does not show the claimed change")
+            f"{pct(need)}; the harness's measure does not show the claimed change"
+            + ("" if per else f" (a bench that runs for a fixed time takes as long whatever the code does: let it "
+               f"print the work it did, METRIC {WORK}=<items, iterations or bytes>, and the harness compares its "
+               "own time per unit of that work)"))
 
 
 def refute_by_outside(decision: Decision, samples: list[dict[str, Any]], spec: Spec, plan: Plan,
@@ -856,27 +897,38 @@ def refute_by_outside(decision: Decision, samples: list[dict[str, Any]], spec: S
     """Each improved metric of `improving` that the harness's outside time of the same runs contradicts
     (outside_refutes) is not improved: its judgement holds, its reason and the decision's problems say why."""
     outside: dict[str, MetricLook | None] = {}
+    # per unit of the work each run says it did, where every run says it (a fixed-time bench's runs take as long)
+    per = PER_OP if all(len(pairs_of(samples, n + PER_OP)) >= decision.n > 0 for n in (HARNESS_WALL,)) else ""
     for name in (HARNESS_WALL, HARNESS_CPU):
-        p = pairs_of(samples, name)
+        p = pairs_of(samples, name + per)
         outside[name] = metric_look(p, decision.n, "lower", plan, eq=False) if len(p) >= decision.n > 0 else None
     if outside[HARNESS_WALL] is None and outside[HARNESS_CPU] is None:
         return
     for name in improving:
         j = decision.metrics.get(name)
-        if j is None or j.verdict != "improved" or name.startswith(HARNESS_PREFIX):
+        # an improvement, or a claim of at least the minimum effect not decided yet: refuted, it is settled as soon
+        # as the outside measure shows it cannot be (outside_settled)
+        claimed = j is not None and (j.verdict == "improved" or (
+            j.verdict == "undecided" and j.look.estimate is not None and j.look.estimate >= j.rule.min_effect))
+        if j is None or not claimed or name.startswith(HARNESS_PREFIX):
             continue
         if name in spec.harness_share:
             share = float(spec.harness_share[name])
         elif TIMED_NAME.search(name) and not name.startswith(FOCUS_PREFIX):
-            share = spec.default_harness_share
+            # per unit of the work the runs did, the outside time is the timed work's own, but for a start
+            share = max(spec.default_harness_share, PER_OP_SHARE) if per else spec.default_harness_share
         else:
             continue  # not a time or a rate of the runs (a score, a size), or an op benchmark's fixed budget
-        why = outside_refutes(name, j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU])
+        why = outside_refutes(name, j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU],
+                              " per op" if per else "")
         if why is not None:
             j.verdict, j.judgement, j.reason = "undecided", "held", why
             decision.problems.append(why)
+            if outside_settled(j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU], bool(per), spec.threads):
+                decision.settled.append(name)
 
 
+SETTLED = "more pairs cannot change this:"
 WAIT_MIN = math.log1p(0.01)  # in turns: the least slowdown of a run's own wall time that refuses it
 
 
@@ -887,7 +939,9 @@ def waiting(decision: Decision, samples: list[dict[str, Any]], spec: Spec, plan:
     whatever its CPU time says. A real gain in CPU time never lengthens the run's turns."""
     if spec.pairing != TURNS:
         return []
-    p = pairs_of(samples, HARNESS_WALL)
+    p = pairs_of(samples, HARNESS_WALL + PER_OP)  # per unit of the work done, where the runs say it
+    if len(p) < decision.n:
+        p = pairs_of(samples, HARNESS_WALL)
     look = metric_look(p, decision.n, "lower", plan, eq=False) if len(p) >= decision.n > 0 else None
     if look is None or look.look != look.n or look.high is None or look.low is None or look.estimate is None \
             or look.high >= 0 or look.estimate > -WAIT_MIN:

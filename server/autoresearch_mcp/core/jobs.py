@@ -142,8 +142,11 @@ class JobMaker:
         return spec
 
     def validation(self, commit: str, content: str) -> JobSpec:
-        """Build the session head and bench it VALIDATION_RUNS times (start_session)."""
-        return self._head(commit, content, None, VALIDATION_RUNS)
+        """Build the session head and bench it VALIDATION_RUNS times, then alone and at half duty (start_session:
+        the bench's shape)."""
+        spec = self._head(commit, content, None, VALIDATION_RUNS)
+        spec["shape_trial"] = True
+        return spec
 
     def checks_trial(self, commit: str, content: str) -> JobSpec:
         """Run the checks on the built session head as they are, then with the tree read-only (start_session

@@ -75,6 +75,7 @@ class JobSpec(TypedDict, total=False):
     validate: int  # a validation run (start_session): how many benches
     pairing: str  # a validation run: "turns" runs its benches two at a time in turns, as experiments pair them
     checks_trial: bool  # a validation run also tries the checks as they are and with the tree read-only
+    shape_trial: bool  # a validation run also benches once alone and once at half duty (the bench's shape)
     profile: str  # a profile run (profile_hotspots): the profile's id
     profile_data: str  # where a profile run on this machine writes its raw perf.data
     holdout: dict[str, Any]  # a holdout run (commit_winner): its command, pairs and timeout
@@ -266,6 +267,7 @@ class ValidationRun:
     checks: dict[str, Any] | None = None  # the checks as they are (a checks trial or a head check)
     checks_writes: list[str] | None = None  # what they wrote into the tree
     checks_read_only: dict[str, Any] | None = None  # the checks again with the tree read-only (a checks trial)
+    shape: dict[str, Any] | None = None  # a run alone and one at half duty (runner.shape_trial)
 
 
 def _command(raw: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
@@ -299,4 +301,4 @@ def validation_run(final: Event, job: Job) -> ValidationRun:
                          float(outcome["build_s"]), [r for r in runs if r is not None],
                          worker=where if worker and worker != "local" else None, writes=outcome.get("writes"),
                          checks=outcome.get("checks"), checks_writes=outcome.get("checks_writes"),
-                         checks_read_only=outcome.get("checks_read_only"))
+                         checks_read_only=outcome.get("checks_read_only"), shape=outcome.get("shape"))

@@ -582,7 +582,8 @@ def _pause(s: _Started, stop: bool) -> bool:
     return hold(s.proc.pid, stop)
 
 
-def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: Any) -> list[CommandResult]:
+def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: Any,
+                 duty: float | None = None) -> list[CommandResult]:
     """Run the commands at once, each given the CPU in turns while the others are stopped (frozen), in the order
     given; one that ends leaves the turns to the others. A burst of a neighbour's work then falls on every side
     of the pair. Each turn's length is drawn at random around decide.TURN_MS, so no program can place its waits
@@ -590,9 +591,11 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
     (decide.in_turns); its result's `wall_s` is the wall time of its own turns and its `cpu_s` the CPU time of
     its whole group, orphans included (where the machine gives a group). A stop that fails (a process forking
     faster than it is stopped) makes every run of the pair unusable, saying so. `timeout_s` is each command's:
-    the turns end, and whatever still runs is killed, once they have run for the sum of them."""
+    the turns end, and whatever still runs is killed, once they have run for the sum of them. With `duty`, a
+    command left alone keeps being stopped so that it runs that share of the time (the checks of a session in
+    turns, which must not tell a bench from a check; a calibration run at half duty)."""
     started: list[_Started] = []
-    deadline = time.monotonic() + timeout_s * len(runs)
+    deadline = time.monotonic() + timeout_s * len(runs) / (duty or 1.0)
     late: list[_Started] = []  # still running when the turns timed out
     failed: str | None = None
 
@@ -623,10 +626,12 @@ def run_in_turns(runs: list[tuple[Prepared, list[str]]], timeout_s: float, log: 
             for s in alive:
                 _pause(s, stop=False)
                 t = time.monotonic()
-                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 else turn())
+                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 and not duty else turn())
                 s.own_s += time.monotonic() - t
                 if not ended:
                     stop(s)
+                    if len(alive) == 1 and duty:
+                        time.sleep(turn() * (1 / duty - 1))  # the turns of a side that is not there
                 if failed is not None:
                     break
     finally:
@@ -1040,6 +1045,12 @@ def _sample(runs: list[tuple[CommandResult, ParsedMetrics, list[str]]], role: st
             if has_cpu:
                 values[decide.HARNESS_CPU] = round(_median([float(c) for c in cpus if c is not None]), 6)
                 steps[decide.HARNESS_CPU] = 1e-6
+            work = values.get(decide.WORK)
+            if work is not None and work > 0:  # the outside measures per unit of the work the run says it did
+                for name in (decide.HARNESS_WALL, decide.HARNESS_CPU):
+                    if name in values:
+                        values[name + decide.PER_OP] = values[name] / work
+                        steps[name + decide.PER_OP] = 1e-6 / work
     return Sample(index, role, position, res.exit_code, round(sum(r.duration_s for r, _, _ in runs), 4), res.timed_out,
                   values, problems, steps, len(runs))
 
@@ -1307,10 +1318,16 @@ def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
         return {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
     log.write("[autoresearch] checks\n")
     log.flush()
+    argv, timeout = ["bash", "./" + sandbox.CHECKS_SCRIPT], float(job["timeouts"]["checks"])
+    # In a session whose pairs run in turns the checks are stopped and continued as a bench is (at half duty):
+    # a program cannot tell its checks from its bench by being stopped.
+    turns = decide.TURNS in (job.get("pairing"), (job.get("judging") or {}).get("pairing"))
     try:
         with machine_turn(job.get("machine_lock"), shared=True):
-            res = run_command(["bash", "./" + sandbox.CHECKS_SCRIPT], tree, job["timeouts"]["checks"],
-                              env=run_env(job, tree, "checks"), log=log, confine=c)
+            if turns:
+                res = run_in_turns([(Prepared.of(job, tree, "checks"), argv)], timeout, log, duty=0.5)[0]
+            else:
+                res = run_command(argv, tree, timeout, env=run_env(job, tree, "checks"), log=log, confine=c)
     except OSError as exc:
         return {"ran": False, "passed": False, "note": f"the session's {sandbox.CHECKS_SCRIPT} could not be run "
                 f"in {tree} ({type(exc).__name__}: {exc}); the checks failed"}
@@ -1438,6 +1455,8 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
         i += k
         if any(not res.ok or job.get("metric") not in parse_metrics(res.output).values for res in results):
             break
+    if job.get("shape_trial") and len(out["runs"]) == total and all(r["exit_code"] == 0 for r in out["runs"]):
+        out["shape"] = shape_trial(bench, float(job["timeouts"]["bench"]), job.get("machine_lock"), log)
     out["writes"] = tree_changes(before, tree_state(tree))
     if job.get("checks_trial") or job.get("run_checks"):
         before = tree_state(tree)
@@ -1447,6 +1466,18 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
             read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
             out["checks_read_only"] = run_checks(read_only, tree, log)
     return out
+
+
+def shape_trial(bench: Prepared, timeout_s: float, lock: str | None, log: Any) -> dict[str, Any]:
+    """One bench run alone, then one stopped half of the time (half duty): a bench that does fixed work takes
+    about twice as long at half duty, one that runs for a fixed time about as long. Each run's wall time and
+    metrics."""
+    emit("progress", message="one bench run alone and one at half duty: does the bench do fixed work?")
+    with machine_turn(lock):
+        full = bench.run(BENCH, timeout_s, log)
+        half = run_in_turns([(bench, BENCH)], timeout_s, log, duty=0.5)[0]
+    return {"ok": full.ok and half.ok, "full_s": full.wall_s, "half_s": half.span_s,
+            "full": parse_metrics(full.output).values, "half": parse_metrics(half.output).values}
 
 
 def main(argv: list[str]) -> int:

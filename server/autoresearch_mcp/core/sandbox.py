@@ -269,6 +269,32 @@ def group() -> cgroups.Group | None:
     return cgroups.make(limit) if limit else None
 
 
+_measure: dict[str, str] = {}
+
+
+def side_measure() -> str:
+    """How this machine measures and stops each side of a pair (probed once per process), as start_session
+    says it: what a confined command's cgroup gives here, and what it does not."""
+    if "text" not in _measure:
+        made = None if unavailable() is not None else group()
+        if made is None:
+            _measure["text"] = (
+                "no cgroup can be made here: a run's CPU time is its processes' as the runner reaps them (under "
+                "bubblewrap its PID namespace's init, in turns none of its own), and pairs in turns stop each side "
+                "with SIGSTOP, which a program can notice")
+        else:
+            has = [w for w in ("cpu", "freeze") if made.has(w)]
+            made.remove()
+            _measure["text"] = (
+                f"each command in a cgroup of its own (cgroup {'v2' if made.v2 else 'v1'}): its memory bounded"
+                + (", the CPU time of every process it ran, orphans included" if "cpu" in has else
+                   ", no CPU account (the runner's reaping counts instead)")
+                + (", and in turns a freezer that stops all of it at once, without a signal" if "freeze" in has else
+                   "; in turns SIGSTOP stops it, which a program can notice")
+                + ". Not promised: state the kernel keeps between runs (the page cache)")
+    return _measure["text"]
+
+
 # The protections a machine may refuse although bubblewrap runs (an old kernel without seccomp, a container
 # that refuses a network namespace), probed one by one, and what a session then does not promise.
 OPTIONAL = {

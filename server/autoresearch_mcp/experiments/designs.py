@@ -32,7 +32,8 @@ def spec(config: SessionConfig, focus: list[str], session: bool = False) -> deci
                        harness_share=dict(c.harness_share), default_harness_share=c.default_harness_share,
                        processes_per_sample=c.processes_per_sample, pairing=c.pairing,
                        guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
-                       prove_tolerance=session, shown_directions=dict(c.metric_directions))
+                       prove_tolerance=session, shown_directions=dict(c.metric_directions),
+                       threads=c.threads if c.threads is not None else 0)
 
 
 def design(config: SessionConfig, repeats: int | str, session: bool = False) -> stats.Design:
