@@ -508,22 +508,27 @@ def test_a_bench_sees_the_same_world_from_the_baselines_tree_and_from_the_candid
             f"touch {cache}/mine 2>/dev/null && echo cache writable; git -C {repo} log --oneline 2>/dev/null | wc -l")
 
     def view(side: str, phase: str) -> str:
-        tree = trees[side]
-        res = runner.run_command(["sh", "-c", look], tree, 60, env=runner.run_env(job, tree, phase),
-                                 confine=sandbox.for_job(job, str(tree), phase))
+        tree, other = trees[side], trees["candidate" if side == "baseline" else "baseline"]
+        pair = {**job, "candidate_dir": str(trees["candidate"])}
+        res = runner.run_command(["sh", "-c", look], tree, 60, env=runner.run_env(pair, tree, phase),
+                                 confine=sandbox.for_job(pair, str(tree), phase))
         assert res.ok, res.output
-        return res.output.replace(str(tree), "TREE").replace(tree.name, "TREE")
+        return (res.output.replace(str(tree), "TREE").replace(str(other), "OTHER").replace(tree.name, "TREE")
+                .replace(other.name, "OTHER"))
 
-    assert view("baseline", "bench") == view("candidate", "bench")
+    # (in any order: the trees' names are content hashes, so which sorts first tells nothing)
+    assert sorted(view("baseline", "bench").splitlines()) == sorted(view("candidate", "bench").splitlines())
     seen = view("candidate", "bench")
     assert "weights" in seen and "a package" in seen  # the file its environment names, the PATH's venv whole
-    assert "file.txt" not in seen and ".git" not in seen and "AUTORESEARCH_BASELINE_TREE" not in seen
+    assert "file.txt" not in seen and ".git" not in seen
+    # each side's bench sees the other's tree, as the checks see the baseline's: nothing tells a side or a check
+    assert "AUTORESEARCH_BASELINE_TREE=OTHER" in seen
     assert "cache writable" not in seen and "CCACHE_READONLY=1" in seen
     assert seen.split()[-1] == "0"  # no history: git finds no repository
     built = view("candidate", "build")
     assert "file.txt" not in built and built.split()[-1] == "1"  # a build reads the git directory (one commit)
     assert "cache writable" in view("baseline", "build")  # the one command that stores into the cache
     checks = view("candidate", "checks")  # the checks compare with the baseline: its tree is theirs to read
-    assert f"AUTORESEARCH_BASELINE_TREE={trees['baseline']}" in checks
+    assert "AUTORESEARCH_BASELINE_TREE=OTHER" in checks  # the baseline's tree, seen from the candidate's
     job["sandbox"]["mode"] = "confined+checkout"  # the session's choice: the checkout in sight, as before
     assert "file.txt" in view("candidate", "bench")

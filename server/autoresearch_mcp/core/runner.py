@@ -723,15 +723,17 @@ class _Reaper:
 
 def run_env(job: dict[str, Any], tree: str | os.PathLike[str], phase: str = "build") -> dict[str, str]:
     """The one environment of a job's `phase` commands (build, bench, checks) in `tree`: nothing in it tells a
-    baseline from a candidate. The compiler cache's variables, the job's `env` (the platform's, the recipe's
-    model), its threads and, for the checks alone (which compare with it), the baseline's built tree
-    (`BASELINE_ENV`): a bench that saw it could tell whether its own tree is that one."""
+    baseline from a candidate, nor a bench from a check. The compiler cache's variables, the job's `env` (the
+    platform's, the recipe's model), its threads and, for the checks and the bench, the tree to compare with
+    (`BASELINE_ENV`, sandbox.compared_tree): the checks compare with the baseline's, and each side's bench sees
+    the other side's, so a program that is right only when the variable is set is right in its bench too."""
     env = {k: v for k, v in os.environ.items() if k not in ("AUTORESEARCH_ROLE", "AUTORESEARCH_RUN", BASELINE_ENV)}
     env.update(compiler_cache_env(str(tree)))
     env.update(job.get("env") or {})
     env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
-    if job.get("baseline_dir") and phase == "checks":
-        env[BASELINE_ENV] = str(Path(job["baseline_dir"]).resolve())
+    other = sandbox.compared_tree(job, str(tree), phase)
+    if other is not None:
+        env[BASELINE_ENV] = other
     return env
 
 

@@ -201,10 +201,25 @@ def resolve(job: dict[str, Any], base_dir: str) -> None:
     spec["hidden"] = [os.path.abspath(base_dir)]
 
 
+def compared_tree(job: dict[str, Any], tree: str, phase: str) -> str | None:
+    """The tree a `phase` command in `tree` may compare with (AUTORESEARCH_BASELINE_TREE, read-only): for the
+    checks the baseline's; for a bench of a pair, the other side's (the baseline's bench sees the candidate's, and
+    the candidate's the baseline's: the same view from both sides, and the same as the checks'); none for a build
+    or a bench of one tree alone."""
+    baseline, candidate = job.get("baseline_dir"), job.get("candidate_dir")
+    if not baseline or phase not in ("checks", "bench"):
+        return None
+    if phase == "checks":
+        return str(_real(baseline))
+    if not candidate or _real(baseline) == _real(candidate):
+        return None
+    return str(_real(candidate if _real(tree) == _real(baseline) else baseline))
+
+
 def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement:
     """The confinement of a runner job's `phase` command (build, bench, checks) in `tree`: the job's
     `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only,
-    private: the user's checkout}) and, for the checks only, its baseline's tree (readable). The compiler
+    private: the user's checkout}) and the tree it compares with (compared_tree: readable). The compiler
     cache is writable only to the build of the baseline's tree; every bench and checks command reads it.
 
     One view for both sides: what a bench or a build sees does not depend on whether its tree is the
@@ -212,7 +227,8 @@ def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement
     spec = _spec(job)
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
     baseline = job.get("baseline_dir")
-    readable = [*spec.get("readable", []), *([baseline] if baseline and phase == "checks" else []),
+    other = compared_tree(job, tree, phase)
+    readable = [*spec.get("readable", []), *([other] if other else []),
                 *(spec.get("git") or [] if phase == "build" else [])]  # a build may run git (a version from it)
     cache = phase == "build" and bool(baseline) and _real(str(baseline)) == _real(tree)
     frozen = tuple(str(p) for p in spec.get("frozen") or [])

@@ -122,6 +122,10 @@ def _blocked_reason(exp: ExperimentState) -> str | None:
     for name in blocking:
         m = exp.metric(name)
         claim = (m.model_extra or {}).get("claim")
+        if m.role is None:  # the harness's own measure, which vetoed the change (decide.waiting)
+            parts.append(f"the runs' own wall time ({name}, taken by the harness) regressed: {readouts.figure(m)}, "
+                         "time no CPU-time metric counts (a sleep, I/O, a lock)")
+            continue
         what = (f"{m.role} {name} {m.judgement}: {readouts.figure(m)}"
                 + (f", tolerance {m.tolerance_pct:g}%" if m.tolerance_pct is not None else "")
                 + (f" ({claim})" if claim else ""))
