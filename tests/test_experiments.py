@@ -284,6 +284,46 @@ async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(tmp_p
     assert "no longer applies" in refused and small["experiment_id"] in refused
 
 
+PARAMS = "".join(f"{i}\n" for i in (1, 1, 1, 1, 1, 1, 1, 1))
+
+
+def params_patch(line: int, new: str) -> str:
+    """A change of line `line` (1-based) of params.txt, with three lines of context as git writes it."""
+    lines = PARAMS.splitlines()
+    start = max(0, line - 4)
+    end = min(len(lines), line + 3)
+    old = lines[start:end]
+    changed = [new if i == line - 1 else x for i, x in enumerate(lines)][start:end]
+    body = "".join(f" {x}\n" if x == y else f"-{x}\n+{y}\n" for x, y in zip(old, changed, strict=True))
+    return f"--- a/params.txt\n+++ b/params.txt\n@@ -{start + 1},{len(old)} +{start + 1},{len(old)} @@\n{body}"
+
+
+async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_the_moved_head(tmp_path: Path) -> None:
+    # the score is the product of params.txt's lines: two wins on lines 3 and 6 of one file, each in the other's
+    # context, so the second's patch no longer applies once the first is committed, and a three-way merge does
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
+                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
+    (repo / "params.txt").write_text(PARAMS)
+    git(repo, "add", "params.txt")
+    git(repo, "commit", "-qm", "params")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        first = await call(c, "launch_experiment", title="line 3", source="patch", repeats=30,
+                           patch=params_patch(3, "1.2"))
+        second = await call(c, "launch_experiment", title="line 6", source="patch", repeats=30,
+                            patch=params_patch(6, "1.1"))
+        assert (await wait_final(c, first["experiment_id"]))["verdict"] == "improved"
+        assert (await wait_final(c, second["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=first["experiment_id"], title="line 3")
+        again = await call(c, "launch_experiment", source="experiment", experiment_id=second["experiment_id"],
+                           repeats=30)
+        res = await wait_final(c, again["experiment_id"])
+    assert again["reapplies"] == second["experiment_id"]
+    assert git(repo, "show", f"{again['candidate_commit']}:params.txt").split() == ["1", "1", "1.2", "1", "1",
+                                                                                  "1.1", "1", "1"]
+    assert res["verdict"] == "improved", res["metrics"]["score"]
+
+
 async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(tmp_path: Path) -> None:
     # LATE_WIN times value x factor: a winner on factor.txt moves the head without touching value.txt
     repo = script_repo(tmp_path, LATE_WIN.replace("score=100.00", "score=$((100 * $(cat factor.txt))).00"))

@@ -342,13 +342,13 @@ async def test_the_profiled_benchmark_runs_with_the_sessions_model_and_settings(
 @needs_perf
 @pytest.mark.anyio
 async def test_a_benchmark_that_fails_under_perf_gives_no_profile(tmp_path: Path) -> None:
-    # validation runs it twice; the third run (the profile's) fails
+    # validation runs it twice, then alone and at half duty (the bench's shape); the fifth run (the profile's) fails
     bench = ('n=$(cat .runs 2>/dev/null || echo 0); echo $((n + 1)) > .runs; '
-             '[ "$n" -lt 2 ] || { echo "broken on run $n" >&2; exit 3; }; echo METRIC score=1')
+             '[ "$n" -lt 4 ] || { echo "broken on run $n" >&2; exit 3; }; echo METRIC score=1')
     repo = configured(script_repo(tmp_path, bench), threads=1)
     async with Client(build_server()) as client:
         await call(client, "start_session", repo=str(repo), metric="score", direction="higher", tag="f")
         refused = await error(client, "profile_hotspots")
     assert "`autoresearch.sh bench` of baseline exited with status 3 under perf" in refused
-    assert "broken on run 2" in refused
+    assert "broken on run 4" in refused
     assert not list((repo / ".autoresearch" / "profiles").glob("*.json"))

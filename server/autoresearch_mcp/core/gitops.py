@@ -600,15 +600,18 @@ def snapshot_worktree(repo: Repo, base: str) -> str:
         return _git(repo, "write-tree", env=env)
 
 
-def patch_tree(repo: Repo, base: str, patch: str) -> str:
-    """`patch` (a unified diff) applied onto `base`, as a tree; the work tree is not involved."""
+def patch_tree(repo: Repo, base: str, patch: str, three_way: bool = False) -> str:
+    """`patch` (a unified diff) applied onto `base`, as a tree; the work tree is not involved. With `three_way`, a
+    hunk whose context moved is merged from the blobs the patch names (git apply --3way: a change beside another
+    in the same function applies; one that overlaps it does not)."""
     if not patch.strip():
         raise InputError("patch is empty; pass a unified diff (the output of `git diff`)")
     with tempfile.NamedTemporaryFile("w", suffix=".patch", delete=False) as fh:
         fh.write(patch if patch.endswith("\n") else patch + "\n")
         patch_path = fh.name
     try:
-        return _with_temp_index(repo, base, "apply", "--cached", "--whitespace=nowarn", patch_path)
+        return _with_temp_index(repo, base, "apply", "--cached", "--whitespace=nowarn",
+                                *(["--3way"] if three_way else []), patch_path)
     except GitError as exc:
         detail = (exc.stderr or "").strip().replace("\n", " ")[:800]
         raise RefusedError(

@@ -271,15 +271,21 @@ def _recheck(manager: ExperimentManager, exp: ExperimentState) -> LaunchResult:
 
 
 def _reapplied_tree(manager: ExperimentManager, exp: ExperimentState, head: str) -> str:
-    """An earlier experiment's change (its candidate against its own base) applied onto `head`."""
+    """An earlier experiment's change (its candidate against its own base) applied onto `head`: as it is, or,
+    where the head moved under its context, replayed with a three-way merge."""
     diff = gitops.diff(manager.repo, exp.launch.base_commit, exp.launch.candidate_commit)
     try:
         return gitops.patch_tree(manager.repo, head, diff)
+    except RefusedError:
+        pass
+    try:
+        return gitops.patch_tree(manager.repo, head, diff, three_way=True)
     except RefusedError as exc:
         raise RefusedError(
-            f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]} (the head "
-            f"moved since it was measured on {exp.launch.base_commit[:12]}): {exc}. Redo the change on the "
-            "current head and launch it as a new experiment") from None
+            f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]}, not even "
+            f"with a three-way merge (the head moved since it was measured on {exp.launch.base_commit[:12]}, and "
+            f"changed the same lines): {exc}. Redo the change on the current head and launch it as a new "
+            "experiment") from None
 
 
 def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:
