@@ -324,6 +324,29 @@ async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_t
     assert res["verdict"] == "improved", res["metrics"]["score"]
 
 
+async def test_a_commit_offers_again_the_discards_whose_files_it_changed(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
+                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
+    (repo / "params.txt").write_text(PARAMS)
+    (repo / "notes.txt").write_text("notes\n")
+    git(repo, "add", "params.txt", "notes.txt")
+    git(repo, "commit", "-qm", "params")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        win = await call(c, "launch_experiment", title="line 3", source="patch", repeats=30,
+                         patch=params_patch(3, "1.2"))
+        same = await call(c, "launch_experiment", title="line 6 unchanged", source="patch", repeats="auto",
+                          patch=params_patch(6, "1.0"))
+        elsewhere = await call(c, "launch_experiment", title="notes", source="patch", repeats="auto",
+                               patch="--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n-notes\n+more notes\n")
+        assert (await wait_final(c, win["experiment_id"]))["verdict"] == "improved"
+        assert (await wait_final(c, same["experiment_id"]))["verdict"] in ("no_change", "inconclusive")
+        assert (await wait_final(c, elsewhere["experiment_id"]))["verdict"] in ("no_change", "inconclusive")
+        kept = await call(c, "commit_winner", experiment_id=win["experiment_id"], title="line 3")
+    assert len(kept["revisit"]) == 1 and kept["revisit"][0].startswith(same["experiment_id"]), kept["revisit"]
+    assert "params.txt" in kept["revisit"][0] and "source='experiment'" in kept["revisit"][0]
+
+
 async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(tmp_path: Path) -> None:
     # LATE_WIN times value x factor: a winner on factor.txt moves the head without touching value.txt
     repo = script_repo(tmp_path, LATE_WIN.replace("score=100.00", "score=$((100 * $(cat factor.txt))).00"))

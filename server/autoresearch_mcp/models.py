@@ -244,6 +244,9 @@ class CommitResult(BaseModel):
     message: str
     worktree_updated: bool
     holdout: HoldoutSummary | None = None
+    revisit: list[str] = Field(
+        default_factory=list, description="experiments ended no_change or inconclusive whose files this commit "
+                                          "changed: worth measuring again on the new head")
 
 
 class CancelResult(BaseModel):

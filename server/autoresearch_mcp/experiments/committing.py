@@ -39,7 +39,28 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
             manager.append(CommitRecord(experiment_id=experiment_id, commit=new, parent=head,
                                         branch=manager.config.branch, title=title))
         return CommitResult(commit=new, branch=manager.config.branch, message=text, worktree_updated=updated,
-                            holdout=_holdout_summary(hidden))
+                            holdout=_holdout_summary(hidden), revisit=revisit(manager, exp))
+
+
+REVISITED = frozenset({"no_change", "inconclusive"})
+
+
+def revisit(manager: ExperimentManager, kept: ExperimentState) -> list[str]:
+    """The discarded experiments (no_change or inconclusive, never committed) whose files the change just kept
+    touched too: the head they were measured on is gone, and the code they act on moved, so each is offered again
+    (pi-autoresearch's revisiting of discards), with the call that re-applies it."""
+    touched = set(kept.launch.changed_files)
+    out = []
+    for other in manager.mine():
+        if other.experiment_id == kept.experiment_id or other.commit or other.verdict not in REVISITED \
+                or other.launch.source == "session":
+            continue
+        shared = sorted(touched & set(other.launch.changed_files))
+        if shared:
+            out.append(f"{other.experiment_id} ({other.title!r}, {other.verdict}) changes {', '.join(shared[:3])} "
+                       f"too: launch_experiment(source='experiment', experiment_id='{other.experiment_id}') "
+                       "measures it again on the new head")
+    return out[:10]
 
 
 def _refuse_uncommittable(manager: ExperimentManager, exp: ExperimentState, head: str) -> None:
