@@ -324,6 +324,43 @@ async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_t
     assert res["verdict"] == "improved", res["metrics"]["score"]
 
 
+async def test_winners_kept_together_are_measured_once_and_committed_with_each_ones_evidence(
+        tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
+                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
+    (repo / "params.txt").write_text(PARAMS)
+    git(repo, "add", "params.txt")
+    git(repo, "commit", "-qm", "params")
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        first = await call(c, "launch_experiment", title="line 3", hypothesis="a bigger third factor",
+                           sources=["paper 1"], source="patch", repeats=30, patch=params_patch(3, "1.2"))
+        second = await call(c, "launch_experiment", title="line 6", source="patch", repeats=30,
+                            patch=params_patch(6, "1.1"))
+        flat = await call(c, "launch_experiment", title="line 8 as it is", source="patch", repeats="auto",
+                          patch=params_patch(8, "1.0"))
+        for exp in (first, second):
+            assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"
+        await wait_final(c, flat["experiment_id"])
+        refused = await error(c, "launch_experiment", source="experiments",
+                              experiment_ids=[first["experiment_id"], flat["experiment_id"]])
+        both = await call(c, "launch_experiment", source="experiments",
+                          experiment_ids=[first["experiment_id"], second["experiment_id"]], repeats=30)
+        res = await wait_final(c, both["experiment_id"])
+        assert res["verdict"] == "improved", res["metrics"]["score"]
+        kept = await call(c, "commit_winner", experiment_id=both["experiment_id"])
+        after = await call(c, "get_experiment", experiment_id=first["experiment_id"])
+    assert "only winners" in refused and flat["experiment_id"] in refused
+    assert git(repo, "show", "autoresearch/t:params.txt").split() == ["1", "1", "1.2", "1", "1", "1.1", "1", "1"]
+    assert git(repo, "rev-list", "--count", "autoresearch/t") == str(int(git(repo, "rev-list", "--count",
+                                                                             both["base_commit"])) + 1)
+    text = kept["message"]
+    assert text.startswith("line 3 + line 6") and "Kept together" in text
+    assert f"(experiment {first['experiment_id']}, on" in text and f"(experiment {second['experiment_id']}, on" in text
+    assert "Hypothesis: a bigger third factor" in text and "paper 1" in text
+    assert "kept together" in after["next_step"] and both["experiment_id"] in after["next_step"]
+
+
 async def test_a_commit_offers_again_the_discards_whose_files_it_changed(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
                        "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")

@@ -412,27 +412,28 @@ def build_server() -> _Server:
     @_guard
     def launch_experiment(
         ctx: Context[AppState],
-        title: Annotated[str, Field(description="short name of the idea (source=experiment: the earlier one's)")]
+        title: Annotated[str, Field(description="short name of the idea (source=experiment: the earlier's)")]
         = "",
         hypothesis: Annotated[str, Field(description="why, and by about how much")] = "",
         sources: Annotated[
             list[str], Field(description="arXiv ids, fork commits, PRs, backend gaps")
         ] = [],  # noqa: B006 - pydantic copies defaults
         source: Annotated[
-            Literal["worktree", "commit", "patch", "experiment", "session"],
+            Literal["worktree", "commit", "patch", "experiment", "experiments", "session"],
             Field(description="uncommitted changes, `commit`, `patch` on the session head; experiment: more "
-                              "pairs for `experiment_id` (re-applied if the head moved); session: the head against "
-                              "the session start, end to end (the measured total)"),
+                              "pairs for `experiment_id` (re-applied on a moved head); experiments: winners "
+                              "kept together; session: the head against the session start (measured total)"),
         ] = "worktree",
         commit: Annotated[str | None, Field(description="commit-ish, with source=commit")] = None,
         patch: Annotated[str | None, Field(description="unified diff, with source=patch")] = None,
         experiment_id: Annotated[str | None, Field(description="with source=experiment")] = None,
+        experiment_ids: Annotated[list[str] | None, Field(description="with source=experiments")] = None,
         repeats: Annotated[
             int | Literal["auto"] | None,
-            Field(description="pairs, or auto: until the verdict is clear"),
+            Field(description="pairs, or auto: until a clear verdict"),
         ] = None,
         restore_worktree: Annotated[
-            bool, Field(description="then reset the work tree to the session head")
+            bool, Field(description="then reset the work tree to the head")
         ] = False,
         clean_build: Annotated[
             bool, Field(description="fresh build in incremental mode")
@@ -444,11 +445,10 @@ def build_server() -> _Server:
         ] = None,
     ) -> LaunchResult:
         """Start one experiment, non-blocking: the candidate is measured against the session head in
-        interleaved pairs, then checked. Refuses empty changes, edits of the protected scripts and
-        duplicates (measure an undecided one further with source=experiment). Follow it with
-        fetch_sky_logs; prepare the next idea meanwhile."""
+        interleaved pairs, then checked. Refuses empty changes, protected scripts' edits and duplicates
+        (measure one further with source=experiment). Poll fetch_sky_logs; prepare the next idea."""
         request = launching.LaunchRequest(title, hypothesis, sources, source, commit, patch, repeats, restore_worktree,
-                                          clean_build, experiment_id, focus)
+                                          clean_build, experiment_id, focus, experiment_ids)
         return launching.launch(_state(ctx).require_session().manager, request)
 
     async def get_experiment(

@@ -189,6 +189,7 @@ class LaunchRecord(_Record):
     reapplies: str | None = None  # the experiment whose change this one re-applied on a newer head
     focus: list[str] = Field(default_factory=list)  # what the change acts on (AUTORESEARCH_FOCUS)
     judging: dict[str, Any] = Field(default_factory=dict)  # core/decide.py Spec: everything a verdict is judged on
+    combines: list[str] = Field(default_factory=list)  # the winners whose changes this one keeps together
 
 
 class StatusRecord(_Record):

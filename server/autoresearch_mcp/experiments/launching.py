@@ -22,6 +22,8 @@ from autoresearch_mcp.experiments.message import one_line
 from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import FINAL_STATUSES, LaunchResult
 
+MAX_TOGETHER_TITLE = 120
+
 
 @dataclass(frozen=True)
 class LaunchRequest:
@@ -30,7 +32,7 @@ class LaunchRequest:
     title: str
     hypothesis: str = ""
     sources: list[str] = field(default_factory=list)
-    source: str = "worktree"  # worktree, commit, patch, experiment or session
+    source: str = "worktree"  # worktree, commit, patch, experiment, experiments or session
     commit: str | None = None  # with source=commit
     patch: str | None = None  # with source=patch
     repeats: int | str | None = None  # pairs, "auto", or None: the config's default
@@ -38,6 +40,7 @@ class LaunchRequest:
     clean_build: bool = False
     experiment_id: str | None = None  # with source=experiment
     focus: list[str] | None = None
+    experiment_ids: list[str] | None = None  # with source=experiments: winners kept together
 
 
 def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
@@ -71,6 +74,11 @@ def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
             request, title=request.title.strip() or earlier.title,
             hypothesis=request.hypothesis.strip() or earlier.launch.hypothesis,
             sources=request.sources or list(earlier.launch.sources), focus=list(earlier.launch.focus)), earlier)
+    if source == "experiments":
+        return _launch_new(manager, dataclasses.replace(request, focus=focus), None,
+                           _together(manager, request.experiment_ids or []))
+    if request.experiment_ids:
+        raise InputError("experiment_ids go with source='experiments'; drop them or change source")
     if experiment_id:
         raise InputError("experiment_id goes with source='experiment'; drop it or change source")
     if source == "session":
@@ -78,12 +86,39 @@ def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
     return _launch_new(manager, dataclasses.replace(request, focus=focus), None)
 
 
-def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: ExperimentState | None
-                ) -> LaunchResult:
-    """A new candidate (or the change of `reapplies`, re-applied on the moved head) made into a commit on the
-    session head, refused when it measures nothing new, recorded and submitted."""
+def _together(manager: ExperimentManager, ids: list[str]) -> list[ExperimentState]:
+    """The winners a source='experiments' launch keeps together: two or more, each improved with its checks
+    passed on its own base and not committed yet, in the order given."""
+    if len(ids) < 2 or len(set(ids)) != len(ids):
+        raise InputError("source='experiments' needs experiment_ids: two or more different experiments, each "
+                         "improved on its own (one alone: source='experiment')")
+    out = []
+    for exp_id in ids:
+        exp = manager.get(exp_id)
+        if exp.commit:
+            raise RefusedError(f"experiment {exp_id} is already committed as {exp.commit.commit[:12]}; leave it out")
+        if exp.verdict != "improved" or not (exp.checks and exp.checks.passed) or exp.launch.source == "session":
+            raise RefusedError(f"experiment {exp_id} is {exp.status} with verdict {exp.verdict!r}: only winners "
+                               "(improved, checks passed) are kept together; leave it out")
+        out.append(exp)
+    return out
+
+
+def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: ExperimentState | None,
+                together: list[ExperimentState] | None = None) -> LaunchResult:
+    """A new candidate (or the change of `reapplies`, re-applied on the moved head; or the changes of several
+    winners `together`, each replayed on the head in turn) made into a commit on the session head, refused when
+    it measures nothing new, recorded and submitted."""
     source, commit, patch, focus = request.source, request.commit, request.patch, list(request.focus or [])
     hypothesis, sources = request.hypothesis, request.sources
+    if together:
+        request = dataclasses.replace(
+            request, title=request.title.strip() or " + ".join(e.title for e in together)[:MAX_TOGETHER_TITLE],
+            focus=[])
+        hypothesis = hypothesis.strip() or ("Kept together: each improved on its own; their changes combined on "
+                                            "the session head are measured once against it")
+        sources = sources or list(dict.fromkeys(s for e in together for s in e.launch.sources))
+        focus = []
     if not request.title.strip():
         raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
                          "(only source='experiment' takes the earlier experiment's title)")
@@ -99,6 +134,9 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
         if reapplies is not None:
             tree = _reapplied_tree(manager, reapplies, head)
             parent_note = f"source: experiment {reapplies.experiment_id}"
+        elif together:
+            tree = _combined_tree(manager, together, head)
+            parent_note = f"source: experiments {', '.join(e.experiment_id for e in together)}"
         else:
             tree, parent_note = _candidate_tree(manager, source, commit, patch, head)
         if tree == base_tree:
@@ -134,13 +172,15 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
             design=design.record(), metric=manager.config.metric, direction=manager.config.direction,
             executor=manager.executor.name, incremental=incremental, objectives=spec.objective_names,
             guards=spec.guards, reapplies=reapplies.experiment_id if reapplies else None, focus=focus,
-            judging=dataclasses.asdict(spec),
+            judging=dataclasses.asdict(spec), combines=[e.experiment_id for e in together or []],
         )
         manager.append(record)
     job = Job(exp_id, head, candidate, manager.logs / f"{exp_id}.log",
               spec=designs.job(manager, design, record, base_tree, tree, incremental, manager.platforms[0]))
     manager.executor.submit(job, events.sink(manager))
-    note = f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)" if reapplies else ""
+    note = (f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)" if reapplies else
+            f" (the changes of {', '.join(e.experiment_id for e in together)} combined on the head: commit_winner "
+            "keeps them in one commit with each one's evidence)" if together else "")
     return LaunchResult(
         experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
         changed_files=changed, repeats=repeats, worktree_restored=restored,
@@ -286,6 +326,16 @@ def _reapplied_tree(manager: ExperimentManager, exp: ExperimentState, head: str)
             f"with a three-way merge (the head moved since it was measured on {exp.launch.base_commit[:12]}, and "
             f"changed the same lines): {exc}. Redo the change on the current head and launch it as a new "
             "experiment") from None
+
+
+def _combined_tree(manager: ExperimentManager, together: list[ExperimentState], head: str) -> str:
+    """The changes of `together` replayed on `head` one after the other (each as _reapplied_tree does it: as it
+    is, or with a three-way merge), as one tree."""
+    tree = head
+    for exp in together:
+        tree = gitops.commit_tree(manager.repo, _reapplied_tree(manager, exp, tree), tree,
+                                  f"autoresearch: {exp.experiment_id} kept together")
+    return gitops.tree_of(manager.repo, tree)
 
 
 def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:

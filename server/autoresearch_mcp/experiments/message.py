@@ -67,6 +67,11 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
                     + ")") if other.role else ""
             lines.append(f"  {'end to end' if launch.focus and other.role == 'guard' else 'also'} {name}: "
                          f"{readouts.figure(other)}{role}")
+    if launch.combines:
+        lines.append("Kept together (each improved on its own, then their changes combined and measured once, "
+                     "above):")
+        for other_id in launch.combines:
+            lines += _kept_together(manager, other_id)
     ran = bool(outcome.checks and outcome.checks.ran)
     took = outcome.checks.duration_s if outcome.checks else None
     lines.append("Checks: " + ("passed (autoresearch.checks.sh" + (f", {took:.1f} s)" if took else ")")
@@ -79,9 +84,9 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
         lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
                      f"{host.get('cpus')} CPUs)")
     if turns:
-        lines.append(f"Measured as: each pair's two runs at once, in turns of {decide.TURN_MS} ms of the CPU (each "
-                     f"stopped while the other ran), every objective and guard on its CPU time "
-                     f"(<name>{decide.CPU_SUFFIX})")
+        lines.append(f"Measured as: each pair's two runs at once, in turns of about {decide.TURN_MS} ms of the CPU "
+                     f"(each stopped while the other ran), every objective and guard on its CPU time "
+                     f"(<name>{decide.CPU_SUFFIX}) or, printed without one, over the wall time of its own turns")
     platform_results: dict[str, str] = {}
     if len(manager.platforms) > 1:
         first = manager.platforms[0]
@@ -111,6 +116,21 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
     lines += ["", f"{branch.TRAILER}: {exp.experiment_id}",
               "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
     return "\n".join(lines) + "\n"
+
+
+def _kept_together(manager: ExperimentManager, experiment_id: str) -> list[str]:
+    """One winner of a combination as its commit message shows it: its title, hypothesis, sources and its own
+    result on the head it was measured on."""
+    exp = manager.get(experiment_id)
+    lead = readouts.lead_metric(exp)
+    m = exp.metric(lead)
+    out = [f"- {_quoted(exp.title)} (experiment {experiment_id}, on {exp.launch.base_commit[:12]}): {lead} "
+           f"{readouts.figure(m)}, {m.n_pairs} pairs"]
+    if exp.launch.hypothesis:
+        out.append("  " + _quoted("Hypothesis: " + " ".join(exp.launch.hypothesis.split())))
+    if exp.launch.sources:
+        out.append("  Sources: " + _quoted("; ".join(" ".join(str(s).split()) for s in exp.launch.sources)))
+    return out
 
 
 def one_line(text: str, what: str) -> str:

@@ -93,6 +93,10 @@ def _next_step(manager: ExperimentManager, exp: ExperimentState) -> str | None:
         return "still running: poll again later, and prepare the next idea meanwhile"
     if exp.commit:
         return f"committed as {exp.commit.commit[:12]}"
+    kept = next((o for o in manager.mine() if o.commit and exp.experiment_id in o.launch.combines), None)
+    if kept is not None and kept.commit is not None:
+        return (f"kept together with others in experiment {kept.experiment_id}'s commit {kept.commit.commit[:12]}, "
+                "its evidence in that commit's message")
     if exp.status == "checks_failed":
         return "the checks failed: the change is not correct; read the log tail, fix, launch again"
     if verdict == "improved" and exp.status == "done" and not exp.launch.incremental:
