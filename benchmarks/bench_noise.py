@@ -145,6 +145,8 @@ async def run_session(setup: dict[str, Any], processes: int, pairs: str | int, t
                 if res["status"] in ("done", "failed", "checks_failed", "cancelled", "lost"):
                     break
             spent = time.monotonic() - t0
+            # everything, the harness's own measures among it (a plain answer puts them in one line)
+            res = await call(c, "get_experiment", experiment_id=exp["experiment_id"], tail_lines=0, samples=True)
             metrics = res.get("metrics") or {}
             lead = next((n for n in metrics if n.startswith("focus.")), setup["start"]["metric"])
             names = [lead, *(n for n in SPREAD_OF if n in metrics and n != lead)]
