@@ -45,6 +45,7 @@ class Validation:
 
 # A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
 FIXED_WORK_RATIO, FIXED_TIME_RATIO = 1.7, 1.45
+SHAPE_MIN_S = 0.1  # a run shorter than a few turns of half duty tells nothing of its shape
 
 
 def side_measure(config: SessionConfig) -> str:
@@ -67,6 +68,9 @@ def bench_shape(done: ValidationRun) -> tuple[str | None, list[str]]:
         return None, []
     ratio = float(shape["half_s"]) / float(shape["full_s"])
     seen = f"a run at half duty took {ratio:.2f}x as long as one alone"
+    if float(shape["full_s"]) < SHAPE_MIN_S:  # it ends within its first turns: being stopped cannot show
+        return (f"unclear (a run takes {float(shape['full_s']) * 1e3:.0f} ms, too short to tell fixed work from a "
+                "fixed time): its figures are held to the harness's own time of each run", [])
     work = decide.WORK in shape.get("full", {})
     if ratio >= FIXED_WORK_RATIO:
         return (f"fixed work ({seen}): its figures are held to the harness's own CPU and wall time of each run"
