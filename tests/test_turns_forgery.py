@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from autoresearch_mcp.core.config import config_path
 from conftest import script_repo
 from helpers import call, error, wait_final
 
+SERVER = Path(__file__).resolve().parents[1] / "server"
 needs_groups = pytest.mark.skipif(sandbox.unavailable() is not None or "memory" in sandbox.lacking(),
                                   reason="no bubblewrap or no cgroup can be made here")
 MAIN = "src/main.c"
@@ -154,3 +156,32 @@ async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(t
     # the figure as printed (its clock ran through the other side's turns) is kept, not judged
     assert "t_ms.wall" in won["metrics"] and won["metrics"]["t_ms.wall"].get("verdict") is None
     assert flat["verdict"] in ("no_change", "inconclusive"), (flat["verdict"], flat["metrics"]["t_ms"])
+
+
+# --- without a cgroup (a laptop without cgroup delegation): each side's init, waited for by its pid -----------------
+
+NO_GROUP = """import json, sys
+from pathlib import Path
+from autoresearch_mcp.core import runner, sandbox
+sandbox.lacking()
+sandbox._lacking[sandbox.BWRAP]["memory"] = "no cgroup here (the test's)"
+runner.become_subreaper()
+tree = Path(sys.argv[1])
+job = {"baseline_dir": str(tree), "sandbox": {"mode": sandbox.CONFINED}}
+side = runner.Prepared.of(job, str(tree), "bench")
+burn = "python3 -c 'import time\\nt=time.process_time()\\nwhile time.process_time()-t<{}: pass'"
+# the work in a child nobody waits for, which says through a file when it is done
+argv = ["sh", "-c", "rm -f done; ( (" + burn.format(0.4) + "; touch done) & ); " + burn.format(0.1)
+        + "; while [ ! -e done ]; do sleep 0.01; done"]
+results = runner.run_in_turns([(side, argv), (side, ["sh", "-c", burn.format(0.2)])], 60, sys.stderr)
+print(json.dumps([r.cpu_s for r in results]))
+"""
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+def test_without_a_cgroup_each_side_in_turns_has_the_cpu_time_of_its_every_process(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", NO_GROUP, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, check=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SERVER)})
+    orphaned, plain = json.loads(done.stdout.strip().splitlines()[-1])
+    assert orphaned is not None and orphaned >= 0.45, done.stdout  # 0.1 s its own, 0.4 s its orphan's
+    assert plain is not None and 0.15 <= plain < 0.45, done.stdout

@@ -410,7 +410,8 @@ class _Started:
         self.start = time.monotonic()
         self.own_s = 0.0  # in turns: the wall time of its own turns
         self.problem: str | None = None
-        self.group_cpu_s: float | None = None
+        self.group_cpu_s: float | None = None  # its group's CPU time, or its PID namespace init's (_init_cpu_s)
+        self.info_fd: int | None = None  # where bubblewrap wrote its init's pid
         self.stop = threading.Event()
         self.reader = threading.Thread(target=_drain, args=(read_fd, capture, self.stop), daemon=True)
         self.reader.start()
@@ -442,11 +443,13 @@ class _Started:
         marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
         fds: list[int] = []
         launch = None if confine is None else sandbox.launch(confine, env)
-        group = None
+        group, info = None, None
         if launch is not None:
             # a group of its own where one can be made: its CPU time, its freezer, its kill, its memory bound
             group = None if launch.confinement.off or "memory" in sandbox.lacking() else sandbox.group()
-            argv, env, fds = sandbox.command(argv, launch, env, into=group)
+            if not launch.confinement.off and _subreaper and (group is None or not group.has("cpu")):
+                info = os.pipe()  # where no group counts it: the job's init, waited for by its pid (_init_cpu_s)
+            argv, env, fds = sandbox.command(argv, launch, env, into=group, info_fd=info[1] if info else None)
         argv = [*(outside or []), *argv]
         read_fd, write_fd = os.pipe()
         before = resource.getrusage(resource.RUSAGE_CHILDREN) if _subreaper else None
@@ -457,6 +460,8 @@ class _Started:
             )
         except BaseException:
             os.close(read_fd)
+            if info is not None:
+                os.close(info[0])
             if group is not None:
                 group.remove()
             raise
@@ -464,7 +469,9 @@ class _Started:
             os.close(write_fd)
             for fd in fds:
                 os.close(fd)
-        return cls(proc, argv, marker, Capture(), read_fd, launch, before, group)
+        started = cls(proc, argv, marker, Capture(), read_fd, launch, before, group)
+        started.info_fd = info[0] if info else None
+        return started
 
     def end(self) -> None:
         """Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not disturb later
@@ -480,6 +487,10 @@ class _Started:
                 self.problem = (f"the job reached its memory limit ({limit / 2**20:.0f} MiB for its processes and its "
                                 "memory-backed files together)")
             self.group.remove()
+        if self.info_fd is not None:
+            self.group_cpu_s = self.group_cpu_s if self.group_cpu_s is not None else _init_cpu_s(self.info_fd)
+            os.close(self.info_fd)
+            self.info_fd = None
         self.stop.set()
         self.reader.join()
         os.close(self.read_fd)
@@ -685,6 +696,29 @@ def _reap_orphans() -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.002)
+
+
+def _init_cpu_s(info_fd: int) -> float | None:
+    """The CPU time of a confined command's every process, from its PID namespace's init: bubblewrap wrote the
+    init's pid to `info_fd`, and its outer process leaves the init to this process (a subreaper) to reap; the init
+    reaped each process of the job (an orphan too), so its rusage holds them all. None where it cannot be had."""
+    try:
+        os.set_blocking(info_fd, False)
+        pid = int(json.loads(os.read(info_fd, 65536).decode() or "{}").get("child-pid") or 0)
+    except (OSError, ValueError, AttributeError):
+        return None
+    deadline = time.monotonic() + ORPHANS_WAIT_S
+    while pid > 0:
+        try:
+            got, _, usage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:  # not ours (this process is no subreaper), or reaped already
+            return None
+        if got:
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.002)
+    return None
 
 
 class _Reaper:

@@ -295,9 +295,10 @@ def side_measure() -> str:
         made = None if unavailable() is not None else group()
         if made is None:
             _measure["text"] = (
-                "no cgroup can be made here: a run's CPU time is its processes' as the runner reaps them (under "
-                "bubblewrap its PID namespace's init, in turns none of its own), and pairs in turns stop each side "
-                "with SIGSTOP, which a program can notice")
+                "no cgroup can be made here: a run's CPU time is that of the processes its PID namespace's init "
+                "reaped (waited for by its pid, so each side's own in turns too; a process still running when the "
+                "run ends is not counted), its memory is not bounded, and pairs in turns stop each side with "
+                "SIGSTOP, which a program can notice")
         else:
             has = [w for w in ("cpu", "freeze") if made.has(w)]
             made.remove()
@@ -436,8 +437,8 @@ def _confined_env(c: Confinement, env: dict[str, str]) -> dict[str, str]:
     return env if c.off else {**env, "TMPDIR": TMP}  # a TMPDIR under the real /tmp is read-only in the job
 
 
-def command(argv: list[str], c: Confinement | Launch, env: dict[str, str],
-            into: cgroups.Group | None = None) -> tuple[list[str], dict[str, str], list[int]]:
+def command(argv: list[str], c: Confinement | Launch, env: dict[str, str], into: cgroups.Group | None = None,
+            info_fd: int | None = None) -> tuple[list[str], dict[str, str], list[int]]:
     """`argv` as it runs in `c`, its environment, and the descriptors it must inherit (the seccomp
     filter's, which the caller closes once it started the command): bubblewrap's command line (argv
     itself when off).
@@ -446,7 +447,9 @@ def command(argv: list[str], c: Confinement | Launch, env: dict[str, str],
     protected paths as the tree holds them now, a fresh descriptor of the filter (bubblewrap reads it to its
     end) and a fresh cgroup (its limit and its account are this command's alone): `into` when the caller made it
     (the runner, which reads its CPU time and freezes it), else one of its own. In a group, the command gets a
-    cgroup namespace of its own: it sees its group as the root, and no name of it."""
+    cgroup namespace of its own: it sees its group as the root, and no name of it. With `info_fd`, bubblewrap
+    writes there the pid of the job's PID namespace init, which the caller may wait for by that pid (the CPU
+    time of every process of the job it reaped: each side's own, where no group counts it)."""
     prepared = launch(c, env)
     c = prepared.confinement
     prepare(c)
@@ -461,6 +464,9 @@ def command(argv: list[str], c: Confinement | Launch, env: dict[str, str],
     args = [*prepared.options, *_tree_binds(c), "--unsetenv", JOB_MARK]
     if fds:
         args += ["--seccomp", str(fds[0])]
+    if info_fd is not None:  # bubblewrap writes its PID namespace's init's pid there (the runner waits for it)
+        args += ["--info-fd", str(info_fd)]
+        fds.append(info_fd)
     made = into if into is not None else None if "memory" in missing else group()
     if made is None:
         return [*args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
