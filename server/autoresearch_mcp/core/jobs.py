@@ -142,10 +142,10 @@ class JobMaker:
         return spec
 
     def validation(self, commit: str, content: str) -> JobSpec:
-        """Build the session head and bench it VALIDATION_RUNS times, then alone and at half duty (start_session:
-        the bench's shape)."""
+        """Build the session head and bench it VALIDATION_RUNS times, then (but for a recipe's bench, whose shape
+        is known) alone and at half duty (start_session: the bench's shape)."""
         spec = self._head(commit, content, None, VALIDATION_RUNS)
-        spec["shape_trial"] = True
+        spec["shape_trial"] = not self.config.recipe  # a recipe's bench is known: it does fixed work
         return spec
 
     def checks_trial(self, commit: str, content: str) -> JobSpec:
