@@ -11,7 +11,7 @@ on the rehearsal's kind of tree and model (llama.cpp 0.3.19, TinyLlama's widths,
   focus;
 - the end-to-end metrics' noise at 32, 128 and 256 generated tokens with 1 thread, and at 128 with 2.
 
-Both trees are built the way the harness builds them (runner.build_tree: the compiler cache shared
+Both trees are built the way the harness builds them (builds.build_tree: the compiler cache shared
 across trees). The figures go to stdout.
 
     python benchmarks/bench_opbench.py [--version 0.3.19] [--pairs 10] [--threads 1] [--runs 6]
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import realtree
 import tinymodel
 from autoresearch_mcp import recipes
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import builds
 
 FOCUSES = ["RMS_NORM", "RMS_NORM,MUL", "SOFT_MAX", "FLASH_ATTN_EXT"]
 OPS = "ggml/src/ggml-cpu/ops.cpp"
@@ -64,7 +64,7 @@ def prepared(source: Path, dest: Path, change: bool) -> Path:
     log = dest.parent / f"{dest.name}-build.log"
     with open(log, "w") as fh:
         t0 = time.monotonic()
-        built = runner.build_tree(str(dest), 3600.0, fh)
+        built = builds.build_tree(str(dest), 3600.0, fh)
     if not built.ok:
         raise SystemExit(f"build of {dest} failed; see {log}")
     print(f"built {dest.name}: {time.monotonic() - t0:.0f} s ({built.cache})", flush=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from autoresearch_mcp.core import runner, sandbox
+from autoresearch_mcp.core import jobenv, procs, sandbox
 
 
 def git(repo: Path, *args: str) -> str:
@@ -50,13 +50,13 @@ def per_run(runs: int) -> float:
         script.write_text('#!/usr/bin/env bash\ncase "$1" in bench) echo "METRIC score=100" ;; esac\n')
         (tree / "autoresearch.sh").write_text(script.read_text())
         job = {"baseline_dir": str(tree), "sandbox": {"scripts": {"autoresearch.sh": str(script)}}}
-        env = runner.run_env(job, tree)
+        env = jobenv.run_env(job, tree)
         times: dict[bool, list[float]] = {True: [], False: []}
         for i in range(2 * runs + 2):
             confined = i % 2 == 0
             c = sandbox.Confinement(str(tree), {"autoresearch.sh": str(script)}, (), off=not confined)
             t0 = time.perf_counter()
-            res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, 60, env=env, confine=c)
+            res = procs.run_command(["bash", "./autoresearch.sh", "bench"], tree, 60, env=env, confine=c)
             elapsed = time.perf_counter() - t0
             assert res.ok and "METRIC score=100" in res.output, res.output
             if i >= 2:  # the first of each: caches (ccache's directory, page cache) warm up
@@ -81,8 +81,8 @@ def interleaved(tree: Path, runs: int, timeout_s: float,
         job = job_of(on)
         c = sandbox.for_job(job, str(tree), "bench")
         t0 = time.perf_counter()
-        res = runner.run_command(["bash", "./autoresearch.sh", "bench"], tree, timeout_s,
-                                 env=runner.run_env(job, tree, "bench"), confine=c)
+        res = procs.run_command(["bash", "./autoresearch.sh", "bench"], tree, timeout_s,
+                                 env=jobenv.run_env(job, tree, "bench"), confine=c)
         elapsed = time.perf_counter() - t0
         assert res.ok, res.output
         if i >= 2:

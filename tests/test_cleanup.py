@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import gitops, ledger, records, runner, sandbox, worktrees
+from autoresearch_mcp.core import gitops, jobenv, ledger, procs, records, sandbox, worktrees
+from autoresearch_mcp.core.builds import BUILT_MARKER
 from autoresearch_mcp.core.port import Job
-from autoresearch_mcp.core.runner import BUILT_MARKER
 from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.executors.local import LocalExecutor
 from conftest import init_repo
@@ -138,9 +138,9 @@ def test_a_launch_on_a_full_disk_is_refused_with_the_folder_and_the_space_it_nee
     assert not list((tmp_path / "cache").glob("worktrees/*/tree-*"))  # no tree was checked out for it
 
 
-def confined(tree: Path, script: str) -> runner.CommandResult:
+def confined(tree: Path, script: str) -> procs.CommandResult:
     job = {"baseline_dir": str(tree), "sandbox": {"mode": sandbox.CONFINED}}
-    return runner.run_command(["sh", "-c", script], tree, 120, env=runner.run_env(job, tree),
+    return procs.run_command(["sh", "-c", script], tree, 120, env=jobenv.run_env(job, tree),
                               confine=sandbox.for_job(job, str(tree), "bench"))
 
 

@@ -22,7 +22,7 @@ import pytest
 import realtree
 import tinymodel
 from autoresearch_mcp import recipes
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import builds
 from realtree import ONE_PASS, REPEATED_SCALE, TWO_PASSES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
@@ -41,7 +41,7 @@ def recipe_tree(source: Path, dest: Path) -> Path:
 def build(tree: Path) -> None:
     """`autoresearch.sh build` as the harness runs it (the compiler cache shared across trees)."""
     with open(tree.parent / f"{tree.name}-build.log", "w") as log:
-        built = runner.build_tree(str(tree), BUILD_TIMEOUT, log)
+        built = builds.build_tree(str(tree), BUILD_TIMEOUT, log)
     assert built.ok, (tree.parent / f"{tree.name}-build.log").read_text()[-3000:]
 
 

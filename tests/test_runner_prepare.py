@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import cgroups, decide, runner, sandbox
+from autoresearch_mcp.core import cgroups, decide, jobenv, runner, sandbox
 from autoresearch_mcp.measure import stats
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
@@ -47,7 +47,7 @@ def preparations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, pai
     """How often an experiment of `pairs` pairs made each of the things its commands share."""
     calls: Counter[str] = Counter()
     with monkeypatch.context() as m:
-        m.setattr(runner, "run_env", counted(calls, "run_env", runner.run_env))
+        m.setattr(jobenv, "run_env", counted(calls, "run_env", jobenv.run_env))
         m.setattr(sandbox, "for_job", counted(calls, "for_job", sandbox.for_job))
         m.setattr(sandbox, "_bwrap_args", counted(calls, "_bwrap_args", sandbox._bwrap_args))
         m.setattr(decide.Spec, "from_dict", classmethod(counted(calls, "Spec.from_dict",
@@ -92,7 +92,7 @@ def test_a_prepared_launch_starts_each_run_as_a_fresh_one_would(tmp_path: Path) 
            "sandbox": {"mode": sandbox.CONFINED, "frozen": ["src/bench.c"], "read_only": ["bench"],
                        "scripts": {sandbox.BENCH_SCRIPT: str(scripts / sandbox.BENCH_SCRIPT)}}}
     c = sandbox.for_job(job, str(tree), "bench")
-    env = runner.run_env(job, tree)
+    env = jobenv.run_env(job, tree)
     prepared = sandbox.launch(c, env)
     argv = ["bash", "./autoresearch.sh", "bench"]
     first = started(*sandbox.command(argv, prepared, env)[::2])

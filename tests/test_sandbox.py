@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import runner, sandbox
+from autoresearch_mcp.core import channel, sandbox
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
@@ -363,12 +363,12 @@ async def test_a_benchmark_that_writes_into_its_tree_is_told_and_still_measured(
 def test_a_runner_line_shows_no_secret_and_its_code_fits_no_other_payload() -> None:
     # On a worker the job can read the log its runner's lines go to: a line must give away nothing that
     # forges another.
-    line = runner.machine_line(runner.RESULT_PREFIX, {"status": "done", "speedup": 1}, secret="s3cret-key")
+    line = channel.machine_line(channel.RESULT_PREFIX, {"status": "done", "speedup": 1}, secret="s3cret-key")
     assert "s3cret-key" not in line
-    assert runner.read_machine_line(line, runner.RESULT_PREFIX, "s3cret-key") == {"status": "done", "speedup": 1}
-    assert runner.read_machine_line(line.replace('"speedup": 1', '"speedup": 2'), runner.RESULT_PREFIX,
+    assert channel.read_machine_line(line, channel.RESULT_PREFIX, "s3cret-key") == {"status": "done", "speedup": 1}
+    assert channel.read_machine_line(line.replace('"speedup": 1', '"speedup": 2'), channel.RESULT_PREFIX,
                                     "s3cret-key") is None
-    assert runner.read_machine_line(line, runner.RESULT_PREFIX, "another-key") is None
+    assert channel.read_machine_line(line, channel.RESULT_PREFIX, "another-key") is None
 
 
 def forged_outcome() -> str:

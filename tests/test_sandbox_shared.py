@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import gitops, runner, sandbox
+from autoresearch_mcp.core import gitops, jobenv, procs, sandbox
 from autoresearch_mcp.core.worktrees import Worktrees
 from conftest import balanced_noise, git, init_repo
 from helpers import call
@@ -362,8 +362,8 @@ def test_a_job_sees_neither_the_machine_lock_nor_the_job_files_nor_its_id(tmp_pa
     (root / "machine.lock").touch()
     (root / "repo-1" / "exp-1.job.json").write_text('{"seed": 7}')
     job = {"baseline_dir": str(tree), "machine_lock": str(root / "machine.lock"), "sandbox": {"mode": "confined"}}
-    script = f"ls -a {root} {root}/repo-1; echo mine > own.txt; echo mark=${{{runner.JOB_ENV}:-none}}"
-    res = runner.run_command(["sh", "-c", script], tree, 60, env={**runner.run_env(job, tree), runner.JOB_ENV: "exp-1"},
+    script = f"ls -a {root} {root}/repo-1; echo mine > own.txt; echo mark=${{{procs.JOB_ENV}:-none}}"
+    res = procs.run_command(["sh", "-c", script], tree, 60, env={**jobenv.run_env(job, tree), procs.JOB_ENV: "exp-1"},
                              confine=sandbox.for_job(job, str(tree), "bench"))
     assert res.ok, res.output
     assert "machine.lock" not in res.output and "job.json" not in res.output
@@ -510,7 +510,7 @@ def test_a_bench_sees_the_same_world_from_the_baselines_tree_and_from_the_candid
     def view(side: str, phase: str) -> str:
         tree, other = trees[side], trees["candidate" if side == "baseline" else "baseline"]
         pair = {**job, "candidate_dir": str(trees["candidate"])}
-        res = runner.run_command(["sh", "-c", look], tree, 60, env=runner.run_env(pair, tree, phase),
+        res = procs.run_command(["sh", "-c", look], tree, 60, env=jobenv.run_env(pair, tree, phase),
                                  confine=sandbox.for_job(pair, str(tree), phase))
         assert res.ok, res.output
         return (res.output.replace(str(tree), "TREE").replace(str(other), "OTHER").replace(tree.name, "TREE")

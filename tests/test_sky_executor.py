@@ -17,7 +17,7 @@ import anyio
 import git as gitpython
 import pytest
 
-from autoresearch_mcp.core import decide, runner, sandbox
+from autoresearch_mcp.core import channel, decide, runner, sandbox
 from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -151,7 +151,7 @@ def test_an_experiment_runs_the_shared_runner_on_a_launched_worker(tmp_path: Pat
     assert final["worker"] == f"ar-{SESSION}-0" and final["cost_usd"] > 0
     assert fake.calls == [("launch", f"ar-{SESSION}-0")]
     log_text = (tmp_path / "logs" / "e1.log").read_text()
-    assert runner.RESULT_PREFIX in log_text and "[autoresearch] bench candidate" in log_text
+    assert channel.RESULT_PREFIX in log_text and "[autoresearch] bench candidate" in log_text
     assert next(e["status"] for e in events.by_exp["e1"] if e["event"] == "status") == "building"
 
 
@@ -214,11 +214,12 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     staging = tmp_path / "stage"
     sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[], secret="s3cret")
     names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
-    assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/cgroups.py", "exp-x1/changes.tar.gz",
-                     "exp-x1/decide.py",
-                     "exp-x1/deleted", "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py",
-                     "exp-x1/scripts", "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh",
-                     "exp-x1/secret"]
+    assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/builds.py", "exp-x1/cgroups.py",
+                     "exp-x1/changes.tar.gz", "exp-x1/channel.py", "exp-x1/decide.py", "exp-x1/deleted",
+                     "exp-x1/job.json", "exp-x1/jobenv.py", "exp-x1/machinelock.py", "exp-x1/metricparse.py",
+                     "exp-x1/procs.py", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
+                     "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh", "exp-x1/secret",
+                     "exp-x1/turns.py"]
     assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
     assert (staging / "exp-x1" / "runner.py").read_bytes() == Path(runner.__file__).read_bytes()
     # the session's scripts, bound over the trees on the worker; the secret, which run.sh deletes at once
@@ -396,7 +397,7 @@ def test_a_preempted_worker_loses_its_job_which_runs_again_once(tmp_path: Path, 
     assert [op for op, _ in fake.calls].count("launch") == 2
     first_vm, lost, second_vm = (tmp_path / "logs" / "e1.log").read_text().partition(f"worker ar-{SESSION}-0 lost:")
     assert lost and '"status": "running"' in first_vm  # the first VM's log survives its loss
-    assert runner.RESULT_PREFIX in second_vm
+    assert channel.RESULT_PREFIX in second_vm
 
 
 def test_a_cancel_while_a_lost_worker_is_replaced_ends_the_experiment(tmp_path: Path, pool: MakePool) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import decide, runner, sandbox
+from autoresearch_mcp.core import decide, procs, runner, sandbox, turns
 from autoresearch_mcp.measure import stats
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
@@ -121,15 +121,15 @@ def test_stopping_a_tree_stops_every_process_in_it_and_continuing_resumes_them(t
     proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
     try:
         time.sleep(0.3)
-        tree = runner._tree(proc.pid)
+        tree = turns._tree(proc.pid)
         assert len(tree) >= 3
-        assert runner.hold(proc.pid, stop=True)
-        assert all(runner._stopped(p) for p in runner._tree(proc.pid))
-        assert runner.hold(proc.pid, stop=False)
+        assert turns.hold(proc.pid, stop=True)
+        assert all(turns._stopped(p) for p in turns._tree(proc.pid))
+        assert turns.hold(proc.pid, stop=False)
         time.sleep(0.05)
-        assert not any(runner._stopped(p) for p in runner._tree(proc.pid))
+        assert not any(turns._stopped(p) for p in turns._tree(proc.pid))
     finally:
-        runner.kill_group(proc.pid, grace_s=0.5)
+        procs.kill_group(proc.pid, grace_s=0.5)
         proc.wait()
 
 
@@ -141,11 +141,11 @@ def test_a_tree_is_found_from_each_processs_parent_where_the_kernel_lists_no_chi
     proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
     try:
         time.sleep(0.3)
-        listed = sorted(runner._tree(proc.pid))
-        monkeypatch.setattr(runner, "_HAS_CHILDREN", False)
-        assert sorted(runner._tree(proc.pid)) == listed and len(listed) == 3
+        listed = sorted(turns._tree(proc.pid))
+        monkeypatch.setattr(turns, "_HAS_CHILDREN", False)
+        assert sorted(turns._tree(proc.pid)) == listed and len(listed) == 3
     finally:
-        runner.kill_group(proc.pid, grace_s=0.5)
+        procs.kill_group(proc.pid, grace_s=0.5)
         proc.wait()
 
 

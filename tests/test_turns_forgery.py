@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, runner, sandbox
+from autoresearch_mcp.core import decide, jobenv, procs, sandbox
 from autoresearch_mcp.core.config import config_path
 from conftest import script_repo
 from helpers import call, error, wait_final
@@ -108,7 +108,7 @@ async def test_a_build_that_fills_its_scratch_space_fails_saying_so(example_repo
 @needs_groups
 def test_a_confined_command_sees_no_name_of_its_group(tmp_path: Path) -> None:
     job = {"baseline_dir": str(tmp_path), "sandbox": {"mode": sandbox.CONFINED}}
-    res = runner.run_command(["cat", "/proc/self/cgroup"], tmp_path, 60, env=runner.run_env(job, tmp_path),
+    res = procs.run_command(["cat", "/proc/self/cgroup"], tmp_path, 60, env=jobenv.run_env(job, tmp_path),
                              confine=sandbox.for_job(job, str(tmp_path), "bench"))
     assert res.ok, res.output
     lines = res.output.split()
@@ -162,18 +162,18 @@ async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(t
 
 NO_GROUP = """import json, sys
 from pathlib import Path
-from autoresearch_mcp.core import runner, sandbox
+from autoresearch_mcp.core import jobenv, procs, sandbox, turns
 sandbox.lacking()
 sandbox._lacking[sandbox.BWRAP]["memory"] = "no cgroup here (the test's)"
-runner.become_subreaper()
+procs.become_subreaper()
 tree = Path(sys.argv[1])
 job = {"baseline_dir": str(tree), "sandbox": {"mode": sandbox.CONFINED}}
-side = runner.Prepared.of(job, str(tree), "bench")
+side = jobenv.Prepared.of(job, str(tree), "bench")
 burn = "python3 -c 'import time\\nt=time.process_time()\\nwhile time.process_time()-t<{}: pass'"
 # the work in a child nobody waits for, which says through a file when it is done
 argv = ["sh", "-c", "rm -f done; ( (" + burn.format(0.4) + "; touch done) & ); " + burn.format(0.1)
         + "; while [ ! -e done ]; do sleep 0.01; done"]
-results = runner.run_in_turns([(side, argv), (side, ["sh", "-c", burn.format(0.2)])], 60, sys.stderr)
+results = turns.run_in_turns([(side, argv), (side, ["sh", "-c", burn.format(0.2)])], 60, sys.stderr)
 print(json.dumps([r.cpu_s for r in results]))
 """
 

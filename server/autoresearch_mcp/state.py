@@ -15,7 +15,7 @@ import psutil
 
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
-from autoresearch_mcp.core import gitops, runner
+from autoresearch_mcp.core import gitops, procs
 from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
 from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.core.port import Executor
@@ -192,19 +192,19 @@ class AppState:
 
 
 def end_own_commands() -> int:
-    """Kill every command this process started through runner.run_command that still runs (each carries a
+    """Kill every command this process started through procs.run_command that still runs (each carries a
     marker naming this process: see run_command), with its whole process group; how many."""
     mark = f"cmd-{os.getpid()}-"
     ended = 0
     for child in psutil.Process().children(recursive=True):
         try:
-            marker = child.environ().get(runner.JOB_ENV, "")
+            marker = child.environ().get(procs.JOB_ENV, "")
         except psutil.Error:
             continue
         if marker.startswith(mark):
             with contextlib.suppress(psutil.Error, OSError):
-                runner.kill_group(child.pid, grace_s=0.5)  # each command leads its own group
-                runner.kill_marked(marker)
+                procs.kill_group(child.pid, grace_s=0.5)  # each command leads its own group
+                procs.kill_marked(marker)
                 ended += 1
     if ended:
         log.warning("ended %d command(s) still running at shutdown", ended)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import decide, gitops, runner, sandbox
+from autoresearch_mcp.core import decide, gitops, metricparse, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
@@ -264,7 +264,7 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
     warnings: list[str] = []
     runs: list[BenchRun] = []
     for i, res in enumerate(done.runs):
-        parsed = runner.parse_metrics(res.output)
+        parsed = metricparse.parse_metrics(res.output)
         if config.pairing == decide.TURNS and res.ok:  # judged as experiments judge them: on their CPU time
             share = res.wall_s / res.span_s if res.wall_s and res.span_s else None
             directions: dict[str, str] = {

@@ -13,7 +13,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from autoresearch_mcp.core.runner import run_command
+from autoresearch_mcp.core.procs import run_command
 from autoresearch_mcp.models import CounterReport
 
 EVENTS = ("task-clock", "cycles", "instructions", "cache-references", "cache-misses")

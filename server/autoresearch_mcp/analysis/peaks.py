@@ -22,7 +22,7 @@ from filelock import FileLock
 from pydantic import ValidationError
 
 from autoresearch_mcp.analysis import peak_probe
-from autoresearch_mcp.core.runner import run_command
+from autoresearch_mcp.core.procs import run_command
 from autoresearch_mcp.errors import ExternalError
 from autoresearch_mcp.models import PeakFigures
 

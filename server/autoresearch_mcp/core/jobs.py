@@ -25,7 +25,7 @@ FOCUS_ENV = "AUTORESEARCH_FOCUS"
 
 
 def environment(session_env: dict[str, str], platform: Platform, focus: Sequence[str] = ()) -> dict[str, str]:
-    """The one environment a job's build, bench and checks get beside the runner's (runner.run_env adds the
+    """The one environment a job's build, bench and checks get beside the runner's (jobenv.run_env adds the
     compiler cache, the threads and the baseline's tree): the session's (its settings, the recipe's model),
     then the platform's, then the focus an experiment names."""
     return {**session_env, **job_env(platform), **({FOCUS_ENV: ",".join(focus)} if focus else {})}

@@ -23,7 +23,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from autoresearch_mcp import progress
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import channel, procs
 from autoresearch_mcp.errors import StateError
 
 log = logging.getLogger(__name__)
@@ -145,10 +145,10 @@ EventSink = Callable[[str, Event], None]
 
 
 def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent | ProgressEvent | None:
-    """A progress event the runner printed (`runner.EVENT_PREFIX` line with the job's `secret`); None, with
+    """A progress event the runner printed (`channel.EVENT_PREFIX` line with the job's `secret`); None, with
     a warning, if it is not one. Final events never come from these lines: the result line and the
     executor give them."""
-    payload = runner.read_machine_line(line.rstrip("\n"), runner.EVENT_PREFIX, secret)
+    payload = channel.read_machine_line(line.rstrip("\n"), channel.EVENT_PREFIX, secret)
     if payload is None:
         log.warning("ignoring a runner event line without the job's secret: %r", line[:200])
         return None
@@ -259,9 +259,9 @@ class ValidationRun:
     (fewer when a run fails), wherever that ran: `where` names the machine in messages."""
 
     where: str
-    build: runner.CommandResult | None  # None when an existing build was reused
+    build: procs.CommandResult | None  # None when an existing build was reused
     build_s: float
-    runs: list[runner.CommandResult]
+    runs: list[procs.CommandResult]
     worker: str | None = None  # the cloud worker it ran on, as start_session reports it
     writes: list[str] | None = None  # what the bench runs wrote into the tree (None: not looked at)
     checks: dict[str, Any] | None = None  # the checks as they are (a checks trial or a head check)
@@ -270,10 +270,10 @@ class ValidationRun:
     shape: dict[str, Any] | None = None  # a run alone and one at half duty (runner.shape_trial)
 
 
-def _command(raw: dict[str, Any] | None, argv: list[str]) -> runner.CommandResult | None:
+def _command(raw: dict[str, Any] | None, argv: list[str]) -> procs.CommandResult | None:
     if raw is None:
         return None
-    res = runner.CommandResult(argv, raw["exit_code"], float(raw["duration_s"]), bool(raw["timed_out"]),
+    res = procs.CommandResult(argv, raw["exit_code"], float(raw["duration_s"]), bool(raw["timed_out"]),
                                str(raw["output"]))
     res.wall_s, res.span_s = raw.get("wall_s"), raw.get("span_s")  # in turns: its own turns, and its whole span
     return res

@@ -22,8 +22,13 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # imported by the server
-    from . import runner, sandbox
-else:  # run as a script on a worker, beside runner.py and sandbox.py
+    from . import builds, channel, jobenv, machinelock, procs, runner, sandbox
+else:  # run as a script on a worker, beside runner.py and its siblings
+    import builds  # type: ignore[no-redef,import-not-found]
+    import channel  # type: ignore[no-redef,import-not-found]
+    import jobenv  # type: ignore[no-redef,import-not-found]
+    import machinelock  # type: ignore[no-redef,import-not-found]
+    import procs  # type: ignore[no-redef,import-not-found]
     import runner  # type: ignore[no-redef,import-not-found]
     import sandbox  # type: ignore[no-redef,import-not-found]
 
@@ -164,8 +169,8 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
     rather than raising, so a worker can send it back in its result line.
     """
     data.parent.mkdir(parents=True, exist_ok=True)
-    with runner.file_lock(machine_lock):
-        rec = runner.run_command(
+    with machinelock.machine_turn(machine_lock):  # the machine's turn, as a bench's: a waiting experiment alternates
+        rec = procs.run_command(
             ["bash", "./autoresearch.sh", "bench"], tree, bench_timeout_s, env=env, log=log,
             stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S, confine=confine,
             outside=[perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--"])
@@ -177,7 +182,7 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
                 "refused": bool(PERMISSION_HINT.search(rec.output))}
     if not rec.timed_out and rec.exit_code != 0:  # perf record exits with the benchmark's status
         return {**out, "problem": "bench", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output"}
-    report = runner.run_command(
+    report = procs.run_command(
         [perf, "report", "-i", str(data), "--stdio", "--no-children", "--full-source-path", "-t", SEPARATOR,
          "-F", "overhead,sample,dso,sym,srcline"], tree, REPORT_TIMEOUT_S)
     summary = summarize(report.output, tree)
@@ -212,8 +217,8 @@ def run_job(job: dict[str, Any], log: Any) -> dict[str, Any]:
     tree = Path(job["tree"]).resolve()
     job = {**job, "baseline_dir": str(tree)}  # a profiled tree is its own baseline
     timeouts = job.get("timeouts") or {}
-    env = runner.run_env(job, tree)
-    built = runner.build_tree(str(tree), float(timeouts.get("build", 3600.0)), log, job.get("content") or None,
+    env = jobenv.run_env(job, tree)
+    built = builds.build_tree(str(tree), float(timeouts.get("build", 3600.0)), log, job.get("content") or None,
                               machine_lock=job.get("machine_lock"), env=env, confine=sandbox.for_job(job, str(tree)))
     if built.command is not None and not built.command.ok:
         return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
@@ -231,7 +236,7 @@ def main(argv: list[str]) -> int:
         result = run_job(job, sys.stderr)
     except Exception as exc:  # the result line must be printed whatever happened
         result = {"status": "failed", "problem": "runner", "detail": f"{type(exc).__name__}: {exc}"}
-    print(runner.machine_line(runner.RESULT_PREFIX, result, compact=True), flush=True)
+    print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
     return 0
 
 

@@ -49,7 +49,7 @@ PROBE_TIMEOUT_S = 20.0
 HOW_TO_FIX = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
               "bubblewrap`; `bash scripts/setup.sh` does it as root), or, to measure unconfined at your own risk, "
               "set \"sandbox\": \"off\" in .autoresearch/config.json (every result then says so)")
-JOB_MARK = "AUTORESEARCH_JOB"  # runner.JOB_ENV
+JOB_MARK = "AUTORESEARCH_JOB"  # procs.JOB_ENV
 NETWORK, CHECKOUT = "network", "checkout"
 # what a session may open up: `"sandbox": {"share": ["network"]}`; "checkout" leaves the user's checkout and
 # its git directory in sight (a benchmark that reads untracked files there; a build reads the git directory
@@ -458,7 +458,7 @@ def command(argv: list[str], c: Confinement | Launch, env: dict[str, str], into:
         return list(argv), env, []
     missing = lacking()
     fds = [] if "seccomp" in missing else [filter_fd()]
-    # The runner marks every process it starts (runner.JOB_ENV: the experiment's id in it) to find what
+    # The runner marks every process it starts (procs.JOB_ENV: the experiment's id in it) to find what
     # escapes a command; confined, nothing escapes the PID namespace, so bubblewrap carries the mark and the
     # job does not see it: no id that could tell one experiment, or one side, from another.
     args = [*prepared.options, *_tree_binds(c), "--unsetenv", JOB_MARK]

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import gitops, jobs, profiler, runner, sandbox
+from autoresearch_mcp.core import channel, gitops, jobs, procs, profiler, runner, sandbox
 from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, parse_event
 from autoresearch_mcp.core.worktrees import Worktrees
 
@@ -66,7 +66,7 @@ def _crashed(job: Job, sink: EventSink, exc: Exception) -> None:
 class _Running:
     def __init__(self, proc: subprocess.Popen[str], marker: str) -> None:
         self.proc = proc
-        self.marker = marker  # the runner.JOB_ENV value every process of this run carries
+        self.marker = marker  # the procs.JOB_ENV value every process of this run carries
         self.cancelled = False
 
 
@@ -121,7 +121,7 @@ class LocalExecutor(Executor):
             if isinstance(pid, int) and kill_session(pid, item.runtime.get("pid_started")):
                 log.warning("killed the leftover processes of experiment %s", item.experiment_id)
             marker = item.runtime.get("marker")
-            if isinstance(marker, str) and runner.kill_marked(marker):
+            if isinstance(marker, str) and procs.kill_marked(marker):
                 log.warning("killed processes experiment %s left outside its session", item.experiment_id)
         self.worktrees.sweep_unbuilt()
         with contextlib.suppress(gitops.GitError):
@@ -148,7 +148,7 @@ class LocalExecutor(Executor):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         kill_session(proc.pid)
-        runner.kill_marked(marker)
+        procs.kill_marked(marker)
 
     def _work(self, slot: int) -> None:
         while True:
@@ -219,7 +219,7 @@ class LocalExecutor(Executor):
             proc = subprocess.Popen(
                 [sys.executable, str(script), str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-                env={**os.environ, runner.JOB_ENV: marker},
+                env={**os.environ, procs.JOB_ENV: marker},
             )
             assert proc.stdin is not None
             with contextlib.suppress(BrokenPipeError):
@@ -279,7 +279,7 @@ class LocalExecutor(Executor):
 
     def _cleanup(self, marker: str, job_file: Path, base: Path, cand: Path, incremental: bool) -> None:
         # nothing the experiment started outlives it, even if the runner itself was killed
-        runner.kill_marked(marker)
+        procs.kill_marked(marker)
         job_file.unlink(missing_ok=True)
         # what cleaning up fails at is logged: the experiment's result is given, and stays its result
         for tree in (base, *(() if incremental else (cand,))):
@@ -293,12 +293,12 @@ class LocalExecutor(Executor):
         assert proc.stdout is not None
         outcome = None
         for line in proc.stdout:
-            if line.startswith(runner.EVENT_PREFIX):
+            if line.startswith(channel.EVENT_PREFIX):
                 event = parse_event(line, secret)
                 if event is not None:
                     sink(exp_id, event)
                     if measuring is not None and event.get("event") == "status" and event.get("status") == "running":
                         measuring.set()
-            elif line.startswith(runner.RESULT_PREFIX):
-                outcome = runner.parse_result_line(line, secret)
+            elif line.startswith(channel.RESULT_PREFIX):
+                outcome = channel.parse_result_line(line, secret)
         return outcome

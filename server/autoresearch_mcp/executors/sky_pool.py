@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import channel
 from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.port import (
     EventSink,
@@ -176,7 +176,7 @@ def machine_lines(text: str) -> list[str]:
     """The runner's event and result lines of a job log, whatever SkyPilot put before them."""
     out = []
     for line in text.splitlines():
-        for prefix in (runner.EVENT_PREFIX, runner.RESULT_PREFIX):
+        for prefix in (channel.EVENT_PREFIX, channel.RESULT_PREFIX):
             at = line.find(prefix)
             if at >= 0:
                 out.append(line[at:])
@@ -186,7 +186,7 @@ def machine_lines(text: str) -> list[str]:
 
 def _has_result(a: _Attempt) -> bool:
     """Whether the job's log as last fetched holds the runner's result line."""
-    return runner.RESULT_PREFIX in a.fetched and runner.parse_result_line(
+    return channel.RESULT_PREFIX in a.fetched and channel.parse_result_line(
         "\n".join(machine_lines(a.fetched)), a.secret) is not None
 
 
@@ -525,7 +525,7 @@ class SkyPool(Executor):
             return self._lost(a, gone)
         status = final.status if final else "?"
         # only a runner that finished gives a result, and only a line with its secret is the runner's
-        outcome = runner.parse_result_line("\n".join(machine_lines(text)), a.secret) if status == "SUCCEEDED" else None
+        outcome = channel.parse_result_line("\n".join(machine_lines(text)), a.secret) if status == "SUCCEEDED" else None
         if outcome is None:
             if status == "FAILED_SETUP":
                 self._replace(worker, "its setup failed")
@@ -742,7 +742,7 @@ class SkyPool(Executor):
         """Save the log so far and pass on the runner's events that were not passed on yet."""
         a.fetched = text
         self._write_log(a, text)
-        events = [ln for ln in machine_lines(text) if ln.startswith(runner.EVENT_PREFIX)]
+        events = [ln for ln in machine_lines(text) if ln.startswith(channel.EVENT_PREFIX)]
         exp_id = a.item.job.experiment_id
         for line in events[a.forwarded:]:
             event = parse_event(line, a.secret)

@@ -21,17 +21,32 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import cgroups, decide, gitops, jobs, profiler, runner, sandbox, worktrees
+from autoresearch_mcp.core import (
+    builds,
+    cgroups,
+    channel,
+    decide,
+    gitops,
+    jobenv,
+    jobs,
+    machinelock,
+    metricparse,
+    procs,
+    profiler,
+    runner,
+    sandbox,
+    turns,
+    worktrees,
+)
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.sky_meter import Pin
 
-RUNNER = Path(runner.__file__).resolve()
-DECIDE = Path(decide.__file__).resolve()
 PROFILER = Path(profiler.__file__).resolve()
-SANDBOX = Path(sandbox.__file__).resolve()
-CGROUPS = Path(cgroups.__file__).resolve()
+# The runner and its standard-library siblings: the same bytes a local job runs, shipped beside it.
+WORKER_FILES = tuple(Path(m.__file__).resolve() for m in (runner, builds, cgroups, channel, decide, jobenv, machinelock,
+                                                        metricparse, procs, sandbox, turns) if m.__file__)
 WORK = "~/autoresearch/work"
 MACHINE_LOCK = "machine.lock"  # under WORK: every job of the worker takes its turns there
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
@@ -192,10 +207,8 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
         raise StateError(f"could not archive {job.experiment_id}'s commits for the worker: "
                          f"{str(exc.stderr or exc).strip()[:400]}") from None
     (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
-    shutil.copyfile(RUNNER, inbox / "runner.py")
-    shutil.copyfile(DECIDE, inbox / "decide.py")  # the decision rule the runner applies, beside it
-    shutil.copyfile(SANDBOX, inbox / "sandbox.py")
-    shutil.copyfile(CGROUPS, inbox / "cgroups.py")
+    for source in WORKER_FILES:  # the runner, and beside it the decision rule it applies and its other rooms
+        shutil.copyfile(source, inbox / source.name)
     scripts = {}
     (inbox / "scripts").mkdir()
     for name in sandbox.SCRIPTS:

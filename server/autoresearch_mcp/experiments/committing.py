@@ -51,14 +51,14 @@ def revisit(manager: ExperimentManager, kept: ExperimentState) -> list[str]:
     (pi-autoresearch's revisiting of discards), with the call that re-applies it."""
     touched = set(kept.launch.changed_files)
     out = []
-    for other in manager.mine():
-        if other.experiment_id == kept.experiment_id or other.commit or other.verdict not in REVISITED \
-                or other.launch.source == "session":
+    for tried in manager.mine():
+        if tried.experiment_id == kept.experiment_id or tried.commit or tried.verdict not in REVISITED \
+                or tried.launch.source == "session":
             continue
-        shared = sorted(touched & set(other.launch.changed_files))
+        shared = sorted(touched & set(tried.launch.changed_files))
         if shared:
-            out.append(f"{other.experiment_id} ({other.title!r}, {other.verdict}) changes {', '.join(shared[:3])} "
-                       f"too: launch_experiment(source='experiment', experiment_id='{other.experiment_id}') "
+            out.append(f"{tried.experiment_id} ({tried.title!r}, {tried.verdict}) changes {', '.join(shared[:3])} "
+                       f"too: launch_experiment(source='experiment', experiment_id='{tried.experiment_id}') "
                        "measures it again on the new head")
     return out[:10]
 

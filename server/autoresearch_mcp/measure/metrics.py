@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from autoresearch_mcp.core import decide, runner
+from autoresearch_mcp.core import decide, metricparse
 from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.measure import legacy, stats, summary
@@ -53,7 +53,7 @@ def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         for name, value in list(values.items()):
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            why = runner.check_value(float(value)) if number else "is not a number"
+            why = metricparse.check_value(float(value)) if number else "is not a number"
             if why:
                 del values[name]
                 refused.append((name, f"{s.get('role')} run {s.get('pair')}: {name}={repr(value)[:40]} {why}"))

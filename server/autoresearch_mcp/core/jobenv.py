@@ -1,0 +1,75 @@
+"""What every command of a job runs with, prepared once per phase and tree: its environment (nothing in it
+tells a baseline from a candidate, nor a bench from a check) and its confinement. Standard library only
+(shipped beside the runner)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__:  # imported by the server
+    from . import procs, sandbox
+else:  # run as a script on a worker, beside runner.py
+    import procs  # type: ignore[no-redef,import-not-found]
+    import sandbox  # type: ignore[no-redef,import-not-found]
+
+
+BASELINE_ENV = "AUTORESEARCH_BASELINE_TREE"  # the checks' baseline tree (run_env)
+
+
+def run_env(job: dict[str, Any], tree: str | os.PathLike[str], phase: str = "build") -> dict[str, str]:
+    """The one environment of a job's `phase` commands (build, bench, checks) in `tree`: nothing in it tells a
+    baseline from a candidate, nor a bench from a check. The compiler cache's variables, the job's `env` (the
+    platform's, the recipe's model), its threads and, for the checks and the bench, the tree to compare with
+    (`BASELINE_ENV`, sandbox.compared_tree): the checks compare with the baseline's, and each side's bench sees
+    the other side's, so a program that is right only when the variable is set is right in its bench too."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTORESEARCH_ROLE", "AUTORESEARCH_RUN", BASELINE_ENV)}
+    env.update(compiler_cache_env(str(tree)))
+    env.update(job.get("env") or {})
+    env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
+    other = sandbox.compared_tree(job, str(tree), phase)
+    if other is not None:
+        env[BASELINE_ENV] = other
+    return env
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The commands of one phase of a job in one tree, prepared once for all their runs: their environment, and
+    their confinement with bubblewrap's command line (what must be fresh in each run, sandbox.command makes). A
+    bench turn then holds the machine's lock only to run them."""
+
+    tree: str
+    env: dict[str, str]
+    launch: sandbox.Launch
+
+    @classmethod
+    def of(cls, job: dict[str, Any], tree: str, phase: str) -> Prepared:
+        env = run_env(job, tree, phase)
+        return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase), env))
+
+    def run(self, argv: list[str], timeout_s: float, log: Any) -> procs.CommandResult:
+        return procs.run_command(argv, self.tree, timeout_s, env=self.env, log=log, confine=self.launch)
+
+
+def compiler_cache_env(tree: str) -> dict[str, str]:
+    """Settings that let builds in worktrees at different paths share one compiler cache.
+
+    CCACHE_BASEDIR makes paths inside the tree relative in the cache key and CCACHE_NOHASHDIR
+    leaves the working directory out of it, so the same file in another worktree is a hit; the
+    CMake launcher variables are read by CMake >= 3.17 when a build directory is configured, and
+    AUTORESEARCH_CCACHE lets a Makefile say `CC="$AUTORESEARCH_CCACHE cc"`. Empty without a cache.
+    """
+    import shutil
+
+    tool = shutil.which("ccache") or shutil.which("sccache")
+    if tool is None:
+        return {}
+    env = {"AUTORESEARCH_CCACHE": tool}
+    for lang in ("C", "CXX", "CUDA"):
+        env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = os.environ.get(f"CMAKE_{lang}_COMPILER_LAUNCHER", tool)
+    if Path(tool).name == "ccache":
+        env.update({"CCACHE_BASEDIR": str(Path(tree).resolve()), "CCACHE_NOHASHDIR": "1"})
+    return env

@@ -1,0 +1,172 @@
+"""Pairs in turns: both runs of a pair at once, each given the CPU in short turns of random length while the
+other is stopped (its cgroup frozen, or SIGSTOP to its tree). Standard library only (shipped beside the
+runner)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from typing import Any
+
+if __package__:  # imported by the server
+    from . import cgroups, decide, jobenv, procs
+else:  # run as a script on a worker, beside runner.py
+    import cgroups  # type: ignore[no-redef,import-not-found]
+    import decide  # type: ignore[no-redef,import-not-found]
+    import jobenv  # type: ignore[no-redef,import-not-found]
+    import procs  # type: ignore[no-redef,import-not-found]
+
+
+# the process groups of the commands running in turns, with their cgroups (thawed and killed on SIGTERM)
+running: dict[int, cgroups.Group | None] = {}
+
+
+_HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(c) for c in fh.read().split())
+    return out
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, from each one's parent in /proc/<pid>/stat (a kernel without
+    /proc/<pid>/task/<tid>/children)."""
+    below: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/stat") as fh:
+                below.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    return below
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children (or, where
+    the kernel has no such file, from every process's parent). A job's every process is below its command's
+    leader: confined, an orphan goes to the job's PID namespace's init."""
+    below = None if _HAS_CHILDREN else _parents()
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        out.append(p)
+        todo.extend(_children(p) if below is None else below.get(p, []))
+    return out
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped, gone or a zombie (it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("T", "t", "Z", "X")
+
+
+def hold(pid: int, stop: bool, rounds: int = 200) -> bool:
+    """Stop (SIGSTOP) or continue (SIGCONT) every process of `pid`'s tree; whether it is all stopped (or all
+    continued). Stopping walks the tree again until every process shows stopped: one may fork while it is
+    walked, and a stopped one cannot (a process in an uninterruptible wait stops when it leaves it)."""
+    for _ in range(rounds):
+        pending = False
+        for p in _tree(pid):
+            if stop and _stopped(p):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGSTOP if stop else signal.SIGCONT)
+            pending = stop
+        if not pending:
+            return True
+        time.sleep(0.0002)
+    return False
+
+
+_turn_rng = random.Random()  # turn lengths (seeded from the system: no rhythm a program could learn in advance)
+
+
+def _pause(s: procs.Started, stop: bool) -> bool:
+    """Stop (or continue) every process of a command running in turns: its group frozen where the machine gives
+    a freezer (no signal, nothing a process sees), else SIGSTOP to its tree; whether it all is."""
+    if s.group is not None and s.group.has("freeze"):
+        return s.group.freeze() if stop else s.group.thaw()
+    return hold(s.proc.pid, stop)
+
+
+def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float, log: Any,
+                 duty: float | None = None) -> list[procs.CommandResult]:
+    """Run the commands at once, each given the CPU in turns while the others are stopped (frozen), in the order
+    given; one that ends leaves the turns to the others. A burst of a neighbour's work then falls on every side
+    of the pair. Each turn's length is drawn at random around decide.TURN_MS, so no program can place its waits
+    at a turn's end. Each command's wall clock runs on while it is stopped, so what it prints must time CPU
+    (decide.in_turns); its result's `wall_s` is the wall time of its own turns and its `cpu_s` the CPU time of
+    its whole group, orphans included (where the machine gives a group). A stop that fails (a process forking
+    faster than it is stopped) makes every run of the pair unusable, saying so. `timeout_s` is each command's:
+    the turns end, and whatever still runs is killed, once they have run for the sum of them. With `duty`, a
+    command left alone keeps being stopped so that it runs that share of the time (the checks of a session in
+    turns, which must not tell a bench from a check; a calibration run at half duty)."""
+    started: list[procs.Started] = []
+    deadline = time.monotonic() + timeout_s * len(runs) / (duty or 1.0)
+    late: list[procs.Started] = []  # still running when the turns timed out
+    failed: str | None = None
+
+    def turn() -> float:
+        return decide.TURN_MS / 1000 * _turn_rng.uniform(0.5, 1.5)
+
+    def stop(s: procs.Started) -> None:
+        nonlocal failed
+        if not _pause(s, stop=True) and failed is None:
+            failed = ("a turn's stop failed: not every process of a side could be stopped in time (a process that "
+                      "forks faster than it is stopped?), so the pair's turns are not each side's own")
+    try:
+        for side, argv in runs:  # each starts at its first turn; the others are stopped by then
+            s = procs.Started.of(argv, side.tree, side.env, side.launch)
+            started.append(s)
+            running[s.proc.pid] = s.group
+            ended = s.reaped.wait(turn())
+            s.own_s += time.monotonic() - s.start
+            if not ended:
+                stop(s)
+        while failed is None:
+            alive = [s for s in started if not s.reaped.done.is_set()]
+            if not alive:
+                break
+            if time.monotonic() > deadline:
+                late = alive
+                break
+            for s in alive:
+                _pause(s, stop=False)
+                t = time.monotonic()
+                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 and not duty else turn())
+                s.own_s += time.monotonic() - t
+                if not ended:
+                    stop(s)
+                    if len(alive) == 1 and duty:
+                        time.sleep(turn() * (1 / duty - 1))  # the turns of a side that is not there
+                if failed is not None:
+                    break
+    finally:
+        for s in started:
+            _pause(s, stop=False)  # a stopped process would hold its SIGTERM until continued
+            s.end()
+            running.pop(s.proc.pid, None)
+    if procs.subreaping():
+        procs.reap_orphans()  # the jobs' PID namespace inits, reparented here
+    results = []
+    for s in started:
+        if failed is not None:
+            s.problem = s.problem or failed
+        res = s.result(s in late, timeout_s, log, s.group_cpu_s)
+        res.wall_s = None if s in late else round(s.own_s, 6)
+        res.span_s = s.reaped.wall_s
+        results.append(res)
+    return results
