@@ -253,7 +253,9 @@ async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, mod
     assert config["env"] == {"LLAMA_BENCH_FA": "1", "LLAMA_BENCH_PROMPT": "128", "LLAMA_BENCH_GEN": "128",
                              "LLAMA_AMX": "0"}
     # (the fake llama-bench records its arguments in its tree, so only the checks run read-only here)
-    assert res["settings"] == {"threads": str(config["threads"]), "read_only_runs": "checks", **config["env"]}
+    assert res["settings"] == {"threads": str(config["threads"]), "read_only_runs": "checks",
+                               "measure": res["settings"]["measure"], **config["env"]}
+    assert "bench" not in res["settings"]  # a recipe's bench is known to do fixed work: no shape runs
     used = next(Path(p) for p in (Path(config["repo"]).parent / "cache").rglob("bench-args.txt"))
     runs = bench_runs(used)
     # each run is two llama-bench processes: the prompt test (twice over), then the generation test, neither

@@ -155,7 +155,7 @@ async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(t
     assert -30 < won["metrics"]["t_ms"]["delta_pct"] < -10  # 20% less work: about -20% over each side's own turns
     # the figure as printed (its clock ran through the other side's turns) is kept, not judged
     assert "t_ms.wall" in won["metrics"] and won["metrics"]["t_ms.wall"].get("verdict") is None
-    assert flat["verdict"] in ("no_change", "inconclusive"), (flat["verdict"], flat["metrics"]["t_ms"])
+    assert flat["verdict"] != "improved", (flat["verdict"], flat["metrics"]["t_ms"])
 
 
 # --- without a cgroup (a laptop without cgroup delegation): each side's init, waited for by its pid -----------------
