@@ -24,7 +24,7 @@ V1 = {"memory": Path("/sys/fs/cgroup/memory"), "cpu": Path("/sys/fs/cgroup/cpuac
       "freeze": Path("/sys/fs/cgroup/freezer")}
 PREFIX = "autoresearch-"
 GRACE_S = 60.0  # a group this young may be one whose command has not joined it yet (never swept)
-FREEZE_WAIT_S = 2.0  # how long a freeze may take before it counts as failed
+FREEZE_WAIT_S = 0.5  # how long a freeze may take before it counts as failed (the turn then uses SIGSTOP)
 # Joins every folder named before `--` ($@), then runs what follows: the command's every process is in the group
 # from its first instruction (bubblewrap then makes its cgroup namespace there: the job sees "/").
 JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done; shift; exec "$@"'

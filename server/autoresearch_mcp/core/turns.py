@@ -94,12 +94,29 @@ def hold(pid: int, stop: bool, rounds: int = 200) -> bool:
 _turn_rng = random.Random()  # turn lengths (seeded from the system: no rhythm a program could learn in advance)
 
 
+_signalled: set[int] = set()  # the commands a turn stopped with SIGSTOP (a freeze that did not complete)
+_fallbacks = {"n": 0}  # turns stopped with SIGSTOP although the side has a freezer (said in the log)
+
+
 def _pause(s: procs.Started, stop: bool) -> bool:
     """Stop (or continue) every process of a command running in turns: its group frozen where the machine gives
-    a freezer (no signal, nothing a process sees), else SIGSTOP to its tree; whether it all is."""
+    a freezer (no signal, nothing a process sees), else SIGSTOP to its tree; whether it all is. A freeze that does
+    not complete in time (a process that stays in an uninterruptible wait, reading a model from disk) is undone
+    and the turn stops the tree with SIGSTOP instead."""
+    pid = s.proc.pid
+    if not stop:
+        thawed = s.group.thaw() if s.group is not None and s.group.has("freeze") else True
+        if pid in _signalled or s.group is None or not s.group.has("freeze"):
+            _signalled.discard(pid)
+            return hold(pid, False) and thawed
+        return thawed
     if s.group is not None and s.group.has("freeze"):
-        return s.group.freeze() if stop else s.group.thaw()
-    return hold(s.proc.pid, stop)
+        if s.group.freeze():
+            return True
+        s.group.thaw()
+        _fallbacks["n"] += 1
+    _signalled.add(pid)
+    return hold(pid, True)
 
 
 def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float, log: Any,
@@ -115,6 +132,7 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
     command left alone keeps being stopped so that it runs that share of the time (the checks of a session in
     turns, which must not tell a bench from a check; a calibration run at half duty)."""
     started: list[procs.Started] = []
+    fallbacks = _fallbacks["n"]
     deadline = time.monotonic() + timeout_s * len(runs) / (duty or 1.0)
     late: list[procs.Started] = []  # still running when the turns timed out
     failed: str | None = None
@@ -159,6 +177,9 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
             _pause(s, stop=False)  # a stopped process would hold its SIGTERM until continued
             s.end()
             running.pop(s.proc.pid, None)
+    if _fallbacks["n"] > fallbacks:
+        log.write(f"[autoresearch] {_fallbacks['n'] - fallbacks} turn(s) stopped a side with SIGSTOP: its freeze did "
+                  f"not complete within {cgroups.FREEZE_WAIT_S:g} s (a process in an uninterruptible wait)\n")
     if procs.subreaping():
         procs.reap_orphans()  # the jobs' PID namespace inits, reparented here
     results = []
