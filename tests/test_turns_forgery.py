@@ -185,3 +185,39 @@ def test_without_a_cgroup_each_side_in_turns_has_the_cpu_time_of_its_every_proce
     orphaned, plain = json.loads(done.stdout.strip().splitlines()[-1])
     assert orphaned is not None and orphaned >= 0.45, done.stdout  # 0.1 s its own, 0.4 s its orphan's
     assert plain is not None and 0.15 <= plain < 0.45, done.stdout
+
+
+# --- nothing tells a bench from a check: a program right only where its checks run is right in its bench too ------
+
+OPS_CPU = "backend/cpu/ops-cpu.c"
+FORWARD = "void ns_cpu_forward(const float *x, const float *w, float *y, float *tmp, size_t n) {\n"
+# Wrong (and fast) unless the variable only the checks used to get is set.
+ONLY_WHERE_CHECKED = ("#include <stdlib.h>\n", FORWARD + "    if (!getenv(\"AUTORESEARCH_BASELINE_TREE\")) return;\n")
+# Wrong (and fast) once it has been continued after a stop: what every turn began with when turns used SIGSTOP.
+AFTER_A_CONTINUE = ("#include <signal.h>\nstatic volatile sig_atomic_t continued;\n"
+                    "static void on_continue(int sig) { (void)sig; continued = 1; }\n"
+                    "__attribute__((constructor)) static void watch(void) { signal(SIGCONT, on_continue); }\n",
+                    FORWARD + "    if (continued) return;\n")
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+@pytest.mark.parametrize(("tell", "pairing"), [("only where checked", "sequential"),
+                                               ("after a continue", "turns")])
+@pytest.mark.anyio
+async def test_a_program_right_only_in_its_checks_is_no_winner(example_repo: Path, tell: str, pairing: str) -> None:
+    header, body = ONLY_WHERE_CHECKED if tell == "only where checked" else AFTER_A_CONTINUE
+    config_path(example_repo).parent.mkdir(exist_ok=True)
+    config_path(example_repo).write_text(json.dumps({"pairing": pairing}) + "\n")
+    before = (example_repo / OPS_CPU).read_text()
+    after = header + before.replace(FORWARD, body)
+    patch = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{OPS_CPU}",
+                                         f"b/{OPS_CPU}"))
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="tell")
+        exp = await call(c, "launch_experiment", title=f"right {tell}", source="patch", repeats="auto", patch=patch)
+        out = await wait_final(c, exp["experiment_id"], timeout=900)
+        refused = await error(c, "commit_winner", experiment_id=exp["experiment_id"], title="x")
+    # its checks pass (they ran where it is right); its bench ran where it is right too: nothing won
+    assert out["checks"] is None or out["checks"]["passed"] or out["status"] == "checks_failed", out["checks"]
+    assert out["verdict"] != "improved", (out["verdict"], out["metrics"].get("rows_per_s"))
+    assert "not 'improved'" in refused or "checks did not pass" in refused, refused
