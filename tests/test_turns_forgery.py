@@ -5,6 +5,7 @@ glued to another refused, and a job's scratch bounded (issue 45)."""
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, jobenv, procs, sandbox
+from autoresearch_mcp.core import decide, jobenv, procs, sandbox, turns
 from autoresearch_mcp.core.config import config_path
 from conftest import script_repo
 from helpers import call, error, wait_final
@@ -221,3 +222,46 @@ async def test_a_program_right_only_in_its_checks_is_no_winner(example_repo: Pat
     assert out["checks"] is None or out["checks"]["passed"] or out["status"] == "checks_failed", out["checks"]
     assert out["verdict"] != "improved", (out["verdict"], out["metrics"].get("rows_per_s"))
     assert "not 'improved'" in refused or "checks did not pass" in refused, refused
+
+
+# --- a process that re-forks all the time is stopped with the rest of its side --------------------------------
+
+# Each step forks and the parent exits, so the working process has a new pid at every step (a walk of the tree
+# never catches up with it); it notes the clock at each step and says through a file when it is done.
+REFORK = """import os, time
+end = time.monotonic() + 0.6  # (a forked process's CPU clock starts at 0: the chain keeps to the wall clock)
+f = open("stamps-a", "a")
+while True:
+    if os.fork():
+        os._exit(0)
+    f.write(f"{time.monotonic():.6f}\\n")
+    f.flush()
+    if time.monotonic() > end:
+        break
+open("done", "w").close()
+"""
+STEADY = """import time
+t = time.process_time()
+f = open("stamps-b", "w")
+while time.process_time() - t < 0.3:
+    f.write(f"{time.monotonic():.6f}\\n")
+"""
+
+
+@needs_groups
+def test_a_side_that_forks_all_the_time_runs_only_in_its_own_turns(tmp_path: Path) -> None:
+    job = {"baseline_dir": str(tmp_path), "sandbox": {"mode": sandbox.CONFINED}}
+    side = jobenv.Prepared.of(job, str(tmp_path), "bench")
+    (tmp_path / "refork.py").write_text(REFORK)
+    (tmp_path / "steady.py").write_text(STEADY)
+    refork = ["sh", "-c", "python3 refork.py; while [ ! -e done ]; do sleep 0.01; done"]
+    with (tmp_path / "log").open("w") as log:
+        results = turns.run_in_turns([(side, refork), (side, ["python3", "steady.py"])], 60, log)
+    assert all(r.ok for r in results), [r.output[-500:] for r in results]
+    a = [float(x) for x in (tmp_path / "stamps-a").read_text().split()]
+    b = [float(x) for x in (tmp_path / "stamps-b").read_text().split()]
+    assert len(a) > 100 and len(b) > 1000
+    merged = sorted([(t, 0) for t in a] + [(t, 1) for t in b])
+    passes = sum(1 for x, y in itertools.pairwise(merged) if x[1] != y[1])
+    # in turns of about 20 ms, about once a turn (0.3 s of CPU each); together they would pass at every step
+    assert passes <= 200, passes
