@@ -21,6 +21,7 @@ the llama.cpp recipe only, as the example's benchmark prints no CPU-time forms).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import multiprocessing
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,19 @@ def neighbour(stop: Any, seed: int = 7) -> None:
         while time.monotonic() < end:
             dst[:] = src
         time.sleep(rng.uniform(0.2, 1.0))
+
+
+@contextlib.contextmanager
+def beside(condition: str) -> Iterator[None]:
+    """Our memory-bound neighbour running (condition "neighbour"), or nothing ("quiet"), for the block."""
+    stop = multiprocessing.Event()
+    other = multiprocessing.Process(target=neighbour, args=(stop,), daemon=True) if condition == "neighbour" else None
+    if other is not None:
+        other.start()
+    try:
+        yield
+    finally:
+        stop_neighbour(stop, other)
 
 
 def stop_neighbour(stop: Any, other: Any) -> None:
@@ -187,15 +202,8 @@ def main() -> int:
                     root = Path(tmp)
                     os.environ["AUTORESEARCH_CACHE_DIR"] = str(root / "cache")
                     setup = make(root)
-                    stop = multiprocessing.Event()
-                    other = multiprocessing.Process(target=neighbour, args=(stop,), daemon=True) \
-                        if condition == "neighbour" else None
-                    if other is not None:
-                        other.start()
-                    try:
+                    with beside(condition):
                         rows = anyio.run(run_session, setup, k, pairs, f"noise{k}", pairing)
-                    finally:
-                        stop_neighbour(stop, other)
                 for row in rows:
                     spread = ", ".join(f"{n} {v}" for n, v in row["spread_pct"].items())
                     delta = ", ".join(f"{n} {v}" for n, v in row["delta_pct"].items())

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from autoresearch_mcp.app import build_server
-from bench_noise import load, neighbour, stop_neighbour
+from bench_noise import beside, load
 
 # Fixed work: 4000 items of COST rounds each; prints its wall-clock time only.
 C_WORK = r"""#include <stdio.h>
@@ -174,17 +173,10 @@ def main() -> int:
                 pairings = ["turns"] if kind == "balance" else args.pairings.split(",")
                 for pairing in pairings:
                     for win in wins:
-                        stop = multiprocessing.Event()
-                        other = multiprocessing.Process(target=neighbour, args=(stop,), daemon=True) \
-                            if condition == "neighbour" else None
-                        if other is not None:
-                            other.start()
-                        try:
-                            root = Path(tmp) / f"{condition}-{kind}-{pairing}-{win:g}"
-                            root.mkdir()
+                        root = Path(tmp) / f"{condition}-{kind}-{pairing}-{win:g}"
+                        root.mkdir()
+                        with beside(condition):
                             row = {"condition": condition, **anyio.run(one, root, kind, pairing, win)}
-                        finally:
-                            stop_neighbour(stop, other)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
     return 0

@@ -84,3 +84,18 @@ def script_repo(tmp_path: Path, bench: str, checks: str = "exit 0", build: str =
     (repo / "autoresearch.checks.sh").write_text(f"#!/usr/bin/env bash\n{checks}\n")
     (repo / "value.txt").write_text("100\n")
     return init_repo(repo)
+
+
+def slow_clock(rate: float) -> str:
+    """C that, linked into a program, makes its clock_gettime run at `rate` of the real clock (a forged timer)."""
+    return ("\n#include <sys/syscall.h>\n#include <time.h>\n#include <unistd.h>\n\n"
+            "int clock_gettime(clockid_t id, struct timespec *ts) {\n"
+            "    static double origin = -1.0;\n"
+            "    struct timespec real;\n"
+            "    long r = syscall(SYS_clock_gettime, id, &real);\n"
+            "    double t = real.tv_sec + real.tv_nsec * 1e-9;\n"
+            "    if (origin < 0) origin = t;\n"
+            f"    t = origin + (t - origin) * {rate};\n"
+            "    ts->tv_sec = (time_t)t;\n"
+            "    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);\n"
+            "    return (int)r;\n}\n")

@@ -298,14 +298,21 @@ def params_patch(line: int, new: str) -> str:
     return f"--- a/params.txt\n+++ b/params.txt\n@@ -{start + 1},{len(old)} +{start + 1},{len(old)} @@\n{body}"
 
 
+def params_repo(tmp_path: Path, more: dict[str, str] | None = None) -> Path:
+    """A repository whose score is the product of params.txt's lines (and `more` files beside it)."""
+    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
+                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
+    for name, text in {"params.txt": PARAMS, **(more or {})}.items():
+        (repo / name).write_text(text)
+        git(repo, "add", name)
+    git(repo, "commit", "-qm", "params")
+    return repo
+
+
 async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_the_moved_head(tmp_path: Path) -> None:
     # the score is the product of params.txt's lines: two wins on lines 3 and 6 of one file, each in the other's
     # context, so the second's patch no longer applies once the first is committed, and a three-way merge does
-    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
-                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
-    (repo / "params.txt").write_text(PARAMS)
-    git(repo, "add", "params.txt")
-    git(repo, "commit", "-qm", "params")
+    repo = params_repo(tmp_path)
     async with Client(build_server()) as c:
         await session(c, repo)
         first = await call(c, "launch_experiment", title="line 3", source="patch", repeats=30,
@@ -326,11 +333,7 @@ async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_t
 
 async def test_winners_kept_together_are_measured_once_and_committed_with_each_ones_evidence(
         tmp_path: Path) -> None:
-    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
-                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
-    (repo / "params.txt").write_text(PARAMS)
-    git(repo, "add", "params.txt")
-    git(repo, "commit", "-qm", "params")
+    repo = params_repo(tmp_path)
     async with Client(build_server()) as c:
         await session(c, repo)
         first = await call(c, "launch_experiment", title="line 3", hypothesis="a bigger third factor",
@@ -362,12 +365,7 @@ async def test_winners_kept_together_are_measured_once_and_committed_with_each_o
 
 
 async def test_a_commit_offers_again_the_discards_whose_files_it_changed(tmp_path: Path) -> None:
-    repo = script_repo(tmp_path, balanced_noise() + "awk -v n=$n '{p *= $1} BEGIN{p = 1} "
-                       "END{printf \"METRIC score=%.5f\\n\", p * n * 100}' params.txt")
-    (repo / "params.txt").write_text(PARAMS)
-    (repo / "notes.txt").write_text("notes\n")
-    git(repo, "add", "params.txt", "notes.txt")
-    git(repo, "commit", "-qm", "params")
+    repo = params_repo(tmp_path, {"notes.txt": "notes\n"})
     async with Client(build_server()) as c:
         await session(c, repo)
         win = await call(c, "launch_experiment", title="line 3", source="patch", repeats=30,

@@ -17,7 +17,7 @@ from mcp import Client
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide, sandbox
 from autoresearch_mcp.measure import stats
-from conftest import init_repo
+from conftest import init_repo, slow_clock
 from helpers import call, error, wait_final
 
 # Runs until 0.3 s have passed on its clock; each item is COST rounds of a hash; prints its rate and its items.
@@ -36,21 +36,7 @@ int main(void) {
 }
 """
 # Linked in by a candidate: the program's clock runs at 0.85 of the real one, so it runs longer and claims more.
-SLOW_CLOCK = """
-#include <sys/syscall.h>
-#include <unistd.h>
-int clock_gettime(clockid_t id, struct timespec *ts) {
-    static double origin = -1.0;
-    struct timespec real;
-    long r = syscall(SYS_clock_gettime, id, &real);
-    double t = real.tv_sec + real.tv_nsec * 1e-9;
-    if (origin < 0) origin = t;
-    t = origin + (t - origin) * 0.85;
-    ts->tv_sec = (time_t)t;
-    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
-    return (int)r;
-}
-"""
+SLOW_CLOCK = slow_clock(0.85)
 
 
 def fixed_time_repo(tmp_path: Path) -> Path:

@@ -23,7 +23,7 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide, sandbox
 from autoresearch_mcp.core.config import config_path
 from autoresearch_mcp.measure import stats
-from conftest import script_repo
+from conftest import script_repo, slow_clock
 from helpers import call, wait_final
 
 SERVER = Path(__file__).resolve().parents[1] / "server"
@@ -150,23 +150,7 @@ def test_samples_without_the_harness_measure_are_judged_as_before() -> None:
 
 # Linked into normsoft beside main.c, whose timer calls clock_gettime: the harness's own program then reads a
 # clock that runs at a quarter of the real one, and reports the rows four times faster.
-FAKE_CLOCK = """
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-int clock_gettime(clockid_t id, struct timespec *ts) {
-    static double origin = -1.0;
-    struct timespec real;
-    long r = syscall(SYS_clock_gettime, id, &real);
-    double t = real.tv_sec + real.tv_nsec * 1e-9;
-    if (origin < 0) origin = t;
-    t = origin + (t - origin) * 0.25;
-    ts->tv_sec = (time_t)t;
-    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
-    return (int)r;
-}
-"""
+FAKE_CLOCK = slow_clock(0.25)
 OPS_CPU = "backend/cpu/ops-cpu.c"
 
 
