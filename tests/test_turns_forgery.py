@@ -265,3 +265,13 @@ def test_a_side_that_forks_all_the_time_runs_only_in_its_own_turns(tmp_path: Pat
     passes = sum(1 for x, y in itertools.pairwise(merged) if x[1] != y[1])
     # in turns of about 20 ms, about once a turn (0.3 s of CPU each); together they would pass at every step
     assert passes <= 200, passes
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+@pytest.mark.anyio
+async def test_start_session_says_when_runs_are_too_short_to_measure_in_turns(tmp_path: Path) -> None:
+    repo = script_repo(tmp_path, "echo METRIC t_ms=1.5")
+    in_turns(repo)
+    async with Client(build_server()) as c:
+        started = await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="short")
+    assert any("poorly measured in turns" in w for w in started["warnings"]), started["warnings"]

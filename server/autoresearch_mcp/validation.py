@@ -46,6 +46,7 @@ class Validation:
 # A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
 FIXED_WORK_RATIO, FIXED_TIME_RATIO = 1.7, 1.45
 SHAPE_MIN_S = 0.1  # a run shorter than a few turns of half duty tells nothing of its shape
+SHORT_TURNS_S = 0.25  # in turns, a run shorter than this (about a dozen turns) is poorly measured
 
 
 def side_measure(config: SessionConfig) -> str:
@@ -311,6 +312,12 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
         missing = [r.index for r in runs if name not in r.parsed]
         if missing:
             warnings.append(f"metric {name!r} is missing in run(s) {missing}: it will make experiments invalid")
+    own = sorted(r.wall_s for r in done.runs if r.wall_s)
+    if config.pairing == decide.TURNS and own and own[len(own) // 2] < SHORT_TURNS_S:
+        warnings.append(
+            f"a bench run takes {own[len(own) // 2] * 1e3:.0f} ms of its own turns: a run of a few turns of about "
+            f"{decide.TURN_MS} ms is poorly measured in turns (its start and its end weigh as much as its work); "
+            f"make one run last at least {SHORT_TURNS_S:g} s (more iterations), or pair one after the other")
     return runs, done.build_s, warnings
 
 
