@@ -45,8 +45,9 @@ import tree_sitter
 
 from autoresearch_mcp.analysis import csyntax as cs
 from autoresearch_mcp.analysis.csources import SourceTree
+from autoresearch_mcp.analysis.passitems import Item
 from autoresearch_mcp.analysis.passpairs import pairs, suggestion
-from autoresearch_mcp.analysis.passscan import FunctionScan, Helpers, Item
+from autoresearch_mcp.analysis.passscan import FunctionScan, Helpers
 from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import FindPassesResult, PassFinding, PassSite, ProfileResult

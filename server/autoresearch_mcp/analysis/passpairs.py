@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from autoresearch_mcp.analysis.passscan import Extent, Item, continues
+from autoresearch_mcp.analysis.loopforms import continues
+from autoresearch_mcp.analysis.passitems import Extent, Item
 
 
 def _compatible(a: Item, b: Item) -> bool:

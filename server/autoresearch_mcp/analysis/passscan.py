@@ -2,24 +2,33 @@
 
 `FunctionScan` turns each block of a function into items in order: a pass (a loop nest that walks a
 buffer, a memcpy/memset, a std algorithm over a range, a call of a helper that walks its pointer
-arguments), a barrier, or plain code that defines scalars. Pointers are followed back to what they
-were set to, so one buffer has one identity however it is written. `Helpers` says what a called
-function does to its pointer parameters, computed from its definition wherever the source tree
-holds it (see `csources`).
+arguments), a barrier, or plain code that defines scalars (`passitems`). Pointers are followed back to
+what they were set to, so one buffer has one identity however it is written (`cnames`). `Helpers` says
+what a called function does to its pointer parameters, computed from its definition wherever the
+source tree holds it (see `csources`).
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 import re
-from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import tree_sitter
 
 from autoresearch_mcp.analysis import csyntax as cs
+from autoresearch_mcp.analysis.cnames import Names
 from autoresearch_mcp.analysis.csources import SourceTree
+from autoresearch_mcp.analysis.loopforms import (
+    bound,
+    breaks,
+    byte_count,
+    constant_trip,
+    leaves,
+    loop_extent,
+    loop_variables,
+)
+from autoresearch_mcp.analysis.passitems import Extent, Item, Walked, merge, record
 
 COPIES = {"memcpy", "memmove", "std::memcpy", "std::memmove", "__builtin_memcpy", "__builtin_memmove"}
 FILLS = {"memset", "std::memset", "__builtin_memset"}
@@ -28,16 +37,6 @@ IN_PLACE = re.compile(r"scale|mad|acc")
 # SIMD stores: x86 `_mm256_storeu_ps`, ggml `GGML_F32_VEC_STORE`, NEON `vst1q_f32`, SVE `svst1_f32`,
 # RISC-V `__riscv_vse32_v_f32m8`, POWER `vec_xst`, LoongArch `__lasx_xvst`: every pointer they take is written
 STORE = re.compile(r"(?i)store|(^|_)v?st1|^svst|^__riscv_vs|vec_xst|^__lasx?_x?vst")
-# element containers: a pass over `v` walks its elements (`std::vector<std::thread>` is not a buffer)
-CONTAINER = re.compile(r"^(std::)?(vector|valarray|span|array|deque|basic_string)<(const)?(unsigned|signed)?"
-                       r"(float|double|half|int|long|short|char|bool|u?int\d+_t|size_t|ggml_fp16_t|ggml_bf16_t|"
-                       r"ggml_float|_Float16|__fp16|__bf16|bfloat16|[A-Z]\w?)(,[^<>]*)?>$")
-ACCESSORS = {"data", "begin", "end", "cbegin", "cend"}
-# a local array of at least this many elements is a tile in memory (64x64 scores, a row), not registers
-# (`float acc[8]`, `GGML_F32_VEC sum[GGML_F32_ARR]`)
-TILE_MIN_ELEMENTS = 1024
-SCALAR_TYPE = re.compile(r"^(const|volatile|unsigned|signed)*(float|double|half|int|long|short|char|bool|u?int\d+_t|"
-                         r"size_t|ggml_fp16_t|ggml_bf16_t|ggml_float|_Float16|__fp16|__bf16)$")
 # <algorithm> / <numeric> calls as passes: name -> (mode of the first range, index of an output iterator)
 ALGORITHMS = {"fill": ("write", None), "fill_n": ("write", None), "generate": ("write", None),
               "generate_n": ("write", None), "iota": ("write", None), "copy": ("read", 2), "copy_n": ("read", 2),
@@ -45,45 +44,6 @@ ALGORITHMS = {"fill": ("write", None), "fill_n": ("write", None), "generate": ("
               "for_each_n": ("each", None), "accumulate": ("read", None), "reduce": ("read", None),
               "inner_product": ("read", None), "max_element": ("read", None), "min_element": ("read", None),
               "minmax_element": ("read", None)}
-
-
-Extent = tuple[str | None, str]  # (first index, bound), normalized; a None start is unknown
-
-
-@dataclass
-class Item:
-    """A statement of a block, in order: a pass, a barrier, or plain code that defines scalars."""
-
-    node: tree_sitter.Node
-    alts: tuple[tuple[int, int], ...]  # (conditional id, branch index) of each enclosing #if / if
-    what: str = ""
-    reads: dict[str, str] = field(default_factory=dict)  # canonical buffer -> name as written
-    writes: dict[str, str] = field(default_factory=dict)
-    extents: dict[str, Extent | None] = field(default_factory=dict)  # buffer -> range walked (None: unknown)
-    defines: set[str] = field(default_factory=set)
-    uses: set[str] = field(default_factory=set)
-    barrier: bool = False
-    reaches: float = math.inf  # no pass at or after this byte follows it (its branch returns before)
-    memos: frozenset[int] = frozenset()  # ids of the memo branches it lies in (see FunctionScan._memo)
-
-    @property
-    def is_pass(self) -> bool:
-        return bool(self.reads or self.writes)
-
-    def access(self, buf: str) -> str:
-        if buf in self.writes:
-            return "update" if buf in self.reads else "write"
-        return "read"
-
-
-@dataclass(frozen=True)
-class Walked:
-    """What a function does to one pointer parameter: read, write or update it element by element; `count`
-    is the index of the parameter that bounds the walk (`for (i = 0; i < n; i++) y[i]` with n a parameter),
-    so a call walks as many elements of its argument as its argument at `count` says."""
-
-    mode: str
-    count: int | None = None
 
 
 class Helpers:
@@ -138,7 +98,7 @@ def walked_parameters(scan: FunctionScan) -> dict[int, Walked]:
     names = cs.parameters(scan.fn)
     modes: dict[int, Walked] = {}
     for index, param in enumerate(names):
-        if param is None or scan.shapes.get(param) not in ("pointer", "array", "container"):
+        if param is None or scan.names.shapes.get(param) not in ("pointer", "array", "container"):
             continue
         reads = any(_of(key, param) for item in items for key in item.reads)
         writes = any(_of(key, param) for item in items for key in item.writes)
@@ -165,149 +125,12 @@ class FunctionScan:
         self.fn = fn
         self.index = index
         self.helpers = helpers
-        self.shapes: dict[str, str] = {}
-        # pointer -> (end of the statement that set it, the value it was set to), in document order
-        self.aliases: dict[str, list[tuple[int, tree_sitter.Node]]] = {}
+        self.names: Names = Names(fn, index, helpers.tree if helpers is not None else None,
+                                  outer.names if outer is not None else None)
         self._cond = 0
-        self.lambdas: dict[str, tree_sitter.Node] = {}  # local lambdas by name: helpers of this function
         self._lambda_modes: dict[str, dict[int, Walked]] = {}
         self._captured: dict[int, Item] = {}  # lambda node id -> what it walks of this function's buffers
         self._body_items: list[Item] | None = None
-        self._declarations()
-        if outer is not None:  # a lambda sees what it captures from the enclosing function
-            for name, shape in outer.shapes.items():
-                if name not in self.shapes:
-                    self.shapes[name] = shape
-                    if name in outer.aliases:
-                        self.aliases[name] = outer.aliases[name]
-
-    # --- symbols -----------------------------------------------------------------------------------
-
-    def _declarations(self) -> None:
-        for n in self.index.within(self.fn, ("parameter_declaration", "declaration")):
-            kind = re.sub(r"\s+", "", cs.text(n.child_by_field_name("type")))
-            for d in n.children_by_field_name("declarator"):
-                name, shape = cs.declarator_name(d)
-                if name is None:
-                    continue
-                if shape in ("array", "fixed_array") and n.type == "declaration":
-                    shape = "tile" if self._tile(kind, d) else "fixed_array"  # else registers, not a buffer
-                elif shape == "scalar" and CONTAINER.match(kind):
-                    shape = "container"
-                elif shape == "scalar" and kind == "auto":
-                    shape = "auto"  # a pointer when its initializer is one (`auto y = v.data()`)
-                self.shapes.setdefault(name, shape)
-                value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-                if value is not None and value.type == "lambda_expression":
-                    self.lambdas.setdefault(name, value)
-                elif value is not None and shape in ("pointer", "auto"):
-                    self.aliases.setdefault(name, []).append((d.end_byte, value))
-        for n in self.index.within(self.fn, ("assignment_expression",)):
-            left, value = n.child_by_field_name("left"), n.child_by_field_name("right")
-            if left is None or value is None or left.type != "identifier" or cs.operator(n) != "=":
-                continue
-            name = cs.text(left)
-            if self.shapes.get(name) in ("pointer", "auto") and name not in self.index.identifiers(value):
-                self.aliases.setdefault(name, []).append((n.end_byte, value))  # `p = p + 8` walks p: no alias
-        for defs in self.aliases.values():
-            defs.sort(key=lambda d: d[0])
-
-    def _tile(self, kind: str, declarator: tree_sitter.Node) -> bool:
-        """A local array of numbers held in memory: a size of at least TILE_MIN_ELEMENTS, as the constants of
-        the tree evaluate it (`float kq[Q_TILE*KV_TILE]`, `float t[64][64]`)."""
-        if not SCALAR_TYPE.match(kind):
-            return False  # vector registers (`__m256 acc[4]`), structs, pointers
-        elements = 1
-        for d in cs.walk(declarator):
-            if d.type != "array_declarator":
-                continue
-            size = d.child_by_field_name("size")
-            if size is None:
-                return False  # `float w[] = {...}`: a table of constants
-            count = self._constant(size)
-            if count is None:
-                return False  # unknown here (a template parameter, a macro of another build): left as registers
-            elements *= count
-        return elements >= TILE_MIN_ELEMENTS
-
-    def _constant(self, node: tree_sitter.Node) -> int | None:
-        return self.helpers.tree.constant(cs.text(node)) if self.helpers is not None else None
-
-    def _long_trip(self, loop: tree_sitter.Node, own: set[str]) -> bool:
-        """A loop of constant trip count that walks memory rather than register lanes: it indexes a local
-        tile with its variable (`for (i = 0; i < TILE; i++) kq[i] *= s`)."""
-        for n in self.index.within(loop, ("subscript_expression",), code=True):
-            base = cs.unwrap(n.child_by_field_name("argument") or n)
-            while base.type == "subscript_expression":
-                base = cs.unwrap(base.child_by_field_name("argument") or base)
-            index = cs.subscript_index(n)
-            if self.shapes.get(cs.text(base)) == "tile" and index is not None and self.index.identifiers(index) & own:
-                return True
-        return False
-
-    def _alias(self, name: str, at: int) -> tree_sitter.Node | None:
-        """What pointer `name` was last set to before byte `at` (in document order)."""
-        defs = self.aliases.get(name, [])
-        i = bisect.bisect_right(defs, at, key=lambda d: d[0])
-        return defs[i - 1][1] if i > 0 else None
-
-    def pointer(self, node: tree_sitter.Node, drop: frozenset[str] = frozenset(),
-                depth: int = 0) -> tuple[str, str, str] | None:
-        """(identity, name as written, base) of a pointer expression; None for a scalar or unknown.
-
-        The identity is the expression the pointer was made from, with local pointers replaced by
-        their initializers and casts removed, so `y` and `(float *)((char *) dst->data + i1*nb1)` are
-        one buffer, while `VKQ32` and `VKQ32 + DV` are two. Offsets that use a variable in `drop` (the
-        loop variables of a loop nest) are left out: the nest walks the whole buffer.
-        """
-        node = cs.unwrap(node)
-        t = node.type
-        if t == "identifier":
-            name = cs.text(node)
-            shape = self.shapes.get(name)
-            if shape in (None, "scalar", "fixed_array"):
-                return None
-            alias = self._alias(name, node.start_byte)
-            origin = self.pointer(alias, drop, depth + 1) if alias is not None and depth < 8 else None
-            if origin is not None:
-                return origin[0], name, origin[2]
-            return None if shape == "auto" else (name, name, name)
-        if t == "update_expression":  # *p++
-            arg = node.child_by_field_name("argument")
-            return self.pointer(arg, drop, depth) if arg is not None else None
-        if t == "call_expression":  # v.data(), v.begin(), std::begin(v)
-            fn, args = node.child_by_field_name("function"), cs.arguments(node)
-            if fn is not None and fn.type == "field_expression" and not args and \
-                    cs.text(fn.child_by_field_name("field")) in ACCESSORS:
-                obj = fn.child_by_field_name("argument")
-                return self.pointer(obj, drop, depth) if obj is not None else None
-            if len(args) == 1 and cs.callee(node).removeprefix("std::") in ACCESSORS:
-                return self.pointer(args[0], drop, depth)
-            return None
-        if t == "field_expression":
-            text = cs.squash(node)
-            return text, text, text
-        if t == "subscript_expression":  # &x[k], or a row of an array of pointers
-            base, index = node.child_by_field_name("argument"), cs.subscript_index(node)
-            found = self.pointer(base, drop, depth) if base is not None else None
-            if found is None or index is None or self.index.identifiers(index) & drop:
-                return found
-            return f"{found[0]}+{cs.squash(index).strip('[]')}", found[1], found[2]
-        if t == "pointer_expression":
-            arg = node.child_by_field_name("argument")
-            if cs.operator(node) == "&" and arg is not None and cs.unwrap(arg).type == "subscript_expression":
-                return self.pointer(arg, drop, depth)
-            return None
-        if t == "binary_expression" and cs.operator(node) in ("+", "-"):
-            ptr, offsets = None, []
-            for sign, term in cs.terms(node):
-                found = self.pointer(term, drop, depth) if ptr is None else None
-                if found is not None:
-                    ptr = found
-                elif not (self.index.identifiers(term) & drop):
-                    offsets.append(sign + cs.squash(term))
-            return (ptr[0] + "".join(offsets), ptr[1], ptr[2]) if ptr is not None else None
-        return None
 
     # --- items -------------------------------------------------------------------------------------
 
@@ -328,7 +151,7 @@ class FunctionScan:
         for i, branch in enumerate(branches):
             if branch is not None:
                 items = self._statement(branch, (*alts, (cond, i)))
-                if end is not None and _leaves(branch):
+                if end is not None and leaves(branch):
                     for item in items:
                         item.reaches = min(item.reaches, end)
                 if memo and i == 0:
@@ -455,7 +278,7 @@ class FunctionScan:
                 target = n.child_by_field_name("argument")
             if target is not None and target.type == "subscript_expression":
                 target = cs.unwrap(target.child_by_field_name("argument") or target)
-                if self.shapes.get(cs.text(target)) != "fixed_array":
+                if self.names.shapes.get(cs.text(target)) != "fixed_array":
                     continue
             if target is not None and target.type == "identifier":
                 names.add(cs.text(target))
@@ -470,18 +293,18 @@ class FunctionScan:
         if name in COPIES or name in FILLS:
             if len(args) < 3 or cs.unwrap(args[-1]).type in ("sizeof_expression", "number_literal"):
                 return None  # one element (memcpy(&eps, params, sizeof(float))): not a pass
-            dst = self.pointer(args[0], drop)
+            dst = self.names.pointer(args[0], drop)
             if dst is None:
                 return None
-            counted = _byte_count(args[2])
+            counted = byte_count(args[2])
             record(item, dst, "write", counted)
-            src = self.pointer(args[1], drop) if name in COPIES else None
+            src = self.names.pointer(args[1], drop) if name in COPIES else None
             if src is not None:
                 record(item, src, "read", counted)
             return item
         if name.startswith("std::") and name.split("::")[-1] in ALGORITHMS:
             return self._algorithm_pass(item, name.split("::")[-1], args, drop, ranged=name.startswith("std::ranges::"))
-        if name in self.lambdas or (self.helpers is not None and self.helpers.defined(name)):
+        if name in self.names.lambdas or (self.helpers is not None and self.helpers.defined(name)):
             return self._helper_pass(item, name, args, drop)
         if VECTOR_HELPER.match(name) and len(args) >= 2:
             return self._vector_convention(item, name, args, drop)
@@ -497,7 +320,7 @@ class FunctionScan:
         for i, arg in enumerate(args[1:], start=1):
             if self._reduced_into(arg, item):
                 continue
-            found = self.pointer(arg, drop)
+            found = self.names.pointer(arg, drop)
             if found is not None:
                 buffers.append((i, found))
         if not buffers:
@@ -517,7 +340,7 @@ class FunctionScan:
         a = cs.unwrap(arg)
         target = cs.unwrap(a.child_by_field_name("argument") or a) if a.type == "pointer_expression" else None
         if target is not None and cs.operator(a) == "&" and target.type == "identifier" and \
-                self.shapes.get(cs.text(target), "scalar") in ("scalar", "fixed_array"):
+                self.names.shapes.get(cs.text(target), "scalar") in ("scalar", "fixed_array"):
             item.defines.add(cs.text(target))
             return True
         return False
@@ -530,7 +353,7 @@ class FunctionScan:
         if len(args) < step:
             return None
         mode, out = ALGORITHMS[name]
-        first = self.pointer(args[0], drop)
+        first = self.names.pointer(args[0], drop)
         if first is None:
             return None
         if ranged:
@@ -548,7 +371,7 @@ class FunctionScan:
             at = step if name != "transform" or len(args) - step < 3 else step + 1
             inputs, outputs = args[step:at], args[at:at + 1]
         for arg, how in [*((a, "read") for a in inputs), *((a, "write") for a in outputs)]:
-            found = self.pointer(arg, drop)
+            found = self.names.pointer(arg, drop)
             if found is not None:
                 record(item, found, how, extent)
         return item
@@ -556,13 +379,13 @@ class FunctionScan:
     def _span(self, first: tuple[str, str, str], last: tree_sitter.Node, drop: frozenset[str]) -> Extent | None:
         """The extent of [first, last): `v.end()` is the whole of v, `y + n` is n elements from y."""
         last = cs.unwrap(last)
-        end = self.pointer(last, drop)
+        end = self.names.pointer(last, drop)
         if end is None:
             return None
         if end[0] == first[0]:
             return ("0", f"size({first[0]})") if last.type == "call_expression" else None
         terms = cs.terms(last)
-        rest = [(sign, t) for sign, t in terms if self.pointer(t, drop) is None]
+        rest = [(sign, t) for sign, t in terms if self.names.pointer(t, drop) is None]
         if len(rest) != len(terms) - 1:
             return None
         return ("0", "".join(sign + cs.squash(t) for sign, t in rest if cs.unwrap(t).type != "number_literal") or "0")
@@ -590,7 +413,7 @@ class FunctionScan:
         """A call of a function whose definition the tree holds (or a local lambda) that walks some of its
         pointer parameters: a pass over the arguments it gets there, over as many elements as the argument
         that bounds the helper's loop says."""
-        lam = self.lambdas.get(name)
+        lam = self.names.lambdas.get(name)
         if lam is not None:  # `auto body = [&](float * out) {...}; body(y);`
             if name not in self._lambda_modes:
                 self._lambda_modes[name] = {}  # a lambda that calls itself is not followed
@@ -599,7 +422,7 @@ class FunctionScan:
         else:
             modes = self.helpers.modes(name) if self.helpers is not None else {}
         for index, walked in modes.items():
-            found = self.pointer(args[index], drop) if index < len(args) else None
+            found = self.names.pointer(args[index], drop) if index < len(args) else None
             if found is not None:
                 count = args[walked.count] if walked.count is not None and walked.count < len(args) else None
                 known = count is not None and cs.unwrap(count).type != "number_literal"  # bound() drops literals
@@ -650,12 +473,12 @@ class FunctionScan:
                 continue
             own = loop_variables(n) | self._advanced(n)
             names |= own
-            if constant_trip(n, self.shapes) and not self._long_trip(n, own):
+            if constant_trip(n, self.names.shapes) and not self._long_trip(n, own):
                 lanes |= own
                 continue
             if self._searches(n, own):
                 continue
-            counted = _loop_extent(n)
+            counted = loop_extent(n)
             for var in own:
                 spans[var] = counted[1] if counted is not None and counted[0] == var else None
         loop_vars = frozenset(names)
@@ -668,7 +491,7 @@ class FunctionScan:
                 item.barrier = True
             call_item = self._call_pass(n, name, alts, loop_vars)
             if call_item is not None:
-                if self._varies(n, loop_vars):  # a call per row (`f(n, x + i*n)`, `row = x + i*n; f(n, row)`)
+                if self.names.varies(n, loop_vars):  # a call per row (`f(n, x + i*n)`, `row = x + i*n; f(n, row)`)
                     call_item.extents = dict.fromkeys(call_item.extents)  # walks more than one call's range
                 merge(item, call_item)
             elif spans:
@@ -679,7 +502,7 @@ class FunctionScan:
             for n in self.index.within(node, ("pointer_expression",), code=True):
                 arg = n.child_by_field_name("argument")
                 if cs.operator(n) == "*" and arg is not None and self.index.identifiers(arg) & loop_vars:
-                    found = self.pointer(arg, loop_vars)
+                    found = self.names.pointer(arg, loop_vars)
                     if found is not None:
                         record(item, found, _assignment_mode(n), walk.extent(self.index.identifiers(arg)))
         declared_inside = {
@@ -698,11 +521,24 @@ class FunctionScan:
         var = cs.declarator_name(element)[0] if element is not None else None
         right = loop.child_by_field_name("right")
         r = cs.unwrap(right) if right is not None else None
-        if r is not None and r.type == "identifier" and self.shapes.get(cs.text(r)) in ("container", "auto"):
-            found = self.pointer(r)
+        if r is not None and r.type == "identifier" and self.names.shapes.get(cs.text(r)) in ("container", "auto"):
+            found = self.names.pointer(r)
             if found is not None:
                 record(item, found, self._element_mode(loop), ("0", f"size({found[0]})"))
         return {var} if var else set()
+
+    def _long_trip(self, loop: tree_sitter.Node, own: set[str]) -> bool:
+        """A loop of constant trip count that walks memory rather than register lanes: it indexes a local
+        tile with its variable (`for (i = 0; i < TILE; i++) kq[i] *= s`)."""
+        for n in self.index.within(loop, ("subscript_expression",), code=True):
+            base = cs.unwrap(n.child_by_field_name("argument") or n)
+            while base.type == "subscript_expression":
+                base = cs.unwrap(base.child_by_field_name("argument") or base)
+            index = cs.subscript_index(n)
+            tile = self.names.shapes.get(cs.text(base)) == "tile"
+            if tile and index is not None and self.index.identifiers(index) & own:
+                return True
+        return False
 
     def _searches(self, loop: tree_sitter.Node, own: set[str]) -> bool:
         """`while (*p && *p != ']') p++`, `i < n && x[i] < 0`: the loop stops where the data says, a search
@@ -725,7 +561,7 @@ class FunctionScan:
             if target is None or target.type != "identifier":
                 continue
             name = cs.text(target)
-            if self.shapes.get(name) not in ("pointer", "auto"):
+            if self.names.shapes.get(name) not in ("pointer", "auto"):
                 continue
             value = n.child_by_field_name("right")
             if n.type == "update_expression" or cs.operator(n) in ("+=", "-=") or (
@@ -748,10 +584,10 @@ class FunctionScan:
         in_index = self.index.identifiers(index) & walk.vars
         if not in_index and name not in walk.vars:
             return
-        if name is not None and self.shapes.get(name) in ("scalar", "fixed_array"):
+        if name is not None and self.names.shapes.get(name) in ("scalar", "fixed_array"):
             return
-        found = self.pointer(base, walk.vars)
-        if found is None and name is not None and name not in self.shapes:
+        found = self.names.pointer(base, walk.vars)
+        if found is None and name is not None and name not in self.names.shapes:
             found = (name, name, name)  # an array declared outside the function
         if found is not None:
             # `y[n + i]` walks another row than `y[i]`: the loop-invariant terms of the index are part of the
@@ -761,20 +597,6 @@ class FunctionScan:
                               and not (self.index.identifiers(term) & walk.vars) and term.type != "number_literal")
             moved = {name} if name in walk.vars else set()
             record(item, (found[0] + offsets, found[1], found[2]), _assignment_mode(n), walk.extent(in_index | moved))
-
-    def _varies(self, node: tree_sitter.Node, names: frozenset[str], depth: int = 0) -> bool:
-        """Whether an expression changes with `names` (a loop's variables), also through the pointers it uses
-        (`kq_row`, set to `KQ + tq*KV` inside the loop over tq)."""
-        used = self.index.identifiers(node)
-        if used & names:
-            return True
-        if depth >= 4:
-            return False
-        for name in used:
-            alias = self._alias(name, node.start_byte)
-            if alias is not None and self._varies(alias, names, depth + 1):
-                return True
-        return False
 
     def _pointer_args(self, call: tree_sitter.Node, name: str, walk: _Walk, item: Item) -> None:
         """`LOAD(x + i)` / `STORE(y + i, v)` / `svst1_f32(pg, y + i, v)`: pointer arithmetic on a loop variable
@@ -787,7 +609,7 @@ class FunctionScan:
             used = self.index.identifiers(a) & walk.vars
             if not used or (a.type == "pointer_expression" and cs.operator(a) != "&") or _element_arithmetic(a):
                 continue
-            found = self.pointer(a, walk.vars)
+            found = self.names.pointer(a, walk.vars)
             if found is not None:
                 record(item, found, "write" if store else "read", walk.extent(used))
 
@@ -826,7 +648,6 @@ class _Walk:
         register lane or a second loop in the index, `y[i + j*EPR]`, it is more than that loop's bound)."""
         return self.spans.get(next(iter(used))) if len(used) == 1 else None
 
-
 def _element_arithmetic(expr: tree_sitter.Node) -> bool:
     """`x[i] - max` is arithmetic on an element, not a pointer into x (as `x + i` is)."""
     return expr.type == "binary_expression" and any(
@@ -847,81 +668,6 @@ def _outer_name(label: str) -> str:
     return label.split(" (", 1)[1].rstrip(")") if " (" in label else label
 
 
-def record(item: Item, found: tuple[str, str, str], mode: str, extent: Extent | None = None) -> None:
-    identity, name, base = found
-    label = name if name == base else f"{name} ({base})"
-    if mode in ("write", "update"):
-        item.writes.setdefault(identity, label)
-    if mode in ("read", "update"):
-        item.reads.setdefault(identity, label)
-    extend(item, identity, extent)
-
-
-def extend(item: Item, identity: str, extent: Extent | None) -> None:
-    """One item walking a buffer over two different ranges: its extent is unknown."""
-    if identity in item.extents and item.extents[identity] != extent:
-        item.extents[identity] = None
-    else:
-        item.extents[identity] = extent
-
-
-def bound(node: tree_sitter.Node) -> str:
-    """A loop bound or element count as compared between passes: casts, parentheses, whitespace and literal
-    terms dropped (`n - 1` is `n`: the same row), `v.size()` and `std::size(v)` as size(v)."""
-    node = cs.unwrap(node)
-    if node.type == "call_expression":
-        fn, args = node.child_by_field_name("function"), cs.arguments(node)
-        if fn is not None and fn.type == "field_expression" and cs.text(fn.child_by_field_name("field")) == "size":
-            return f"size({cs.squash(fn.child_by_field_name('argument') or fn)})"
-        if cs.callee(node) in ("std::size", "size") and len(args) == 1:
-            return f"size({cs.squash(args[0])})"
-    return "".join(sign + cs.squash(t) for sign, t in cs.terms(node) if cs.unwrap(t).type != "number_literal") or "0"
-
-
-def _byte_count(size: tree_sitter.Node) -> Extent | None:
-    """`n * sizeof(float)` is n elements; a count of bytes alone (`nb1`) cannot be compared with a loop's."""
-    size = cs.unwrap(size)
-    if size.type == "binary_expression" and cs.operator(size) == "*":
-        left, right = size.child_by_field_name("left"), size.child_by_field_name("right")
-        for a, b in ((left, right), (right, left)):
-            if a is not None and b is not None and cs.unwrap(a).type == "sizeof_expression":
-                return ("0", bound(b))
-    return None
-
-
-def _loop_extent(loop: tree_sitter.Node) -> tuple[str, Extent] | None:
-    """(variable, (start, bound)) of a counted for loop: `for (int i = s; i < n; ...)`."""
-    cond = loop.child_by_field_name("condition")
-    if loop.type != "for_statement" or cond is None or cond.type != "binary_expression":
-        return None
-    left, right, op = cond.child_by_field_name("left"), cond.child_by_field_name("right"), cs.operator(cond)
-    if left is None or right is None:
-        return None
-    if op in (">", ">="):
-        left, right = right, left
-    elif op not in ("<", "<=", "!="):
-        return None
-    if cs.unwrap(left).type != "identifier":
-        return None
-    var, start = cs.text(cs.unwrap(left)), None
-    for n in loop.children_by_field_name("initializer"):
-        for m in cs.walk(n):
-            if m.type == "init_declarator" and cs.declarator_name(m.child_by_field_name("declarator"))[0] == var:
-                start = m.child_by_field_name("value")
-            elif m.type == "assignment_expression" and cs.text(m.child_by_field_name("left")) == var:
-                start = m.child_by_field_name("right")
-    return var, (bound(start) if start is not None else None, bound(right))
-
-
-def merge(into: Item, other: Item) -> None:
-    for k, v in other.reads.items():
-        into.reads.setdefault(k, v)
-    for k, v in other.writes.items():
-        into.writes.setdefault(k, v)
-    for k, e in other.extents.items():
-        extend(into, k, e)
-    into.defines |= other.defines
-
 
 def _assignment_mode(n: tree_sitter.Node) -> str:
     """How an lvalue-capable expression is used: written, updated (+=, ++) or read."""
@@ -937,120 +683,12 @@ def _assignment_mode(n: tree_sitter.Node) -> str:
     return "read"
 
 
-def loop_variables(loop: tree_sitter.Node) -> set[str]:
-    if loop.type == "for_statement":
-        names: set[str] = set()
-        for part in ("initializer", "update"):
-            for node in loop.children_by_field_name(part):
-                for n in cs.walk(node):
-                    if n.type == "init_declarator":
-                        name, _ = cs.declarator_name(n.child_by_field_name("declarator"))
-                        if name:
-                            names.add(name)
-                    elif n.type in ("assignment_expression", "update_expression"):
-                        target = n.child_by_field_name("left") or n.child_by_field_name("argument")
-                        if target is not None and target.type == "identifier":
-                            names.add(cs.text(target))
-        return names
-    if loop.type in ("while_statement", "do_statement"):
-        cond = loop.child_by_field_name("condition")
-        body = loop.child_by_field_name("body")
-        if cond is None or body is None:
-            return set()
-        updated = {
-            cs.text(t) for part in (body, cond) for n in cs.walk(part)
-            if n.type in ("update_expression", "assignment_expression")
-            for t in [n.child_by_field_name("argument") or n.child_by_field_name("left")]
-            if t is not None and t.type == "identifier"}
-        return updated & cs.identifiers(cond)
-    return set()
-
-
-def continues(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
-    """Whether loop `second` finishes the range of loop `first` instead of walking it again: a SIMD
-    body and its scalar tail, `for (; i < n; ++i)` or `for (int i = np; i < n; ++i)` after `i < np`, also
-    when the tail runs once per register lane (`for (k = 0; k < UNROLL; ++k) for (i = np; i < n; ++i)`), and
-    a loop from the rounded-down end (`for (i = n - n % 4; i < n; ...)`) after whatever did the blocks."""
-    if second.type != "for_statement":
-        return False
-    if _rounded_tail(second):
-        return True
-    if first.type not in cs.LOOPS:
-        return False
-    if loop_variables(first) & loop_variables(second):
-        init = second.child_by_field_name("initializer")
-        if init is None:
-            return True
-        cond = first.child_by_field_name("condition")
-        bound = cond.child_by_field_name("right") if cond is not None and cond.type == "binary_expression" else None
-        starts = [n.child_by_field_name("value") or n.child_by_field_name("right")
-                  for n in cs.walk(init) if n.type in ("init_declarator", "assignment_expression")]
-        if bound is not None and any(v is not None and cs.squash(v) == cs.squash(bound) for v in starts):
-            return True
-    if constant_trip(second):
-        body = second.child_by_field_name("body")
-        inner = [c for c in body.named_children if c.type != "comment"] if body is not None and \
-            body.type == "compound_statement" else [body]
-        return len(inner) == 1 and inner[0] is not None and continues(first, inner[0])
-    return False
-
-
-def _rounded_tail(loop: tree_sitter.Node) -> bool:
-    """`for (i = n - n % 4; i < n; i++)`, `for (i = n & ~7; i < n; i++)`: the rest after blocks of 4 or 8."""
-    found = _loop_extent(loop)
-    if found is None:
-        return False
-    cond = loop.child_by_field_name("condition")
-    bound = cond.child_by_field_name("right") if cond is not None else None
-    start = next((n.child_by_field_name("value") or n.child_by_field_name("right")
-                  for part in loop.children_by_field_name("initializer") for n in cs.walk(part)
-                  if n.type in ("init_declarator", "assignment_expression")), None)
-    if bound is None or start is None:
-        return False
-    b, s = re.escape(cs.squash(bound)), cs.squash(cs.unwrap(start))
-    return bool(re.fullmatch(rf"\(?{b}\)?-\(?\(?{b}\)?%\w+\)?|\(?{b}\)?&~\(?[\w-]+\)?", s))
-
-
-def constant_trip(loop: tree_sitter.Node, variables: Collection[str] = ()) -> bool:
-    """`for (j = 0; j < GGML_F32_ARR; j++)`: a bound fixed at compile time (registers, not memory). An
-    upper-case name among the function's own `variables` (llm.c's `int C` channels) is not a constant."""
-    cond = loop.child_by_field_name("condition")
-    if loop.type != "for_statement" or cond is None or cond.type != "binary_expression":
-        return False
-    right = cs.unwrap(cond.child_by_field_name("right") or cond)
-    return right.type in ("number_literal", "sizeof_expression") or (
-        right.type == "identifier" and bool(cs.CONSTANT_NAME.match(cs.text(right))) and cs.text(right) not in variables)
-
-
 def _ending(items: list[Item], statements: list[tree_sitter.Node], end: int) -> list[Item]:
     """`items` made of `statements`; when the last statement returns (or jumps to the next iteration), no
     pass at or after byte `end` follows them. A `break` is left alone: in a switch it only ends a case."""
     last = [s for s in statements if s.type != "comment"]
-    if last and _leaves(last[-1]) and not _breaks(last[-1]):
+    if last and leaves(last[-1]) and not breaks(last[-1]):
         for item in items:
             item.reaches = min(item.reaches, end)
     return items
-
-
-def _breaks(node: tree_sitter.Node) -> bool:
-    while node.type == "compound_statement":
-        body = [c for c in node.named_children if c.type != "comment"]
-        if not body:
-            return False
-        node = body[-1]
-    return node.type == "break_statement"
-
-
-def _leaves(branch: tree_sitter.Node) -> bool:
-    """Whether a branch ends by leaving the block: `return`, `break`, `continue`, `GGML_ABORT(...)`."""
-    last = branch
-    while last.type in ("compound_statement", "else_clause"):
-        body = [c for c in last.named_children if c.type != "comment"]
-        if not body:
-            return False
-        last = body[-1]
-    if last.type in ("return_statement", "break_statement", "continue_statement", "goto_statement"):
-        return True
-    call = last.named_children[0] if last.type == "expression_statement" and last.named_children else None
-    return call is not None and call.type == "call_expression" and cs.callee(call) in ("GGML_ABORT", "abort", "exit")
 
