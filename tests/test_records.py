@@ -5,6 +5,7 @@ migration is a plain function of one record, and what this code cannot read is s
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,11 +16,21 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
+from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.config import SessionConfig, gate_changes
 from autoresearch_mcp.core.ledger import Ledger, apply, fold
-from autoresearch_mcp.core.records import SCHEMA_VERSION, TYPES, StatusRecord, migrate, parse
+from autoresearch_mcp.core.records import (
+    SCHEMA_VERSION,
+    TYPES,
+    Analysis,
+    ResultRecord,
+    StatusRecord,
+    migrate,
+    parse,
+)
 from autoresearch_mcp.executors import skypilot
 from autoresearch_mcp.executors.sky_pool import SkyPool
+from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import write_report
 from conftest import git
 from helpers import call
@@ -135,6 +146,27 @@ def test_every_record_of_the_format_0_ledger_reads_into_its_model() -> None:
     for raw, record in zip(lines, records, strict=True):
         assert {k: v for k, v in record.line().items() if k != "schema_version"} == {
             k: v for k, v in migrate(raw).items() if k != "schema_version"}, raw["type"]  # nothing lost
+
+
+def test_every_field_of_an_analysis_is_declared_and_written_back_as_it_came() -> None:
+    spec = decide.Spec("tg_tps", "higher", 0.01, ["tg_tps", "pp_tps"], {}, ["RMS_NORM"], "lower", 0.02,
+                       {"tg_tps": 2.0, "pp_tps": 1.5}, 2.0, guard_ceiling_pct=5.0, adaptive_equivalence=True)
+    rng = random.Random(3)
+    samples = []
+    for n in range(40):  # a focus 15% faster, the end-to-end metrics unchanged: claims on every guard
+        for position, role in enumerate(("baseline", "candidate") if n % 2 else ("candidate", "baseline")):
+            op = 0.85 if role == "candidate" else 1.0
+            samples.append({"pair": n, "role": role, "position": position, "metrics": {
+                "focus.RMS_NORM": round(100 * op * rng.gauss(1, 0.02), 3),
+                "control.ROPE": round(100 * rng.gauss(1, 0.02), 3),
+                "tg_tps": round(100 * rng.gauss(1, 0.01), 3), "pp_tps": round(100 * rng.gauss(1, 0.01), 3)}})
+    raw = metrics.analyze({"status": "done", "samples": samples}, spec, stats.make_design("auto"))
+    analysis = Analysis.model_validate(raw)
+    assert analysis.model_extra == {} and all(m.model_extra == {} for m in analysis.metrics.values())
+    assert analysis.claims and analysis.layout_pct is not None and analysis.metrics["tg_tps"].claim
+    # the ledger line holds the keys analyze wrote, no more (a guard's claim fields only where it has a claim)
+    written = ResultRecord(experiment_id="e", status="done", analysis=analysis).line()["analysis"]
+    assert written == json.loads(json.dumps(raw))
 
 
 def test_a_field_a_record_does_not_carry_leaves_the_folded_value() -> None:

@@ -8,9 +8,10 @@ format had a version are version 0. A record of a type this code does not know, 
 or that does not fit its model is skipped with a warning, never fatal: an older server reading a
 newer ledger keeps what it understands.
 
-The runner's outcome (its result line: samples, checks, build, host...) and the manager's analysis
-(per-metric comparisons, verdict) are typed where the server reads them; their other fields are
-kept as they came (`extra="allow"`): the runner (core/runner.py) stays standard library only.
+The runner's outcome (its result line: samples, checks, build, host...) is typed where the server reads it,
+its other fields kept as they came (`extra="allow"`): the runner (core/runner.py) stays standard library
+only. The manager's analysis (per-metric comparisons, verdict) is typed in full; a field a later version adds
+is kept the same way.
 """
 
 from __future__ import annotations
@@ -106,6 +107,20 @@ class Comparison(_Open):
     role: str | None = None
     tolerance_pct: float | None = None
     judgement: str | None = None
+    ci_level: float | None = None  # the confidence of [ci_low_pct, ci_high_pct] (absent: a design before it)
+    mean_pct: float | None = None  # the average run's change, with its interval
+    mean_low_pct: float | None = None
+    mean_high_pct: float | None = None
+    tail_pct: float | None = None  # the worst runs' change
+    equivalence_pct: float | None = None  # no_change: no change beyond +-this
+    note: str | None = None  # why noisy, or why a metric whose typical run improved is not improved
+    measure: str | None = None  # how the metric was measured (core/decide.py `measure_of`)
+    # a guard's (or a session total objective's) claim (measure/metrics.py `claim_fields`): the worst change its
+    # one-sided bounds leave (+ is better), the margin it was judged against, their level, and the claim in a line
+    bound_pct: float | None = None
+    margin_pct: float | None = None
+    claim_level: float | None = None
+    claim: str | None = None
 
 
 class Analysis(_Open):
@@ -120,6 +135,9 @@ class Analysis(_Open):
     won: list[str] = Field(default_factory=list)
     blocking: list[str] = Field(default_factory=list)
     primary: Comparison | None = None  # a measured platform's: its primary metric's comparison
+    claims: list[str] = Field(default_factory=list)  # what was shown, each at its level
+    disagreement: str | None = None  # a focus and the end-to-end objectives that tell different stories
+    layout_pct: float | None = None  # focus: the most the untouched controls moved, %
 
     def metric(self, name: str) -> Comparison | None:
         return self.metrics.get(name)

@@ -82,11 +82,11 @@ def _refuse_uncommittable(manager: ExperimentManager, exp: ExperimentState, head
     if verdict != "improved" and blocked:
         raise RefusedError(f"experiment {experiment_id} is {verdict!r}: {blocked}")
     if verdict != "improved":
-        why = exp.metric(readouts.lead_metric(exp)).model_extra or {}
+        note = exp.metric(readouts.lead_metric(exp)).note
         raise RefusedError(
             f"experiment {experiment_id} is {exp.status} with verdict {verdict!r}, not 'improved': only a "
             "significant improvement beyond the minimum effect is committed"
-            + (f" ({why['note']})" if why.get("note") else "")
+            + (f" ({note})" if note else "")
             + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
                if verdict in designs.REMEASURE and not designs.not_continuable(exp) else ""))
     if not (exp.checks and exp.checks.passed):
@@ -142,7 +142,7 @@ def _blocked_reason(exp: ExperimentState) -> str | None:
     parts = []
     for name in blocking:
         m = exp.metric(name)
-        claim = (m.model_extra or {}).get("claim")
+        claim = m.claim
         if m.role is None:  # the harness's own measure, which vetoed the change (decide.waiting)
             parts.append(f"the runs' own wall time ({name}, taken by the harness) regressed: {readouts.figure(m)}, "
                          "time no CPU-time metric counts (a sleep, I/O, a lock)")
@@ -164,15 +164,15 @@ def _holdout(manager: ExperimentManager, exp: ExperimentState) -> holdout.Holdou
     c = manager.config
     if c.holdout is None:
         return None
-    if manager.worktrees is None:
-        raise StateError("the holdout needs local worktrees; restart the session with start_session")
+    if manager.here is None:
+        raise StateError("the holdout needs this machine's executor; restart the session with start_session")
     launch = exp.launch
     directions: dict[str, str] = {name: g.direction for name, g in c.guards.items()}
     # the holdout only looks for a regression, which its fixed pairs can show from the design's first look
     design = stats.make_design("auto", alpha=c.alpha, min_effect=c.min_effect,
                                noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
     outcome = holdout.run(
-        c.holdout, JobMaker(manager.repo, c, manager.env), manager.worktrees, launch.base_commit,
+        c.holdout, JobMaker(manager.repo, c, manager.env), manager.here, launch.base_commit,
         launch.candidate_commit, (gitops.tree_of(manager.repo, launch.base_commit), launch.candidate_tree), directions,
         design)
     manager.append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,

@@ -69,7 +69,7 @@ def fetch(manager: ExperimentManager, experiment_id: str, tail_lines: int, wait_
         stop_reason=outcome.stop_reason, durations_s=outcome.durations,
         build=outcome.build, host=outcome.host, noise_cv=_significant(exp.analysis.noise_cv, 4),
         noise_note=noise_note, focus=list(exp.launch.focus), claims=claims(exp),
-        layout_pct=(exp.analysis.model_extra or {}).get("layout_pct"),
+        layout_pct=exp.analysis.layout_pct,
         error=outcome.error or exp.status_detail, cost_usd=figures.experiment_cost(exp),
         warnings=_drift_warnings(manager, exp) + figures.unconfined_warning([exp]) + _disagreement(exp),
         next_step=_next_step(manager, exp),
@@ -169,7 +169,7 @@ def _summary(manager: ExperimentManager, exp: ExperimentState) -> ExperimentSumm
         experiment_id=exp.experiment_id, title=exp.title, status=exp.status,
         verdict=exp.verdict, delta_pct=primary.delta_pct,
         ci_low_pct=primary.ci_low_pct, ci_high_pct=primary.ci_high_pct,
-        ci_level=(primary.model_extra or {}).get("ci_level"), n_pairs=primary.n_pairs,
+        ci_level=primary.ci_level, n_pairs=primary.n_pairs,
         sources=list(exp.launch.sources),
         kept=exp.commit is not None, commit=exp.commit.commit if exp.commit else None,
         cost_usd=figures.experiment_cost(exp), focus=list(exp.launch.focus),
@@ -192,7 +192,7 @@ def session_claim(manager: ExperimentManager) -> str:
 
 def claims(exp: ExperimentState) -> list[str]:
     """What an experiment showed, each claim at its level (measure/metrics.py `analyze`)."""
-    return [str(c) for c in (exp.analysis.model_extra or {}).get("claims") or []]
+    return list(exp.analysis.claims)
 
 
 def lead_metric(exp: ExperimentState) -> str:
@@ -264,9 +264,8 @@ def figure(m: Comparison | ComparisonResult | dict[str, Any]) -> str:
     c = m if isinstance(m, Comparison | ComparisonResult) else Comparison.model_validate(m)
     if c.delta_pct is None or c.ci_low_pct is None or c.ci_high_pct is None:
         return "no interval"
-    level = c.ci_level if isinstance(c, ComparisonResult) else (c.model_extra or {}).get("ci_level")
     return (f"{c.delta_pct:+.2f}% [{c.ci_low_pct:+.2f}%, {c.ci_high_pct:+.2f}%]"
-            + (f" ({float(level):.0%} CI)" if level else ""))
+            + (f" ({c.ci_level:.0%} CI)" if c.ci_level else ""))
 
 
 TAIL_BYTES = 32 * 1024
@@ -295,5 +294,5 @@ def _tail(path: Path, lines: int) -> str:
 
 def _disagreement(exp: ExperimentState) -> list[str]:
     """A focus and the end-to-end objectives that tell different stories (decide.focus_disagreement)."""
-    said = (exp.analysis.model_extra or {}).get("disagreement")
-    return [said] if isinstance(said, str) and said else []
+    said = exp.analysis.disagreement
+    return [said] if said else []
