@@ -28,7 +28,6 @@ from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.core.records import ProfileRecord
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.experiments import readouts
 from autoresearch_mcp.models import HotFunction, ProfileResult
 from autoresearch_mcp.session import Session
 
@@ -85,8 +84,8 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
         head = gitops.branch_commit(repo, config.branch)
         target = _Target("baseline", head, head)
     else:
-        fetched = readouts.fetch(session.manager, experiment_id, 0)
-        target = _Target(experiment_id, fetched.base_commit, fetched.candidate_commit)
+        launch = session.manager.get(experiment_id).launch
+        target = _Target(experiment_id, launch.base_commit, launch.candidate_commit)
     root = Path(repo.working_dir)
     profile_id = uuid.uuid4().hex[:10]
     safefs.ensure_dir(root, profiles_dir(root))  # the server's files are never written through a link
