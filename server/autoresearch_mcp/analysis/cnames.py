@@ -1,8 +1,4 @@
-"""The names a C function declares and which buffer a pointer expression is.
-
-`Names` gives each declared name a shape (scalar, pointer, register array, tile, container, auto) and follows
-each pointer back to what it was set to, so one buffer has one identity however it is written.
-"""
+"""The names a C function declares, their shapes, and which buffer a pointer expression is."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""C loops and branches as syntax: a loop's variables, bound and counted range, a constant trip, a tail that
-finishes another loop's range, and a branch that leaves its block."""
+"""C loops and branches as syntax: variables, bounds, counted ranges, constant trips, tails, branches that leave."""
 
 from __future__ import annotations
 
