@@ -36,16 +36,8 @@ from typing import Literal
 
 from autoresearch_mcp import limits
 from autoresearch_mcp.analysis.backends import BackendRoot, BuildReference, built_from, resolve, shared_headers
-from autoresearch_mcp.analysis.inventory import (
-    Evidence,
-    Extractor,
-    Inventory,
-    Scan,
-    detect_families,
-    fusion_helpers,
-    index_text,
-    scan_file,
-)
+from autoresearch_mcp.analysis.codescan import Evidence, Scan, index_text, scan_file
+from autoresearch_mcp.analysis.inventory import Extractor, Inventory, detect_families, fusion_helpers
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import (
     BackendGap,

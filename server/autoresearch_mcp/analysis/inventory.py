@@ -1,6 +1,6 @@
 """What one backend's source implements: ops, fusions, SIMD/ISA families and kernel functions.
 
-Everything is read from code with comments and string literals blanked (line numbers kept), so a
+Everything is read from code with comments and string literals blanked (`codescan`), so a
 commented-out fusion or an op name in a log message never counts. The op enum's naming family
 (`GGML_OP_`, `GGML_UNARY_OP_`, `OP_`, `OpType::`...) is detected from the case labels of all
 backends, not hard-coded.
@@ -8,138 +8,57 @@ backends, not hard-coded.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from autoresearch_mcp.analysis.backends import BackendRoot, SourceFile
+from autoresearch_mcp.analysis.backends import BackendRoot
+from autoresearch_mcp.analysis.brackets import callee_around, matching, opener, split_top, statement
+from autoresearch_mcp.analysis.codescan import CASE, Evidence, Scan, glued
 
-_STRIP = re.compile(
-    r'R"(?P<d>[^()\\\s"]{0,16})\(.*?\)(?P=d)"'  # C++ raw string
-    r"|/\*.*?\*/"
-    r"|//[^\n]*"
-    r'|"(?:\\.|[^"\\\n])*"'
-    r"|'(?:\\.|[^'\\\n])*'"
-    r"|\\\n",  # line continuation: keep the newline, drop the backslash
-    re.DOTALL,
-)
-_CASE = re.compile(r"case\s+([A-Za-z_]\w*(?:::\w+)*)\s*:(?!:)")
 _OP_SEGMENTS = frozenset({"OP", "OPS", "OPCODE", "OPTYPE", "OPERATION", "OPERATOR"})
 _SCOPED_OP = re.compile(r"^(\w*(?:op|Op|OP)(?:code|Code|type|Type|eration|erator|s)?)::\w+$")
 _NOT_OPS = frozenset({"COUNT", "NONE", "MAX", "FIRST", "LAST", "END", "NUM", "N", "INVALID", "UNKNOWN",
                       "BEGIN", "Count", "None", "Max", "kCount", "kNone"})
-# a function definition starts a line: return type words, then the name and an open parenthesis
-_FUNC = re.compile(
-    r"^[ \t]*(?:template\s*<[^>{};]*>\s*)?(?:[A-Za-z_][\w:<>,*&]*[ \t*&]+){1,6}([A-Za-z_]\w*)\s*\(",
-    re.MULTILINE,
-)
-_NOT_FUNC_NAMES = frozenset({"if", "for", "while", "switch", "return", "sizeof", "else", "do", "case",
-                             "defined", "decltype", "static_assert", "new", "delete", "catch", "goto",
-                             "throw", "co_return", "using", "typedef"})
-_DEF_TAIL = re.compile(r"\)\s*(?:const|override|final|noexcept|volatile|->\s*[\w:<>*&\s]+?|\s)*\{\Z")
 _GPU_KERNEL = re.compile(
     r"(?:__global__|kernel\s+void|@compute[^\n]*\n?\s*(?:@\w+\([^)]*\)\s*)*fn)"
     r"(?:\s+(?:__launch_bounds__\([^)]*\)|static|inline|void))*\s+([A-Za-z_]\w*)\s*[(<]"
 )
 _SHADER_SUFFIXES = (".comp", ".glsl", ".hlsl")
-_LIST = re.compile(r"\{\s*((?:[A-Za-z_][\w:]*(?:->\w+)?\s*,\s*)+[A-Za-z_][\w:]*(?:->\w+)?)\s*,?\s*\}")
-_SUBLIST = re.compile(r"\s*,\s*\{\s*([A-Za-z_][\w:]*(?:\s*,\s*[A-Za-z_][\w:]*)*)\s*,?\s*\}")
-_LIST_NAME = re.compile(r"(?:#\s*define\s+|\b)([A-Za-z_]\w*)\s*(?:\[[^\]\n]*\]\s*)?=?\s*$")
+# the pieces the patterns below share: an identifier; a name that may be scoped (`GGML_OP_ADD`, `OpType::Add`);
+# an op as a list or an assignment names it (`GGML_OP_ADD`, `node->op`)
+_NAME = r"[A-Za-z_]\w*"
+_SCOPED = r"[A-Za-z_][\w:]*"
+_OP_REF = _SCOPED + r"(?:->\w+)?"
+_LIST = re.compile(r"\{\s*((?:" + _OP_REF + r"\s*,\s*)+" + _OP_REF + r")\s*,?\s*\}")
+_SUBLIST = re.compile(r"\s*,\s*\{\s*(" + _SCOPED + r"(?:\s*,\s*" + _SCOPED + r")*)\s*,?\s*\}")
+_LIST_NAME = re.compile(r"(?:#\s*define\s+|\b)(" + _NAME + r")\s*(?:\[[^\]\n]*\]\s*)?=?\s*$")
 # `ops.insert(ops.end(), { A, B })`: a list handed to a method of a named container
-_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*\w+\s*\((?:[^;{}()]|\([^;{}()]*\))*\Z")
+_RECEIVER = re.compile(r"\b(" + _NAME + r")\s*(?:\.|->)\s*\w+\s*\((?:[^;{}()]|\([^;{}()]*\))*\Z")
 # `ops[1] = B;`, and `ops[i] = A;` (a loop filling the array with one op)
-_ELEM = re.compile(r"\[\s*(\d+|[A-Za-z_]\w*)\s*\]\s*=\s*([A-Za-z_][\w:]*(?:->\w+)?)\s*;")
+_ELEM = re.compile(r"\[\s*(\d+|" + _NAME + r")\s*\]\s*=\s*(" + _OP_REF + r")\s*;")
 # std::fill(ops, ops + 8, A), std::fill_n(ops, n, A) (no leading \b: a literal start is scanned for fast)
-_FILL = re.compile(r"fill(?:_n)?\s*\(\s*([A-Za-z_]\w*)[^;{}]*,\s*([A-Za-z_][\w:]*(?:->op)?)\s*\)\s*;")
+_FILL = re.compile(r"fill(?:_n)?\s*\(\s*(" + _NAME + r")[^;{}]*,\s*(" + _SCOPED + r"(?:->op)?)\s*\)\s*;")
 # `x = A;`, `x = flag ? A : B;`: the ops a variable may hold
 _ASSIGNED = r"\s*=(?!=)\s*([^;{}]*);"
 _ALTERNATIVES = re.compile(r"(?<!:):(?!:)")
 # `node->op == A`, `nodes[i + 1]->op == B`, `node.op() == C`: an op test (the `->` or `.` before is checked
 # after: a literal start is scanned for fast), and the node it tests
-_OP_TEST = re.compile(r"op\b\s*(?:\(\s*\))?\s*==\s*([A-Za-z_][\w:]*)")
-_SUBJECT = re.compile(r"[A-Za-z_]\w*(?:\s*(?:->|\.)\s*[A-Za-z_]\w*|\s*\[[^\[\]\n]*\])*\s*(?:->|\.)\Z")
+_OP_TEST = re.compile(r"op\b\s*(?:\(\s*\))?\s*==\s*(" + _SCOPED + ")")
+_SUBJECT = re.compile(_NAME + r"(?:\s*(?:->|\.)\s*" + _NAME + r"|\s*\[[^\[\]\n]*\])*\s*(?:->|\.)\Z")
 _CONTROL = re.compile(r"\b(?:if|while|for|else|do)\s*\Z")  # a block opened by these keeps its guard's tests
-_ELEM_NAME = re.compile(r"([A-Za-z_]\w*)\s*\Z")
+_ELEM_NAME = re.compile("(" + _NAME + r")\s*\Z")
 _FUSION_STRING = re.compile(r"\b\w*fus\w*\s*(?:=|\()\s*\"([A-Za-z][A-Za-z0-9_]*)\"", re.IGNORECASE)
 _SUPPORTS_FN = re.compile(r"(?i)supports?_?op|op_?supported|is_?supported_?op")
-_REJECT = re.compile(r"((?:\bcase\s+[A-Za-z_][\w:]*\s*:\s*)+)\{?\s*return\s+false\s*;")
-_CASE_ONLY = re.compile(r"case\s+[A-Za-z_]\w*(?:::\w+)*\s*:\s*")
+_REJECT = re.compile(r"((?:\bcase\s+" + _SCOPED + r"\s*:\s*)+)\{?\s*return\s+false\s*;")
+_CASE_ONLY = re.compile(r"case\s+" + _NAME + r"(?:::\w+)*\s*:\s*")
 _DEFAULT = re.compile(r"\bdefault\s*:\s*\{?\s*return\s+(true|false)\s*;")
 _STMT_START = re.compile(r"[;{}][^;{}]*$")
 # `for (ggml_op op : { A, B })`: the list is iterated, each op on its own, not matched as a chain
 _RANGE_FOR = re.compile(r"\bfor\s*\([^;{}]*[^:]:\s*$")
-_WORD = re.compile(r"[A-Za-z_]\w*")
+_WORD = re.compile(_NAME)
 _ENUM = re.compile(r"enum\s+(class\s+|struct\s+)?(\w*)\s*(?::\s*[\w: ]+)?\{([^{}]*)\}")
-
-# SIMD / ISA families and GPU matrix features, by intrinsic, type or feature macro. Each regex
-# starts with a literal shared by all its branches, so the engine skips ahead fast (an alternation
-# of different first letters is ten times slower); a match glued to a longer identifier
-# (`ggml_vk_mm_...` is not the SSE prefix `_mm_`) is dropped.
-ISA_PATTERNS: dict[str, tuple[str, ...]] = {
-    "AVX-512": (r"_mm512_\w+", r"__m512\w*|__AVX512\w*"),
-    "AVX2": (r"_mm256_\w+", r"__m256\w*|__AVX2__"),
-    "AVX-VNNI": (r"__AVXVNNI__|_mm(?:256|512)_dpbusd\w*",),
-    "F16C/FMA": (r"__F16C__|__FMA__", r"_mm(?:256|512)?_(?:cvtph_ps|fmadd_ps)"),
-    "SSE": (r"_mm_\w+", r"__m128\w*|__SSE\w*"),
-    "AMX": (r"__AMX_\w+", r"_tile_(?:loadd|stored|dp\w+|zero|release|loadconfig)\w*"),
-    "NEON": (r"__ARM_NEON\w*", r"float(?:16|32|64)x\d+(?:x[234])?_t\b", r"int(?:8|16|32|64)x\d+(?:x[234])?_t\b",
-             r"uint(?:8|16|32|64)x\d+(?:x[234])?_t\b"),
-    "ARM dotprod/i8mm": (r"__ARM_FEATURE_(?:DOTPROD|MATMUL_INT8)", r"vdotq_\w+", r"vmmlaq_\w+"),
-    "SVE": (r"__ARM_FEATURE_SVE\w*", r"sv(?:ld1|st1|dup|add|mul|mla|dot|whilelt|ptrue|cnt|float|int|uint)\w*"),
-    "SME": (r"__ARM_FEATURE_SME\w*",),
-    "RVV": (r"__riscv_v\w*", r"vfloat\d+mf?\d+_t\b", r"vint\d+mf?\d+_t\b", r"vuint\d+mf?\d+_t\b"),
-    "POWER VSX": (r"__(?:POWER\d+_VECTOR|VSX)__", r"vec_xl\b"),
-    "WASM SIMD": (r"__wasm_simd128__", r"wasm_[fiu]\d+x\d+_\w+", r"v128_t\b"),
-    "LoongArch LSX/LASX": (r"__loongarch_a?sx|__lasx_\w+|__lsx_\w+",),
-    "s390x VXE": (r"__VXE2?__",),
-    "tensor-core MMA": (r"wmma::\w+", r"mma\.sync\w*", r"__builtin_amdgcn_mfma\w*"),
-    "Metal simdgroup matrix": (r"simdgroup_(?:(?:float|half|bfloat)\d*x\d+|multiply_accumulate)",),
-    "cooperative matrix": (r"GL_(?:KHR_cooperative_matrix|NV_cooperative_matrix2)", r"coopmat\w*"),
-    "subgroups": (r"GL_KHR_shader_subgroup\w*", r"subgroup(?:Add|Max|Min|Shuffle|Broadcast|Ballot)\w*",
-                  r"sub_group_\w+"),
-}
-_ISA = [(name, [re.compile(p) for p in patterns]) for name, patterns in ISA_PATTERNS.items()]
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """A place in a source file; the snippet is read only for the evidence that is shown."""
-
-    source: SourceFile
-    line: int
-
-    @property
-    def file(self) -> str:
-        return self.source.path
-
-    @property
-    def snippet(self) -> str:
-        return self.source.snippet(self.line)
-
-
-@dataclass
-class Scan:
-    """One file, comments and strings blanked, with what the later passes need from it."""
-
-    file: SourceFile
-    code: str
-    line_starts: list[int]
-    cases: list[tuple[int, str]]  # (offset, label)
-    funcs: list[tuple[int, str]]  # (offset, name), sorted
-    isa: dict[str, tuple[int, int]]  # family -> (hits, offset of the first)
-
-    def line_of(self, offset: int) -> int:
-        return bisect.bisect_right(self.line_starts, offset)
-
-    def evidence(self, offset: int) -> Evidence:
-        line = self.line_of(offset)
-        return Evidence(self.file, line)
-
-    def function_at(self, offset: int) -> tuple[int, str] | None:
-        i = bisect.bisect_right(self.funcs, (offset, "\uffff"))
-        return self.funcs[i - 1] if i else None
 
 
 @dataclass(frozen=True)
@@ -168,53 +87,6 @@ class Inventory:
     fusion_helpers: list[str] = field(default_factory=list)  # the fusion checks its code calls
     built_from: list[str] = field(default_factory=list)  # backends whose sources its build compiles
 
-
-def _blank(m: re.Match[str]) -> str:
-    s = m.group()
-    if s.startswith(("\"", "'", "R")):
-        return '""' + "\n" * s.count("\n")
-    return "\n" * s.count("\n") or " "
-
-
-def strip_code(text: str) -> str:
-    """Comments and string literals blanked; every newline kept, so line numbers stay right."""
-    return _STRIP.sub(_blank, text)
-
-
-def scan_file(f: SourceFile) -> Scan:
-    return Scan(f, *index_text(f.text))
-
-
-Index = tuple[str, list[int], list[tuple[int, str]], list[tuple[int, str]], dict[str, tuple[int, int]]]
-
-
-def index_text(text: str) -> Index:
-    """Blank comments and strings, then index lines, case labels, function definitions and ISA uses.
-
-    Independent of the other files, so it runs in worker processes on big trees."""
-    code = strip_code(text)
-    line_starts = [0, *itertools.accumulate(len(line) + 1 for line in code.split("\n"))][:-1]
-    cases = [(m.start(), m.group(1)) for m in _CASE.finditer(code) if not _glued(code, m.start())]
-    funcs = []
-    for m in _FUNC.finditer(code):
-        name = m.group(1)
-        if name in _NOT_FUNC_NAMES or m.group().split(None, 1)[0] in _NOT_FUNC_NAMES:
-            continue
-        # a definition: the parameter list closes, then the body opens before any `;`
-        brace, semi = code.find("{", m.end()), code.find(";", m.end())
-        if brace >= 0 and (semi < 0 or brace < semi) and _DEF_TAIL.search(code, m.end(), brace + 1):
-            funcs.append((m.start(1), name))
-    isa: dict[str, tuple[int, int]] = {}
-    for fam, regexes in _ISA:
-        hits = [m.start() for rx in regexes for m in rx.finditer(code) if not _glued(code, m.start())]
-        if hits:
-            isa[fam] = (len(hits), min(hits))
-    return code, line_starts, cases, funcs, isa
-
-
-def _glued(code: str, offset: int) -> bool:
-    """The match continues an identifier (`ggml_vk_mm_` is not the SSE prefix `_mm_`)."""
-    return offset > 0 and (code[offset - 1].isalnum() or code[offset - 1] in "_.")
 
 
 def detect_families(scans: list[Scan], headers: list[str]) -> list[Family]:
@@ -295,14 +167,14 @@ def fusion_helpers(scans: list[Scan], families: list[Family]) -> dict[str, int]:
             continue
         for offset, name in scan.funcs:
             open_at = code.find("(", offset)
-            close_at = _matching(code, open_at)
+            close_at = matching(code, open_at)
             if close_at < 0 or not list_type.search(code, open_at, close_at):
                 continue
-            params = _split_top(code[open_at + 1: close_at])
+            params = split_top(code[open_at + 1: close_at])
             for index, param in enumerate(params):
                 if list_type.search(param) and (words := _WORD.findall(param)):
                     body_at = code.find("{", close_at)
-                    body_end = _matching(code, body_at, "{", "}")
+                    body_end = matching(code, body_at, "{", "}")
                     candidates.setdefault(name, (index, words[-1], code[body_at: body_end if body_end > 0 else None]))
                     break
     helpers = {name: index for name, (index, _, _) in candidates.items() if "fus" in name.lower()}
@@ -314,7 +186,7 @@ def fusion_helpers(scans: list[Scan], families: list[Family]) -> dict[str, int]:
                 continue
             for helper in helpers:
                 for m in re.finditer(r"\b" + re.escape(helper) + r"\s*\(", body):
-                    if re.search(r"\b" + re.escape(param) + r"\b", body[m.end(): _matching(body, m.end() - 1)]):
+                    if re.search(r"\b" + re.escape(param) + r"\b", body[m.end(): matching(body, m.end() - 1)]):
                         helpers[name] = index
                         changed = True
                         break
@@ -323,56 +195,12 @@ def fusion_helpers(scans: list[Scan], families: list[Family]) -> dict[str, int]:
     return helpers
 
 
-def _matching(code: str, at: int, opening: str = "(", closing: str = ")") -> int:
-    """The offset of the bracket that closes the one at `at` (-1 when unbalanced within 20,000 characters)."""
-    if at < 0 or at >= len(code) or code[at] != opening:
-        return -1
-    depth = 0
-    for i in range(at, min(len(code), at + 20_000)):
-        ch = code[i]
-        if ch == opening:
-            depth += 1
-        elif ch == closing:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
 
 def _chain_key(names: list[str]) -> str:
     """`A+B+C`; a run of one op (`ADD, ADD, ADD`: consecutive adds in one kernel) is `ADD+ADD` whatever its
     length, so backends that fuse up to 4 or up to 8 of them have the same fusion."""
     return "+".join(names[:2] if len(set(names)) == 1 else names)
 
-
-def _statement(code: str, offset: int, limit: int = 2000) -> tuple[int, int]:
-    """The statement or condition around `offset`: from the `;`, `{` or `}` before it to the one after it, with
-    the brackets in between (a call's arguments, a list) skipped."""
-    start, depth = max(0, offset - limit), 0
-    for i in range(offset - 1, start - 1, -1):
-        ch = code[i]
-        if ch in ")]" or (ch == "}" and depth):
-            depth += 1
-        elif ch in "([" or (ch == "{" and depth):
-            depth = max(0, depth - 1)
-        elif ch in "{};" and depth == 0:
-            start = i + 1
-            break
-    end, depth = min(len(code), offset + limit), 0
-    for i in range(offset, end):
-        ch = code[i]
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth = max(0, depth - 1)
-        elif ch == "{" and depth:
-            depth += 1
-        elif ch == "}" and depth:
-            depth -= 1
-        elif ch in "{};" and depth == 0:
-            end = i
-            break
-    return start, end
 
 
 def _graph_offset(node: str) -> int:
@@ -382,67 +210,8 @@ def _graph_offset(node: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _enclosing_brace(code: str, offset: int, limit: int = 20_000) -> int:
-    """The offset of the `{` that opens the block holding `offset` (-1 when not found within limit)."""
-    depth = 0
-    for i in range(offset - 1, max(-1, offset - limit), -1):
-        ch = code[i]
-        if ch == "}":
-            depth += 1
-        elif ch == "{":
-            if depth == 0:
-                return i
-            depth -= 1
-    return -1
 
 
-def _opening_paren(code: str, close: int) -> int:
-    """The offset of the `(` that the `)` at `close` closes (-1 when unbalanced within 2,000 characters)."""
-    depth = 0
-    for i in range(close, max(-1, close - 2000), -1):
-        if code[i] == ")":
-            depth += 1
-        elif code[i] == "(":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
-def _split_top(params: str) -> list[str]:
-    """Parameters split at the commas outside brackets (`std::map<int, int> m, int n`)."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(params):
-        if ch in "(<[{":
-            depth += 1
-        elif ch in ")>]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(params[start:i])
-            start = i + 1
-    out.append(params[start:])
-    return out
-
-
-def _callee_around(code: str, offset: int) -> str | None:
-    """The function whose argument list holds `offset` (`ggml_vk_can_fuse(ctx, cgraph, i, { A, B })` for the
-    list's offset; `ctx->can_fuse(...)` gives can_fuse), or None outside any call."""
-    depth = 0
-    for i in range(offset - 1, max(-1, offset - 2000), -1):
-        ch = code[i]
-        if ch in ")}]":
-            depth += 1
-        elif ch in "({[":
-            if depth:
-                depth -= 1
-                continue
-            if ch != "(":
-                continue  # the list sits inside another brace list: keep looking for the call
-            m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*$", code[max(0, i - 200): i])
-            return m.group(1) if m else None
-        elif ch == ";":
-            return None
-    return None
 
 
 class Extractor:
@@ -502,7 +271,7 @@ class Extractor:
             code = scan.code
             for m in self._token.finditer(code):
                 tok = m.group()
-                if tok not in inv.ops and self.is_op(tok) and not _glued(code, m.start()):
+                if tok not in inv.ops and self.is_op(tok) and not glued(code, m.start()):
                     inv.ops[tok] = scan.evidence(m.start())
             for fam, (hits, first) in scan.isa.items():
                 isa_hits[fam] += hits
@@ -539,7 +308,7 @@ class Extractor:
             end = scan.funcs[i + 1][0] if i + 1 < len(scan.funcs) else len(scan.code)
             body = scan.code[start:end]
             for m in _REJECT.finditer(body):
-                for label in _CASE.findall(m.group(1)):
+                for label in CASE.findall(m.group(1)):
                     if self.is_op(label) and label not in inv.rejected:
                         inv.rejected[label] = scan.evidence(start + m.start())
             defaults = list(_DEFAULT.finditer(body))
@@ -561,7 +330,7 @@ class Extractor:
             if _RANGE_FOR.search(head):
                 continue
             if not (file_says_fusion or "fus" in head.lower() or self._in_fusion_function(scan, m.start())
-                    or _callee_around(code, m.start()) in self.helpers):
+                    or callee_around(code, m.start()) in self.helpers):
                 named = _LIST_NAME.search(head) or _RECEIVER.search(head)
                 if not (named and self._used_in_fusion(named.group(1), scan, scans, m.end(), head)):
                     continue
@@ -571,7 +340,7 @@ class Extractor:
         self._element_arrays(scan, scans, inv)
         if "fill" in code:
             for m in _FILL.finditer(code):
-                if not _glued(code, m.start()):
+                if not glued(code, m.start()):
                     self._filled(m.group(1), m.group(2), scan, scans, inv, m.start(), m.end())
         if "fus" in code or "Fus" in code or "FUS" in code:
             self._tested_chains(scan, scans, inv)
@@ -676,7 +445,7 @@ class Extractor:
         for m in _OP_TEST.finditer(code):
             if not self._is_op_test(code, m):
                 continue
-            start, end = _statement(code, m.start())
+            start, end = statement(code, m.start())
             if start in seen:
                 continue
             seen.add(start)
@@ -717,14 +486,14 @@ class Extractor:
         control statements (never out of a function or a `switch`)."""
         at = offset
         for _ in range(3):
-            opening = _enclosing_brace(code, at)
+            opening = opener(code, at)
             j = opening - 1
             while j >= 0 and code[j].isspace():
                 j -= 1
             if opening < 0 or j < 0:
                 return {}
             if code[j] == ")":
-                paren = _opening_paren(code, j)
+                paren = opener(code, j, "(", ")", limit=2000)
                 if paren < 0 or not _CONTROL.search(code[max(0, paren - 12): paren]):
                     return {}  # a function's body, a switch, a lambda
                 tests = self._op_tests(code, paren, j)
@@ -792,7 +561,7 @@ class Extractor:
         says_fuse = "fus" in code or "Fus" in code or "FUS" in code
         return [name for name, call in self._helper_calls.items()
                 if (says_fuse or name not in self._fuse_named) and name in code
-                and any(not _glued(code, m.start()) for m in call.finditer(code))]
+                and any(not glued(code, m.start()) for m in call.finditer(code))]
 
     def _used_nearby(self, name: str, window: str) -> bool:
         """Whether a statement of `window` that speaks of fusing (or calls a fusion helper) uses `name`."""
