@@ -63,22 +63,9 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
     """Inventory every backend of `repo` and list what the others have and `target` lacks. The tool's answer is
     fitted to what the server sends whole; `fit=False` keeps every list at its full length (tests, benchmarks)."""
     t0 = time.perf_counter()
-    repo_path = Path(repo).expanduser()
-    if not repo_path.is_dir():
-        raise InputError(f"repo {limits.shown(repo)} is not a directory; give the path of a local repository")
-    repo_path = repo_path.resolve()
-    if repo_path == Path(repo_path.anchor) or repo_path == Path.home() or repo_path in Path.home().parents:
-        raise InputError(f"repo {repo_path} is a whole file system or home folder, not a code base; pass the "
-                         "path of the repository to optimize")
+    repo_path = _code_base(repo)
     roots, notes = resolve(repo_path, backends)
-    names = [root.name for root in roots]
-    chosen = target or ("cpu" if "cpu" in names else None)
-    if chosen is None:
-        raise InputError(f"no cpu backend to compare against; pass target= with one of: {', '.join(names)}")
-    if chosen not in names:
-        raise InputError(f"target {chosen!r} is not one of the backends ({', '.join(names)}); pass one of them")
-    if len(roots) < 2:
-        raise InputError(f"only one backend ({names[0]}) to compare; name others with backends=[...]")
+    chosen = _target([root.name for root in roots], target)
     t_read = time.perf_counter()
 
     scans = _scan_all(roots)
@@ -103,13 +90,7 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
     gaps = _gaps(inventories, chosen, extractor)
     t_gaps = time.perf_counter()
 
-    for inv in inventories:
-        if inv.supports_by_default:
-            ev = inv.supports_by_default
-            notes.append(
-                f"{inv.name} supports every op by default ({ev.file}:{ev.line}); it lacks only the ops it "
-                f"rejects explicitly ({len(inv.rejected)})"
-            )
+    notes.extend(_default_support_notes(inventories))
     timings = {
         "discover_and_read": round(t_read - t0, 3),
         "strip_and_index": round(t_scan - t_read, 3),
@@ -143,6 +124,44 @@ def compare_backends(repo: str, backends: list[str] | None = None, target: str |
         )
 
     return _fitted(answer, min(max_gaps, len(gaps))) if fit else answer(DETAIL[0], max_gaps, [])
+
+
+def _code_base(repo: str) -> Path:
+    """The resolved path of the repository to compare, refused when it is no directory or a whole file system
+    or home folder."""
+    repo_path = Path(repo).expanduser()
+    if not repo_path.is_dir():
+        raise InputError(f"repo {limits.shown(repo)} is not a directory; give the path of a local repository")
+    repo_path = repo_path.resolve()
+    if repo_path == Path(repo_path.anchor) or repo_path == Path.home() or repo_path in Path.home().parents:
+        raise InputError(f"repo {repo_path} is a whole file system or home folder, not a code base; pass the "
+                         "path of the repository to optimize")
+    return repo_path
+
+
+def _target(names: list[str], target: str | None) -> str:
+    """The backend the others are compared against: `target`, or cpu; there must be another backend beside it."""
+    chosen = target or ("cpu" if "cpu" in names else None)
+    if chosen is None:
+        raise InputError(f"no cpu backend to compare against; pass target= with one of: {', '.join(names)}")
+    if chosen not in names:
+        raise InputError(f"target {chosen!r} is not one of the backends ({', '.join(names)}); pass one of them")
+    if len(names) < 2:
+        raise InputError(f"only one backend ({names[0]}) to compare; name others with backends=[...]")
+    return chosen
+
+
+def _default_support_notes(inventories: list[Inventory]) -> list[str]:
+    """A note for each backend that supports every op but those it rejects."""
+    notes = []
+    for inv in inventories:
+        if inv.supports_by_default:
+            ev = inv.supports_by_default
+            notes.append(
+                f"{inv.name} supports every op by default ({ev.file}:{ev.line}); it lacks only the ops it "
+                f"rejects explicitly ({len(inv.rejected)})"
+            )
+    return notes
 
 
 def _fitted(answer: Callable[[Detail, int, list[str]], DiffBackendsResult], max_gaps: int) -> DiffBackendsResult:
