@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -173,25 +173,18 @@ def service_name(url: str) -> str:
     return urlsplit(url).netloc or url
 
 
+@dataclass(eq=False)
 class HttpClient:
     """GET with a disk cache, rate limiting and retries; one instance serves all research tools."""
 
-    def __init__(
-        self,
-        cache: DiskCache,
-        *,
-        clock: Clock = SYSTEM_CLOCK,
-        user_agent: str = USER_AGENT,
-        attempts: int = 3,
-        backoff_s: float = 1.0,
-    ) -> None:
-        self.cache = cache
-        self.clock = clock
-        self.user_agent = user_agent
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self._client: httpx.Client | None = None
-        self._client_lock = threading.Lock()
+    cache: DiskCache
+    _: KW_ONLY
+    clock: Clock = SYSTEM_CLOCK
+    user_agent: str = USER_AGENT
+    attempts: int = 3
+    backoff_s: float = 1.0
+    _client: httpx.Client | None = field(default=None, init=False, repr=False)
+    _client_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _http(self) -> httpx.Client:
         # Created on first use: a cached answer never pays for TLS setup.
@@ -226,30 +219,9 @@ class HttpClient:
         cached = self.cache.get(key)
         if cached is not None and self.clock.now() - float(cached["fetched_at"]) < ttl_s:
             return _from_doc(cached, stale=False)
-
-        def attempt() -> httpx.Response:
-            if limiter is not None:
-                limiter.acquire()
-            answer = self._http().get(
-                str(request.url), headers=dict(headers or {}), timeout=timeout_s
-            )
-            status = answer.status_code
-            if status == 429 or (status == 503 and "retry-after" in answer.headers):
-                raise _too_many(answer, self.clock.now())
-            if status >= 500 and retry:
-                raise RetryableStatus(answer)
-            return answer
-
-        retrying = Retrying(
-            stop=stop_after_attempt(self.attempts if retry else 1),
-            wait=wait_exponential(multiplier=self.backoff_s, max=30),
-            retry=retry_if_exception(_is_transient),
-            sleep=self.clock.sleep,
-            reraise=True,
-        )
         service = service_name(url)
         try:
-            answer = retrying(attempt)
+            answer = self._fetch(str(request.url), dict(headers or {}), limiter, timeout_s, retry)
         except Throttled:
             if cached is not None:
                 return _from_doc(cached, stale=True)
@@ -266,17 +238,7 @@ class HttpClient:
             if cached is not None:
                 log.info("network failed for %s (%s); serving the cached answer", request.url, exc)
                 return _from_doc(cached, stale=True)
-            if isinstance(exc, httpx.TimeoutException):
-                kind = "timed out"
-            elif isinstance(exc, httpx.TransportError):
-                kind = "is unreachable"
-            else:  # too many redirects, an undecodable body
-                kind = "sent an unusable answer"
-            raise ExternalError(
-                f"{service} {kind} ({type(exc).__name__}: {exc}). Check the network connection "
-                "(is this machine offline or behind a proxy?). Requests answered before are served "
-                "from the cache even offline; this one has not been made before."
-            ) from exc
+            raise _unreachable(service, exc) from exc
 
         response = Response(
             url=str(answer.url),
@@ -286,17 +248,33 @@ class HttpClient:
             fetched_at=self.clock.now(),
         )
         if response.status in cache_statuses:
-            self.cache.put(
-                key,
-                {
-                    "url": response.url,
-                    "status": response.status,
-                    "headers": response.headers,
-                    "text": response.text,
-                    "fetched_at": response.fetched_at,
-                },
-            )
+            self.cache.put(key, _to_doc(response))
         return response
+
+    def _fetch(self, url: str, headers: dict[str, str], limiter: RateLimiter | None, timeout_s: float,
+               retry: bool) -> httpx.Response:
+        """The network's answer to GET `url`, each attempt rate limited; with `retry`, timeouts and 5xx answers
+        are tried again with exponential backoff. A throttling answer raises Throttled at once."""
+
+        def attempt() -> httpx.Response:
+            if limiter is not None:
+                limiter.acquire()
+            answer = self._http().get(url, headers=headers, timeout=timeout_s)
+            status = answer.status_code
+            if status == 429 or (status == 503 and "retry-after" in answer.headers):
+                raise _too_many(answer, self.clock.now())
+            if status >= 500 and retry:
+                raise RetryableStatus(answer)
+            return answer
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts if retry else 1),
+            wait=wait_exponential(multiplier=self.backoff_s, max=30),
+            retry=retry_if_exception(_is_transient),
+            sleep=self.clock.sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
 
 
 def cache_key(url: str, headers: Mapping[str, str]) -> str:
@@ -318,6 +296,32 @@ def _from_doc(doc: Mapping[str, Any], *, stale: bool) -> Response:
         fetched_at=float(doc["fetched_at"]),
         from_cache=True,
         stale=stale,
+    )
+
+
+def _to_doc(response: Response) -> dict[str, Any]:
+    """What the cache keeps of an answer (`_from_doc` reads it back)."""
+    return {
+        "url": response.url,
+        "status": response.status,
+        "headers": response.headers,
+        "text": response.text,
+        "fetched_at": response.fetched_at,
+    }
+
+
+def _unreachable(service: str, exc: httpx.RequestError) -> ExternalError:
+    """The error for a request that got no usable answer and has none in the cache."""
+    if isinstance(exc, httpx.TimeoutException):
+        kind = "timed out"
+    elif isinstance(exc, httpx.TransportError):
+        kind = "is unreachable"
+    else:  # too many redirects, an undecodable body
+        kind = "sent an unusable answer"
+    return ExternalError(
+        f"{service} {kind} ({type(exc).__name__}: {exc}). Check the network connection "
+        "(is this machine offline or behind a proxy?). Requests answered before are served "
+        "from the cache even offline; this one has not been made before."
     )
 
 
