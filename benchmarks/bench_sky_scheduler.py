@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autoresearch_mcp.core import runner
 from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
-from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
+from autoresearch_mcp.executors.sky_pool import SkyPool
+from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler
 from autoresearch_mcp.measure import stats
 from sky_fake import FakeSky
 

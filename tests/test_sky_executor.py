@@ -22,8 +22,9 @@ from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
-from autoresearch_mcp.executors.sky_pool import Pending, Scheduler, SkyPool
+from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo, SkyError
+from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler
 from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.measure import stats
 from conftest import git, init_repo
@@ -792,7 +793,7 @@ def test_the_log_is_fetched_by_tail_and_saved_whole(tmp_path: Path, pool: MakePo
 
 
 def test_a_tail_continues_what_was_fetched_only_from_a_unique_anchor() -> None:
-    from autoresearch_mcp.executors.sky_pool import merge_tail
+    from autoresearch_mcp.executors.sky_joblog import merge_tail
 
     old = "".join(f"line {i}\n" for i in range(20)) + "partial"
     tail = "".join(f"line {i}\n" for i in range(10, 30))  # reaches back past the anchor (old's last 8 lines)

@@ -1,7 +1,7 @@
 """The SkyPilot worker pool: N clusters per session, one experiment at a time on each.
 
-Pure scheduling (`Scheduler`) is separate from the driver (`SkyPool`), which talks to clusters
-only through the `SkyPort` protocol, so all of it runs against a fake port in the tests. Policy:
+Pure scheduling (`Scheduler`, sky_scheduler.py) is separate from the driver (`SkyPool`), which talks
+to clusters only through the `SkyPort` protocol, so all of it runs against a fake port in the tests. Policy:
 - a job goes to a free cluster that is already up before one that must be launched;
 - a cluster is launched on demand (autostop with down as a safety net) and then reused with exec;
 - a worker whose per-run noise (from the pair differences) is above `noise_limit` is replaced
@@ -19,7 +19,6 @@ only through the `SkyPort` protocol, so all of it runs against a fake port in th
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -30,7 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +47,7 @@ from autoresearch_mcp.core.port import (
 )
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
+from autoresearch_mcp.executors.sky_joblog import fetch_log, has_result, machine_lines
 from autoresearch_mcp.executors.sky_meter import Meter, Pin
 from autoresearch_mcp.executors.sky_port import (
     ApiServerDown,
@@ -61,6 +61,7 @@ from autoresearch_mcp.executors.sky_port import (
     SkyPort,
     Transient,
 )
+from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler, Worker
 from autoresearch_mcp.measure import figures
 
 log = logging.getLogger(__name__)
@@ -72,87 +73,8 @@ MAX_INIT_CHECKS = 3  # INIT answers in a row before the cloud is asked whether t
 STATUS_EVERY = 5  # while pairs run, the job's status is asked every this many ticks (the log's tail otherwise)
 POLL_S = 30.0  # job status while building or checking
 BENCH_POLL_S = 2 * POLL_S  # job status and log while benchmark pairs run (the default)
-LOG_TAILS = (200, 2000, 0)  # lines asked for, in turn, until the tail reaches what was fetched before
-ANCHOR_LINES = 8
 RELEASE_ROUNDS = 3
 _T = TypeVar("_T")
-
-
-@dataclass
-class Pending:
-    """A job between submit and its final event, across attempts."""
-
-    job: Job
-    sink: EventSink
-    lost: int = 0
-    noisy: int = 0
-    cost_usd: float = 0.0
-    earlier_logs: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Worker:
-    name: str
-    info: ClusterInfo | None = None  # None: not known to be up (never launched, downed, vanished)
-    busy: str | None = None  # the experiment running on it
-
-
-class Scheduler:
-    """Which queued job goes to which free cluster. No I/O and no locking: the pool holds its lock.
-
-    Every operation is O(1) (amortized), so a decision costs the same at 4 workers or 400.
-    """
-
-    def __init__(self, names: list[str]) -> None:
-        self.workers = {n: Worker(n) for n in names}
-        self._free_up: collections.deque[str] = collections.deque()
-        self._free_cold: collections.deque[str] = collections.deque(names)
-        self._order: collections.deque[str] = collections.deque()  # ids; cancelled ones skipped lazily
-        self.queued: dict[str, Pending] = {}
-
-    def enqueue(self, item: Pending, front: bool = False) -> None:
-        exp_id = item.job.experiment_id
-        self.queued[exp_id] = item
-        (self._order.appendleft if front else self._order.append)(exp_id)
-
-    def dequeue(self, experiment_id: str) -> Pending | None:
-        return self.queued.pop(experiment_id, None)
-
-    def next(self) -> tuple[Worker, Pending] | None:
-        """The next (worker, job) to start, warm workers first; None when no job or no worker is free."""
-        if not self.queued or not (self._free_up or self._free_cold):
-            return None
-        while self._order:
-            exp_id = self._order.popleft()
-            item = self.queued.pop(exp_id, None)
-            if item is not None:
-                worker = self.workers[(self._free_up or self._free_cold).popleft()]
-                worker.busy = exp_id
-                return worker, item
-        return None
-
-    def free(self, worker: Worker) -> None:
-        worker.busy = None
-        (self._free_up if worker.info is not None else self._free_cold).append(worker.name)
-
-    def cool(self, worker: Worker) -> None:
-        """The worker's cluster is gone: a free worker moves from the warm line to the cold one."""
-        if worker.info is not None and worker.busy is None:
-            self._free_up.remove(worker.name)
-            self._free_cold.append(worker.name)
-        worker.info = None
-
-    def warm(self, worker: Worker) -> None:
-        """A free worker whose cluster came up outside the scheduler moves to the warm line."""
-        if worker.info is not None and worker.busy is None and worker.name in self._free_cold:
-            self._free_cold.remove(worker.name)
-            self._free_up.append(worker.name)
-
-    def drain(self) -> list[Pending]:
-        items = list(self.queued.values())
-        self.queued.clear()
-        self._order.clear()
-        return items
 
 
 class _Attempt:
@@ -170,43 +92,6 @@ class _Attempt:
         self.phase = "building"  # the runner's last status: "running" while pairs are measured
         self.hourly_usd: float | None = None  # the worker's price, known before launch when possible
         self.secret = secrets.token_hex(16)  # the runner's lines carry it (sky_task.stage, run.sh)
-
-
-def machine_lines(text: str) -> list[str]:
-    """The runner's event and result lines of a job log, whatever SkyPilot put before them."""
-    out = []
-    for line in text.splitlines():
-        for prefix in (channel.EVENT_PREFIX, channel.RESULT_PREFIX):
-            at = line.find(prefix)
-            if at >= 0:
-                out.append(line[at:])
-                break
-    return out
-
-
-def _has_result(a: _Attempt) -> bool:
-    """Whether the job's log as last fetched holds the runner's result line."""
-    return channel.RESULT_PREFIX in a.fetched and channel.parse_result_line(
-        "\n".join(machine_lines(a.fetched)), a.secret) is not None
-
-
-def merge_tail(old: str, tail: str) -> str | None:
-    """`old` continued by the lines of `tail` (the log's last lines) that come after it.
-
-    The end of `old` (its last complete lines) must appear exactly once in `tail`; None when it does
-    not (the tail does not reach back far enough, or the anchor is ambiguous): fetch more.
-    """
-    old_lines = old.splitlines(keepends=True)
-    if old_lines and not old_lines[-1].endswith("\n"):
-        old_lines.pop()  # a line still being written when it was fetched: take it again from the tail
-    if not old_lines:
-        return None
-    anchor = old_lines[-ANCHOR_LINES:]
-    new_lines = tail.splitlines(keepends=True)
-    hits = [i for i in range(len(new_lines) - len(anchor) + 1) if new_lines[i:i + len(anchor)] == anchor]
-    if len(hits) != 1:
-        return None
-    return "".join(old_lines) + "".join(new_lines[hits[0] + len(anchor):])
 
 
 class SkyPool(Executor):
@@ -682,7 +567,7 @@ class SkyPool(Executor):
                     self.port.cancel(cluster, job_id)
                 return info, None
             ticks += 1
-            log_only = a.phase == "running" and ticks % STATUS_EVERY != 0 and not _has_result(a)
+            log_only = a.phase == "running" and ticks % STATUS_EVERY != 0 and not has_result(a.fetched, a.secret)
             try:
                 if log_only:
                     self._forward(a, self._fetch_log(a))
@@ -707,7 +592,7 @@ class SkyPool(Executor):
                 return info, f"the job's driver on {cluster} died (the VM restarted or ran out of memory)"
             if info is not None and info.done:
                 return info, None
-            if log_only and _has_result(a):
+            if log_only and has_result(a.fetched, a.secret):
                 continue  # the runner is done: confirm with the job's status at once
             if not log_only and self.clock() - last_log >= self.log_refresh_s:
                 last_log = self.clock()
@@ -725,18 +610,8 @@ class SkyPool(Executor):
         return any(c.status == "UP" for c in found)
 
     def _fetch_log(self, a: _Attempt) -> str:
-        """The job's log so far: what was fetched before, continued by its tail (whole when needed)."""
         assert a.job_id is not None
-        for lines in LOG_TAILS:
-            text = self.port.logs(a.worker.name, a.job_id, tail=lines)
-            if lines == 0:
-                return text
-            merged = merge_tail(a.fetched, text) if a.fetched else None
-            if merged is not None:
-                return merged
-            if not a.fetched and text.count("\n") < lines:
-                return text  # the whole log is shorter than the tail asked for
-        raise AssertionError("LOG_TAILS ends with 0 (the whole log)")
+        return fetch_log(self.port, a.worker.name, a.job_id, a.fetched)
 
     def _forward(self, a: _Attempt, text: str) -> None:
         """Save the log so far and pass on the runner's events that were not passed on yet."""
