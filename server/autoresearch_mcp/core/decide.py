@@ -32,316 +32,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
-from statistics import NormalDist
 from typing import Any
 
+if __package__:  # imported by the server
+    from . import metriclook
+else:  # run as a script on a worker, beside runner.py
+    import metriclook  # type: ignore[no-redef,import-not-found]
+
+# One metric's figures, which the rule reads: its callers take them from here, with the rule.
+Pairs = metriclook.Pairs
+Plan = metriclook.Plan
+MetricLook = metriclook.MetricLook
+MeanFit = metriclook.MeanFit
+pairs_of, metric_look, mean_bounds = metriclook.pairs_of, metriclook.metric_look, metriclook.mean_bounds
+printed_step, float_step = metriclook.printed_step, metriclook.float_step
+z_quantile, t_quantile = metriclook.z_quantile, metriclook.t_quantile
+
 RULE = "randomized"  # the `rule` of a plan this module applies
-_NORMAL = NormalDist()
-
-# --- printed resolution ----------------------------------------------------------------------------
-
-
-def printed_step(text: str) -> float | None:
-    """The step of the last digit as printed: '100.00' -> 0.01, '48' -> 1, '1.5e3' -> 100; None if not a number."""
-    raw = text.strip().lower().lstrip("+-")
-    mantissa, _, exponent = raw.partition("e")
-    digits = mantissa.replace(".", "", 1)
-    if not digits.isdigit():
-        return None
-    try:
-        power = int(exponent) if exponent else 0
-    except ValueError:
-        return None
-    decimals = len(mantissa.partition(".")[2])
-    return float(10.0 ** (power - decimals))
-
-
-def float_step(value: float) -> float:
-    """The step of the last digit of `value`'s shortest repr: for samples stored before steps were recorded."""
-    text = repr(float(value)).lower()
-    mantissa, _, exponent = text.partition("e")
-    decimals = len(mantissa.partition(".")[2].rstrip("0"))
-    return float(10.0 ** (int(exponent or 0) - decimals))
-
-
-# --- quantiles (no scipy on a worker) --------------------------------------------------------------
-
-
-def z_quantile(p: float) -> float:
-    """The standard normal quantile of 1 - p (one-sided upper tail p)."""
-    return _NORMAL.inv_cdf(1.0 - p)
-
-
-def _t_central(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with df degrees of freedom, exactly (Abramowitz & Stegun 26.7.3-4)."""
-    theta = math.atan(t / math.sqrt(df))
-    c2, sin = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:
-        term, total = math.cos(theta), math.cos(theta) if df > 1 else 0.0
-        for k in range(3, df - 1, 2):
-            term *= c2 * (k - 1) / k
-            total += term
-        return 2 / math.pi * (theta + sin * total)
-    term = total = 1.0
-    for k in range(2, df - 1, 2):
-        term *= c2 * (k - 1) / k
-        total += term
-    return sin * total
-
-
-@cache
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile of 1 - p (one-sided upper tail p), by bisection on the exact distribution."""
-    if df <= 0:
-        return math.inf
-    target = 1 - 2 * p
-    low, high = 0.0, max(1.0, z_quantile(p))
-    while _t_central(high, df) < target:
-        high *= 2
-    for _ in range(80):
-        mid = (low + high) / 2
-        low, high = (mid, high) if _t_central(mid, df) < target else (low, mid)
-    return (low + high) / 2
-
-
-# --- the pairs of one metric -----------------------------------------------------------------------
-
-
-@dataclass
-class Pairs:
-    """One metric's complete pairs in pair order: values, whether the candidate ran second, printed steps."""
-
-    base: list[float] = field(default_factory=list)
-    cand: list[float] = field(default_factory=list)
-    second: list[bool] = field(default_factory=list)
-    steps: list[float] = field(default_factory=list)  # the coarser printed step of each pair's two values
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-
-def pairs_of(samples: list[dict[str, Any]], metric: str) -> Pairs:
-    """The complete pairs of `metric` in pair order, from samples as the runner records them
-    (pair, role, position, metrics, steps)."""
-    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
-    for s in samples:
-        values = s.get("metrics") or {}
-        if metric in values:
-            by_pair.setdefault(int(s["pair"]), {})[str(s["role"])] = s
-    out = Pairs()
-    for _, sides in sorted(by_pair.items()):
-        b, c = sides.get("baseline"), sides.get("candidate")
-        if b is None or c is None:
-            continue
-        bv, cv = float(b["metrics"][metric]), float(c["metrics"][metric])
-        out.base.append(bv)
-        out.cand.append(cv)
-        position = c.get("position")
-        out.second.append(bool(position) if position is not None else int(c["pair"]) % 2 == 1)
-        steps = []
-        for side, value in ((b, bv), (c, cv)):
-            step = (side.get("steps") or {}).get(metric)
-            steps.append(float(step) if isinstance(step, (int, float)) and step > 0 else float_step(value))
-        out.steps.append(max(steps))
-    return out
-
-
-# --- the plan: looks, levels and exact boundaries (computed by the server, applied here) ------------
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The sequential design of one experiment (measure/stats.py builds it from design_constants.json)."""
-
-    budget: int  # the pairs of one experiment's first rounds; `limit` with continuations
-    limit: int
-    looks: list[int]  # the pair counts where improved / regressed can be decided
-    levels: list[float]  # one-sided level of each look (each side), union of both tests
-    rank_bounds: list[int]  # signed-rank boundary per look (W+ >= it rejects)
-    sign_bounds: list[int]  # sign-count boundary per look
-    eq_level: float  # one-sided level of the equivalence interval (no_change)
-    eq_bounds: list[int]  # signed-rank boundary at eq_level, by n (index n)
-    guard_level: float  # one-sided level of the non-inferiority bounds (guards, the average run)
-    guard_bounds: list[int]  # signed-rank boundary at guard_level, by n
-    eq_from: int = 6
-    mean_level: float = 0.001  # one side of the average run's interval an improvement needs above 0
-    warmup: int = 1  # pairs run (and not analyzed) before the first
-    min_pairs_improved: int = 30
-    tail_share: float = 0.05
-    tail_tolerance: float = math.log1p(0.05)
-    noisy_from: int = 20
-    # A focus experiment's end-to-end guards also show, over every look where they may hold, that no slowdown of
-    # the ceiling or more is left: per look, a level and the signed-rank bound at it (their levels add up to
-    # guard_level: a union bound); 0 where a guard cannot hold (before min_pairs_improved). Empty: no ceiling.
-    ceiling_levels: list[float] = field(default_factory=list)
-    ceiling_bounds: list[int] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-    def look_index(self, n: int) -> int | None:
-        return self.looks.index(n) if n in self.looks else None
-
-    def last_look(self, n: int) -> int | None:
-        """The index of the last look at or before n pairs."""
-        reached = [k for k, m in enumerate(self.looks) if m <= n]
-        return reached[-1] if reached else None
-
-
-# --- one metric ------------------------------------------------------------------------------------
-
-
-@dataclass
-class MetricLook:
-    """One metric at n pairs (log units oriented so that + is better, except `mean_*`: relative change)."""
-
-    n: int
-    estimate: float | None = None
-    low: float | None = None  # decision interval at the last look reached (None before the first)
-    high: float | None = None
-    look: int | None = None  # the pair count of that look
-    eq_low: float | None = None  # equivalence interval at n
-    eq_high: float | None = None
-    mean: float | None = None  # the average run's relative change (oriented)
-    mean_low: float | None = None  # at the plan's mean level (one-sided each)
-    mean_high: float | None = None
-    fit: MeanFit | None = None  # the average run's fit, for its bounds at other levels
-    tail: float | None = None  # worst runs: candidate minus baseline (log, oriented)
-    spread: float | None = None  # per-pair spread of the contrasts as the statistic sees them (log)
-    floor: float = 0.0  # the printed resolution, where ties show it is what limits the data
-    guard_low: float | None = None  # non-inferiority bound of the typical run (guard level)
-    ceiling_low: float | None = None  # at a look: the typical run's bound at the plan's ceiling level there
-    ceiling_level: float = 0.0  # that level (0: none at this look)
-    verdict: str = "undecided"
-    invalid: bool = False
-
-
-def _walsh(r: list[float]) -> list[float]:
-    """The Walsh averages (r_i + r_j) / 2, i <= j, sorted."""
-    out = [(x + y) / 2 for i, x in enumerate(r) for y in r[i:]]
-    out.sort()
-    return out
-
-
-def _between(sorted_values: list[float], bound: int) -> tuple[float, float] | None:
-    """[v[N - b], v[b - 1]]: the interval of a test whose statistic counts values above the shift, at boundary b."""
-    total = len(sorted_values)
-    if bound < 1 or bound > total:
-        return None
-    return sorted_values[total - bound], sorted_values[bound - 1]
-
-
-@dataclass(frozen=True)
-class MeanFit:
-    """The order-adjusted mean of the linear differences relative to the baseline mean (oriented): least
-    squares of d_i = (c_i - b_i) / mean(b) on [1, s_i], fitted once; its bounds at any level from its t."""
-
-    change: float
-    se: float
-    df: int
-
-    def bounds(self, level: float) -> tuple[float, float]:
-        """The one-sided-`level` bounds (each side)."""
-        half = t_quantile(level, self.df) * self.se
-        return self.change - half, self.change + half
-
-
-def mean_fit(base: list[float], cand: list[float], signs: list[int], sign: float) -> MeanFit | None:
-    """The average run's fit (None below 3 pairs, or when every pair ran in the same order)."""
-    n = len(base)
-    scale = math.fsum(base) / n if n else 0.0
-    if n < 3 or scale <= 0:
-        return None
-    d = [sign * (c - b) / scale for b, c in zip(base, cand, strict=True)]
-    sbar = math.fsum(signs) / n
-    var_s = 1.0 - sbar * sbar
-    if var_s <= 1e-12:
-        return None
-    dbar = math.fsum(d) / n
-    slope = (math.fsum(s * x for s, x in zip(signs, d, strict=True)) / n - sbar * dbar) / var_s
-    intercept = dbar - slope * sbar
-    rss = math.fsum((x - intercept - slope * s) ** 2 for s, x in zip(signs, d, strict=True))
-    return MeanFit(intercept, math.sqrt(rss / (n - 2) / (n * var_s)), n - 2)
-
-
-def _worst(values: list[float], share: float) -> float:
-    k = max(1, math.ceil(share * len(values)))
-    return math.fsum(sorted(values)[:k]) / k
-
-
-def metric_look(p: Pairs, n: int, direction: str, plan: Plan, eq: bool = True) -> MetricLook:
-    """The figures of one metric over its first n pairs; `eq` also computes the equivalence interval."""
-    out = MetricLook(n)
-    if n == 0:
-        return out
-    sign = 1.0 if direction == "higher" else -1.0
-    base, cand = p.base[:n], p.cand[:n]
-    if not all(0 < v < math.inf for v in (*base, *cand)):
-        out.invalid = True
-        return out
-    r = [sign * math.log(c / b) for b, c in zip(base, cand, strict=True)]
-    s = [1 if second else -1 for second in p.second[:n]]
-    # Each pair's contrast r_i is s_i * (second run - first run): under "no change", a size fixed by the runs
-    # with a coin's sign. A first/second-run effect adds +-e with the coins' signs: no bias (the coins average
-    # it out), and the Walsh average of two pairs run in opposite orders cancels it exactly.
-    walsh = _walsh(r)
-    total = len(walsh)
-    out.estimate = (walsh[(total - 1) // 2] + walsh[total // 2]) / 2
-    ratios = sorted(r)
-    # Printed resolution: where most pairs show the very same contrast, the data cannot resolve below the
-    # step, so the intervals are at least a step wide around the estimate (100 vs 102 printed as integers).
-    if Counter(r).most_common(1)[0][1] * 2 >= n:
-        out.floor = max(step / min(b, c) for step, b, c in zip(p.steps[:n], base, cand, strict=True))
-
-    def widened(bounds: tuple[float, float]) -> tuple[float, float]:
-        est = out.estimate or 0.0
-        return min(bounds[0], est - out.floor), max(bounds[1], est + out.floor)
-
-    k = plan.last_look(n)
-    if k is not None:
-        m = plan.looks[k]
-        if m == n:
-            # the look's interval at the pairs it was taken at: the intersection of both tests
-            rank = _between(walsh, plan.rank_bounds[k])
-            sgn = _between(ratios, plan.sign_bounds[k])
-            found = [x for x in (rank, sgn) if x is not None]
-            if found:
-                low, high = max(x[0] for x in found), min(x[1] for x in found)
-                if low > high:  # no shift fits both: their hull, never a decision both lack
-                    low, high = min(x[0] for x in found), max(x[1] for x in found)
-                out.low, out.high = widened((low, high))
-                out.look = m
-            ceiling = _between(walsh, plan.ceiling_bounds[k]) if k < len(plan.ceiling_bounds) else None
-            if ceiling is not None:
-                out.ceiling_low, out.ceiling_level = widened(ceiling)[0], plan.ceiling_levels[k]
-    if eq and n >= 2:
-        bounds = _between(walsh, plan.eq_bounds[n] if n < len(plan.eq_bounds) else 0)
-        if bounds is not None:
-            # the spread of the contrasts as the statistic sees them (the resolution floor is not noise)
-            out.spread = (bounds[1] - bounds[0]) / 2 * math.sqrt(n) / z_quantile(plan.eq_level)
-            out.eq_low, out.eq_high = widened(bounds)
-        guard = _between(walsh, plan.guard_bounds[n] if n < len(plan.guard_bounds) else 0)
-        if guard is not None:
-            out.guard_low = widened(guard)[0]
-    out.fit = mean_fit(base, cand, s, sign)
-    if out.fit is not None:
-        out.mean = out.fit.change
-        out.mean_low, out.mean_high = out.fit.bounds(plan.mean_level)
-    oriented_b = [sign * math.log(v) for v in base]
-    oriented_c = [sign * math.log(v) for v in cand]
-    out.tail = _worst(oriented_c, plan.tail_share) - _worst(oriented_b, plan.tail_share)
-    return out
-
-
-def mean_bounds(look: MetricLook, level: float) -> tuple[float, float, float] | None:
-    """The average run's change with its one-sided-`level` bounds, or None without a fit."""
-    if look.fit is None:
-        return None
-    return (look.fit.change, *look.fit.bounds(level))
 
 
 # --- roles and verdicts ----------------------------------------------------------------------------
@@ -605,13 +313,8 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
         n = len(pairs[spec.metric]) if spec.metric in pairs else 0
     final = final_n if final_n is not None else plan.budget
     decision = Decision(n, "inconclusive", False)
-    missing = [name for name in spec.required() if name not in pairs or len(pairs[name]) < n]
-    if spec.focus and not any(r.role == "focus" for r in rules.values()):
-        decision.problems.append(f"no {FOCUS_PREFIX}* metric printed although AUTORESEARCH_FOCUS was set")
-        missing.append(FOCUS_PREFIX + "*")
-    missing += [name for name, r in rules.items() if r.role == "focus" and len(pairs[name]) < n]
     looks = {name: metric_look(p, n, rules[name].direction, plan) for name, p in pairs.items()}
-    missing += [name for name, look in looks.items() if look.invalid and rules[name].role != "control"]
+    missing = _missing(decision, spec, rules, pairs, looks)
     if missing:
         decision.verdict, decision.final, decision.blocking = "invalid", True, sorted(set(missing))
         return decision
@@ -637,15 +340,36 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
         else:
             judgement = None
         decision.metrics[name] = Judgement(look, rule, verdict, judgement, why, claim)
-    judged = decision.metrics
     refute_by_outside(decision, samples, spec, plan, improving)
+    _conclude(decision, improving, held, waiting(decision, samples, spec, plan), focus[0] if focus else spec.metric)
+    if focus:
+        decision.disagreement = focus_disagreement(decision, focus[0], spec.objective_names)
+    return decision
+
+
+def _missing(decision: Decision, spec: Spec, rules: dict[str, MetricRule], pairs: dict[str, Pairs],
+             looks: dict[str, MetricLook]) -> list[str]:
+    """The judged metrics missing from a run or invalid at `decision.n` pairs (any makes the experiment invalid)."""
+    n = decision.n
+    missing = [name for name in spec.required() if name not in pairs or len(pairs[name]) < n]
+    if spec.focus and not any(r.role == "focus" for r in rules.values()):
+        decision.problems.append(f"no {FOCUS_PREFIX}* metric printed although AUTORESEARCH_FOCUS was set")
+        missing.append(FOCUS_PREFIX + "*")
+    missing += [name for name, r in rules.items() if r.role == "focus" and len(pairs[name]) < n]
+    missing += [name for name, look in looks.items() if look.invalid and rules[name].role != "control"]
+    return missing
+
+
+def _conclude(decision: Decision, improving: list[str], held: list[str], waited: list[str], lead_name: str) -> None:
+    """The experiment's verdict from its judged metrics: what won, what blocks, and whether it is final.
+    `waited`: what the runs' own wall time refuses (waiting); `lead_name`: the metric whose noise makes it noisy."""
+    judged = decision.metrics
     decision.won = [name for name in improving if judged[name].verdict == "improved"]
     decision.blocking = [name for name in held if judged[name].judgement in ("regressed", "undecided")]
     regressed = ([name for name in improving if judged[name].verdict == "regressed"]
-                 + [name for name in held if judged[name].judgement == "regressed"]
-                 + waiting(decision, samples, spec, plan))
+                 + [name for name in held if judged[name].judgement == "regressed"] + waited)
     verdicts = {judged[name].verdict for name in improving}
-    lead = judged.get(focus[0] if focus else spec.metric)
+    lead = judged.get(lead_name)
     if regressed:
         decision.verdict = "regressed"
         decision.blocking = sorted(set(decision.blocking) | set(regressed))
@@ -662,7 +386,7 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
             and all(judged[name].verdict != "undecided" or name in decision.settled for name in improving):
         decision.verdict, decision.final = "invalid", True
         decision.problems.insert(0, f"{SETTLED} the harness's own measure of the same runs refutes the claim of "
-                                    f"{', '.join(decision.settled)} at {n} pairs (below)")
+                                    f"{', '.join(decision.settled)} at {decision.n} pairs (below)")
     claims = [j.claim for j in judged.values() if j.rule.role != "guard" and j.claim is not None]
     if claims and decision.verdict != "regressed":
         # a session's total goes on until every objective's tolerance is shown held too (or one regressed)
@@ -670,9 +394,6 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
             decision.verdict, decision.final = "regressed", True
         elif not all(c.judgement == "held" for c in claims):
             decision.verdict, decision.final = "inconclusive", False  # measure it further: pairs_to_hold
-    if focus:
-        decision.disagreement = focus_disagreement(decision, focus[0], spec.objective_names)
-    return decision
 
 
 def focus_disagreement(decision: Decision, focus: str, objectives: list[str]) -> str | None:

@@ -30,6 +30,7 @@ from autoresearch_mcp.core import (
     jobenv,
     jobs,
     machinelock,
+    metriclook,
     metricparse,
     procs,
     profiler,
@@ -46,7 +47,7 @@ from autoresearch_mcp.executors.sky_meter import Pin
 PROFILER = Path(profiler.__file__).resolve()
 # The runner and its standard-library siblings: the same bytes a local job runs, shipped beside it.
 WORKER_FILES = tuple(Path(m.__file__).resolve() for m in (runner, builds, cgroups, channel, decide, jobenv, machinelock,
-                                                        metricparse, procs, sandbox, turns) if m.__file__)
+                                                        metriclook, metricparse, procs, sandbox, turns) if m.__file__)
 WORK = "~/autoresearch/work"
 MACHINE_LOCK = "machine.lock"  # under WORK: every job of the worker takes its turns there
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
