@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import gitops, jobenv, ledger, procs, records, sandbox, worktrees
+from autoresearch_mcp.core import gitops, gitrun, jobenv, ledger, procs, records, sandbox, worktrees
 from autoresearch_mcp.core.builds import BUILT_MARKER
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.core.worktrees import Worktrees
@@ -67,7 +67,7 @@ def test_a_worktree_nested_deeper_than_a_path_is_removed(tmp_path: Path) -> None
     nest(path)
     trees.release(path)  # keep=0: the idle build goes at once
     assert not path.exists()
-    assert str(path) not in gitops._git(trees.repo, "worktree", "list")  # git forgot it too
+    assert str(path) not in gitrun.git(trees.repo, "worktree", "list")  # git forgot it too
     again = trees.acquire(head)  # the same content checks out again in the same place
     assert (again / "a.txt").read_text() == "a\n"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.core import gitops, gitrun
 from autoresearch_mcp.errors import InputError
 from conftest import git, init_repo
 
@@ -316,9 +316,9 @@ def test_checkout_detached_moves_a_worktree_whatever_it_held(repo: gitops.Repo, 
 
 def test_a_git_that_outlasts_the_timeout_is_stopped_with_a_git_error(
         repo: gitops.Repo, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gitops, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(gitrun, "TIMEOUT_S", 0.5)
     with pytest.raises(gitops.GitError, match="Timeout"):
-        gitops._run(repo, "-c", "alias.nap=!sleep 30", "nap")
+        gitrun.run(repo, "-c", "alias.nap=!sleep 30", "nap")
 
 
 def racy_edit(repo: gitops.Repo) -> Path:

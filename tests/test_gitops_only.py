@@ -1,6 +1,7 @@
-"""Git runs in one place: core/gitops.py. No other module of the package imports GitPython, builds a
-git command line, calls GitPython's command wrapper (`repo.git.x(...)`) or its object API
-(`repo.head`, `repo.index`...), or opens a repository itself; they call named gitops functions.
+"""Git runs in one place: the gitops modules (core/gitops.py, which callers ask, and its siblings gitrun, gitread
+and gittrees). No other module of the package imports GitPython, builds a git command line, calls GitPython's
+command wrapper (`repo.git.x(...)`) or its object API (`repo.head`, `repo.index`...), or opens a repository
+itself; they call named gitops functions.
 
 The exceptions are the functions listed in HOOKS: the PreToolUse guard (guard.py) parses the git
 command lines the agent sends and asks git read-only questions with the standard library (it runs with
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "server" / "autoresearch_mcp"
-GITOPS = PACKAGE / "core" / "gitops.py"
+# the gitops modules: gitops (what callers ask), gitrun (the runner), gitread (reading), gittrees (writing objects)
+GITOPS = {PACKAGE / "core" / f"{name}.py" for name in ("gitops", "gitrun", "gitread", "gittrees")}
 # guard.py (parsing the agent's git command lines, asking git with the stdlib) and hooks.py (the Stop hook)
 HOOKS = {"guard.py": {"_Guard.invocation", "_Repo._git"}, "hooks.py": {"_session_root"}}
 OBJECT_API = {"git", "head", "heads", "index", "active_branch", "is_dirty", "iter_commits", "is_ancestor",
@@ -23,7 +25,7 @@ OBJECT_API = {"git", "head", "heads", "index", "active_branch", "is_dirty", "ite
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if p != GITOPS)
+    return sorted(p for p in PACKAGE.rglob("*.py") if p not in GITOPS)
 
 
 def _violations(source: str, rel: str) -> list[str]:
@@ -76,7 +78,7 @@ def _is_repo(node: ast.expr) -> bool:
 def test_no_module_but_gitops_runs_git() -> None:
     offences = [v for path in _modules()
                 for v in _violations(path.read_text(encoding="utf-8"), path.relative_to(PACKAGE).as_posix())]
-    assert not offences, "git belongs in core/gitops.py (call a named gitops function):\n" + "\n".join(offences)
+    assert not offences, "git belongs in the gitops modules (call a named gitops function):\n" + "\n".join(offences)
 
 
 @pytest.mark.parametrize("source, what", [
@@ -96,6 +98,10 @@ def test_the_hooks_exception_is_for_the_hook_modules_only() -> None:
     source = "class _Repo:\n    def _git(self):\n        import subprocess\n        subprocess.run(['git', 'log'])\n"
     assert _violations(source, "guard.py") == []
     assert _violations(source, "notes.py") != []
+
+
+def test_the_gitops_modules_exist() -> None:
+    assert all(path.is_file() for path in GITOPS), "GITOPS names a module that is gone: update it"
 
 
 @pytest.mark.parametrize("module", sorted(HOOKS))
