@@ -4,8 +4,8 @@ command wrapper (`repo.git.x(...)`) or its object API (`repo.head`, `repo.index`
 itself; they call named gitops functions.
 
 The exceptions are the functions listed in HOOKS: the PreToolUse guard (guard.py) parses the git
-command lines the agent sends and asks git read-only questions with the standard library (it runs with
-the system python3, before the package's environment exists), and the Stop hook (hooks.py), run at the
+command lines the agent sends and asks git read-only questions with the standard library (guardrepo.py; it
+runs with the system python3, before the package's environment exists), and the Stop hook (hooks.py), run at the
 end of every turn, finds the session without importing GitPython."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "server" / "autoresearch_mcp"
 # the gitops modules: gitops (what callers ask), gitrun (the runner), gitread (reading), gittrees (writing objects)
 GITOPS = {PACKAGE / "core" / f"{name}.py" for name in ("gitops", "gitrun", "gitread", "gittrees")}
-# guard.py (parsing the agent's git command lines, asking git with the stdlib) and hooks.py (the Stop hook)
-HOOKS = {"guard.py": {"_Guard.invocation", "_Repo._git"}, "hooks.py": {"_session_root"}}
+# guard.py (parsing the agent's git command lines), guardrepo.py (the guard asking git with the stdlib) and
+# hooks.py (the Stop hook)
+HOOKS = {"guard.py": {"_Guard.invocation"}, "guardrepo.py": {"GitQuestions._git"}, "hooks.py": {"_session_root"}}
 OBJECT_API = {"git", "head", "heads", "index", "active_branch", "is_dirty", "iter_commits", "is_ancestor",
               "untracked_files", "commit", "tree", "refs", "branches", "remotes", "references"}
 
@@ -95,8 +96,9 @@ def test_the_check_finds_each_way_of_running_git(source: str, what: str) -> None
 
 
 def test_the_hooks_exception_is_for_the_hook_modules_only() -> None:
-    source = "class _Repo:\n    def _git(self):\n        import subprocess\n        subprocess.run(['git', 'log'])\n"
-    assert _violations(source, "guard.py") == []
+    source = ("class GitQuestions:\n    def _git(self):\n        import subprocess\n"
+              "        subprocess.run(['git', 'log'])\n")
+    assert _violations(source, "guardrepo.py") == []
     assert _violations(source, "notes.py") != []
 
 

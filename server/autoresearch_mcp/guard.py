@@ -24,31 +24,28 @@ refuses these moves whatever program makes them, and the server holds the branch
 
 Standard library only, Python 3.8 syntax, and cheap: hooks/run runs this file with the system python3
 (`-I -S`) before every Bash call, so it imports only what the call needs (no subprocess until git must be
-asked, no typing).
+asked, no typing). Its read-only questions to git are guardrepo.py's.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 
 if __name__ == "__main__":  # run as a script by hooks/run: the package is not installed for this python3
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from autoresearch_mcp import guardshell
+from autoresearch_mcp.guardrepo import SCRIPTS, GitQuestions, unresolved
 from autoresearch_mcp.guardshell import UNKNOWN, GitCall, Write
 
 TYPE_CHECKING = False  # typing is not imported at run time (see guardshell)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    _Judge = Callable[["_Guard", "_Repo", list[str], str], "str | None"]
+    _Judge = Callable[["_Guard", "GitQuestions", list[str], str], "str | None"]
 
 PROTECTED = "autoresearch/"
 ALL = "autoresearch/*"  # the session branches as a whole (a command that could touch any of them)
-SCRIPTS = ("autoresearch.sh", "autoresearch.checks.sh")  # until both are committed, a session is being set up
-STARTED = time.monotonic()
-DEADLINE_S = 20.0  # answer well within hooks.json's 30 s timeout, before Claude Code gives up on the hook
 DENY_EXIT = 2  # PreToolUse: exit 2 blocks the tool call and shows stderr to Claude (exit 1 would not)
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
 _FORCE = ("-f", "--force", "--force-with-lease", "--force-if-includes")
@@ -126,7 +123,7 @@ class _Guard(guardshell.Oracle):
         self.switched: dict[str, set[str | None]] = {}
         self.pending: dict[str, str] = {}  # a checkout in the previous git call, certain only if `&&` follows it
         self.aliases: dict[str, str] = {}  # git aliases the command defines (git config alias.x ...)
-        self.adds: list[tuple[_Repo, list[str]]] = []  # the `git add` calls before (their repository, arguments)
+        self.adds: list[tuple[GitQuestions, list[str]]] = []  # the `git add` calls before (their repository, arguments)
 
     def judge(self, effect: guardshell.Effect) -> str | None:
         """Why this effect must not happen (None: let it)."""
@@ -135,7 +132,7 @@ class _Guard(guardshell.Oracle):
         if isinstance(effect, Write):
             return _refuse(effect.what, ALL, "it writes inside the git directory") \
                 if self.internal(effect.path, effect.cwd) else None
-        repo = _Repo(effect.cwd, [], {})
+        repo = GitQuestions(effect.cwd, [], {})
         if effect.scope == "always":
             return _refuse(effect.what, UNKNOWN, effect.why)
         if effect.scope == "branch":
@@ -146,13 +143,13 @@ class _Guard(guardshell.Oracle):
     # --- what the evaluator asks git (guardshell.Oracle) ---------------------------------------------------
 
     def exec_path(self, cwd: str | None) -> str | None:
-        return _Repo(cwd, [], {}).exec_path()
+        return GitQuestions(cwd, [], {}).exec_path()
 
     def rev_parse_path(self, cwd: str | None, option: str) -> str | None:
-        return _Repo(cwd, [], {}).rev_parse_path(option)
+        return GitQuestions(cwd, [], {}).rev_parse_path(option)
 
     def is_command(self, cwd: str | None, name: str) -> bool:
-        return _Repo(cwd, [], {}).is_command(name)
+        return GitQuestions(cwd, [], {}).is_command(name)
 
     def internal(self, value: str | None, cwd: str | None) -> bool:
         """Whether the path `value` (relative to cwd) lies inside the git directory of a repository with
@@ -169,7 +166,7 @@ class _Guard(guardshell.Oracle):
             path = os.path.normpath(os.path.join(cwd or os.sep, expanded))
             for form in {path, os.path.realpath(path)}:
                 top = _git_dir_top(form)
-                if top is not None and _Repo(top, [], {}).has_session_refs():
+                if top is not None and GitQuestions(top, [], {}).has_session_refs():
                     return True
         return False
 
@@ -198,7 +195,7 @@ class _Guard(guardshell.Oracle):
             if option in _VALUED[""]:
                 i += 1
             if option == "-C":
-                cwd = None if cwd is None or value == UNKNOWN or _unresolved(value) else \
+                cwd = None if cwd is None or value == UNKNOWN or unresolved(value) else \
                     os.path.join(cwd, os.path.expanduser(value))
             elif option == "-c" and value.startswith("alias."):
                 name, _, body = value[len("alias."):].partition("=")
@@ -216,7 +213,7 @@ class _Guard(guardshell.Oracle):
         if i >= len(args):
             return None
         sub, rest = args[i], args[i + 1:]
-        repo = _Repo(cwd, lookup, env)
+        repo = GitQuestions(cwd, lookup, env)
         what = " ".join(["git", *args])
         if sub == UNKNOWN:
             current = self.current(repo)
@@ -245,33 +242,33 @@ class _Guard(guardshell.Oracle):
         hit = current if _protected(current) else next((a for a in rest if PROTECTED in a), None)
         return _refuse(what, hit, f"autoresearch cannot tell whether `git {sub}` moves it") if hit else None
 
-    def current(self, repo: _Repo) -> str | None:
+    def current(self, repo: GitQuestions) -> str | None:
         """The branch HEAD is on; of several possible ones, a session branch first."""
         if repo.cwd is None:
             return UNKNOWN
         candidates = [repo.branch() if c is None else c for c in self.switched.get(repo.key, {None})]
         return next((c for c in candidates if _protected(c)), candidates[0])
 
-    def head_mover(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def head_mover(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """commit, merge, cherry-pick, revert, am, pull...: they move the branch checked out."""
         if any(a in _ENDERS for a in rest):
             return None
         current = self.current(repo)
         return _refuse(what, current) if _protected(current) else None
 
-    def add(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def add(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """Stages files: no branch moves, but a commit after it in the command holds them."""
         self.adds.append((repo, rest))
         return None
 
-    def commit(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def commit(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         current = self.current(repo)
-        if current is not None and _protected(current) and not _unresolved(current) and current != UNKNOWN \
+        if current is not None and _protected(current) and not unresolved(current) and current != UNKNOWN \
                 and "--amend" not in rest and not repo.has_scripts(current):
             return self.setup_commit(repo, rest, what, current)
         return self.head_mover(repo, rest, what)
 
-    def setup_commit(self, repo: _Repo, rest: list[str], what: str, current: str) -> str | None:
+    def setup_commit(self, repo: GitQuestions, rest: list[str], what: str, current: str) -> str | None:
         """start_session's setup step: the benchmark and checks committed on a session branch that lacks them,
         and nothing else (a kernel tweaked by hand in that commit would be the session's unmeasured start)."""
         options, specs = _commit_arguments(rest)
@@ -298,7 +295,7 @@ class _Guard(guardshell.Oracle):
         return _refuse(what, current, f"before the session starts, its branch takes one commit of {SCRIPTS[0]} and "
                                       f"{SCRIPTS[1]} alone, and this one would also hold {shown}")
 
-    def reset(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def reset(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         current = self.current(repo)
         if not _protected(current):
             return None
@@ -311,13 +308,13 @@ class _Guard(guardshell.Oracle):
             return _refuse(what, current)
         return None
 
-    def rebase(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def rebase(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         named = _positional("rebase", rest)[1:2]  # `git rebase <upstream> <branch>` checks out <branch> first
         if named and _protected(named[0]) and not any(a in _ENDERS for a in rest):
             return _refuse(what, named[0])
         return self.update_refs(repo, rest, what) or self.head_mover(repo, rest, what)
 
-    def update_refs(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def update_refs(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """rebase --update-refs (or rebase.updateRefs) moves every branch pointing into what it rebases."""
         if any(a in _ENDERS for a in rest) or "--no-update-refs" in rest:
             return None
@@ -325,7 +322,7 @@ class _Guard(guardshell.Oracle):
             return _refuse(what, ALL, "--update-refs moves every branch that points into the commits it rebases")
         return None
 
-    def tag(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def tag(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """A tag named like a session branch shadows it: git resolves autoresearch/<tag> to refs/tags first.
         Listing, verifying and deleting (how a shadowing tag is put right) stay allowed."""
         flags = _short_flags(rest)
@@ -334,12 +331,12 @@ class _Guard(guardshell.Oracle):
         name = next(iter(_positional("tag", rest)), None)
         return _refuse(what, name, "a tag named so shadows the session branch") if _protected(name) else None
 
-    def pull(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def pull(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         rebases = "--rebase" in rest or any(a.startswith("--rebase=") for a in rest) or "-r" in rest
         return self.fetch(repo, rest, what) or (self.update_refs(repo, rest, what) if rebases else None) \
             or self.head_mover(repo, rest, what)
 
-    def fetch(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def fetch(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """A refspec `src:dst` writes dst; a session branch there is moved (remote-tracking refs are fine)."""
         for spec in _positional("fetch", rest)[1:]:
             dst = spec.lstrip("+").partition(":")[2]
@@ -348,13 +345,13 @@ class _Guard(guardshell.Oracle):
                 return _refuse(what, dst)
         return None
 
-    def checkout(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def checkout(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         return self.switch_to(repo, rest, what, "checkout")
 
-    def switch(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def switch(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         return self.switch_to(repo, rest, what, "switch")
 
-    def switch_to(self, repo: _Repo, rest: list[str], what: str, sub: str) -> str | None:
+    def switch_to(self, repo: GitQuestions, rest: list[str], what: str, sub: str) -> str | None:
         """checkout and switch: -B/-C may reset a branch; otherwise note where HEAD goes for the calls after."""
         created = _option_values(rest, {"-b", "-B", "-c", "-C", "--create", "--force-create", "--orphan"})
         forced = _option_values(rest, {"-B", "-C", "--force-create"})
@@ -376,7 +373,7 @@ class _Guard(guardshell.Oracle):
             # otherwise a commit (detached HEAD) or paths: judged as if still on the current branch
         return None
 
-    def branch(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def branch(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         flags = _short_flags(rest)
         names = _positional("branch", rest)
         if flags & {"d", "D", "--delete"}:
@@ -392,11 +389,11 @@ class _Guard(guardshell.Oracle):
         hit = next((t for t in targets if _protected(t)), None)
         return _refuse(what, hit) if hit else None
 
-    def worktree(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def worktree(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         forced = _option_values(rest, {"-B"})
         return _refuse(what, forced[-1]) if forced and _protected(forced[-1]) else None
 
-    def update_ref(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def update_ref(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         if "--stdin" in rest:
             return self.from_input(repo, rest, what)
         target = next(iter(_positional("update-ref", rest)), "")
@@ -405,11 +402,11 @@ class _Guard(guardshell.Oracle):
         current = self.current(repo)
         return _refuse(what, current) if target == "HEAD" and _protected(current) else None
 
-    def from_input(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def from_input(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """fast-import, receive-pack, update-ref --stdin: they write the refs their input names."""
         return _refuse(what, ALL, "it writes the refs its input names") if repo.has_session_refs() else None
 
-    def symbolic_ref(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def symbolic_ref(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         names = _positional("symbolic-ref", rest)
         writes = len(names) >= 2 or bool({"-d", "--delete"} & set(rest))
         if writes and names and _protected(names[0]):
@@ -421,7 +418,7 @@ class _Guard(guardshell.Oracle):
             self.pending[repo.key] = target[len("refs/heads/"):] if target.startswith("refs/heads/") else target
         return None
 
-    def push(self, repo: _Repo, rest: list[str], what: str, sub: str = "push") -> str | None:
+    def push(self, repo: GitQuestions, rest: list[str], what: str, sub: str = "push") -> str | None:
         positional = _positional(sub, rest)
         refspecs = positional[1:]  # after the remote
         if positional and self.into_itself(repo, positional[0]):  # `git push . x:autoresearch/t` moves it here
@@ -446,10 +443,10 @@ class _Guard(guardshell.Oracle):
             hit = current if _protected(current) else None
         return _refuse(what, hit) if hit else None
 
-    def send_pack(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def send_pack(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         return self.push(repo, rest, what, "send-pack")
 
-    def into_itself(self, repo: _Repo, remote: str) -> bool:
+    def into_itself(self, repo: GitQuestions, remote: str) -> bool:
         """Whether a push to `remote` (a name, URL or path) lands in this same repository (unknown: yes)."""
         if remote in (".", UNKNOWN) or repo.cwd is None:
             return True
@@ -459,16 +456,16 @@ class _Guard(guardshell.Oracle):
         path = os.path.join(repo.cwd, os.path.expanduser(url[len("file://"):] if url.startswith("file://") else url))
         if not os.path.isdir(path):
             return False
-        mine, theirs = repo.common_dir(), _Repo(path, [], {}).common_dir()
+        mine, theirs = repo.common_dir(), GitQuestions(path, [], {}).common_dir()
         return mine is None or theirs is None or os.path.realpath(mine) == os.path.realpath(theirs)
 
-    def replace(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def replace(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         if not _positional("replace", rest) or {"-l", "--list", "-d", "--delete"} & set(rest):
             return None
         return _refuse(what, ALL, "a replacement object changes what git shows for a commit") \
             if repo.has_session_refs() else None
 
-    def config(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def config(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         """Only what could let later git calls slip by: an alias (remembered for the rest of the command),
         where the hooks live (core.hooksPath, the reference-transaction guard's folder) and included files."""
         positional = _positional("config", rest)
@@ -489,7 +486,7 @@ class _Guard(guardshell.Oracle):
                 if repo.has_session_refs() else None
         return None
 
-    def filter_branch(self, repo: _Repo, rest: list[str], what: str) -> str | None:
+    def filter_branch(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         if "--all" in rest or "--branches" in rest:
             return _refuse(what, ALL) if repo.has_session_refs() else None
         hit = next((a for a in rest if _protected(a)), None)
@@ -508,149 +505,7 @@ _JUDGES: dict[str, _Judge] = {
 }
 
 
-_ASKED: dict[tuple[str, tuple[str, ...]], str | None] = {}  # git's answers in this run (the repository does not change)
-
-
-class _Repo:
-    """Read-only questions to git about the repository a git invocation works in."""
-
-    def __init__(self, cwd: str | None, lookup: list[str], env: dict[str, str]) -> None:
-        self.cwd, self.lookup, self.env = cwd, lookup, {**os.environ, **env}
-        self.key = f"{cwd}\0{lookup}\0{sorted(env.items())}"
-
-    def _asked(self, *args: str) -> str | None:
-        """git's output, None when it answers no (or there is no directory to ask in), asked once per run: one
-        command asks the same questions again (the branch, the session refs)."""
-        if self.cwd is None:
-            return None
-        key = (self.key, args)
-        if key not in _ASKED:
-            _ASKED[key] = self._git(*args)
-        return _ASKED[key]
-
-    def _git(self, *args: str) -> str | None:
-        """git's output, None when it answers no; the agent's `-c` options are never passed on.
-
-        A git that cannot run or outlasts the hook's time raises, and hooks/run refuses the command.
-        """
-        left = DEADLINE_S - (time.monotonic() - STARTED)
-        if left <= 0:
-            raise TimeoutError(f"the guard took over {DEADLINE_S:g} s (Claude Code stops it at 30 s)")
-        status, out = _spawn(["git", "-C", self.cwd or ".", *self.lookup, *args], self.env, left)
-        return out.strip() if status == 0 else None
-
-    def branch(self) -> str | None:
-        if self.cwd is not None and not os.path.isdir(self.cwd):
-            return UNKNOWN  # a directory the command itself creates first (git worktree add, mkdir)
-        return self._asked("symbolic-ref", "--short", "-q", "HEAD") or None
-
-    def previous_branch(self) -> str | None:
-        full = self._asked("rev-parse", "--symbolic-full-name", "@{-1}") or ""
-        return full[len("refs/heads/"):] if full.startswith("refs/heads/") else None
-
-    def is_branch(self, name: str) -> bool:
-        return self._asked("show-ref", "--verify", "-q", f"refs/heads/{name}") is not None
-
-    def is_commit(self, name: str) -> bool:
-        return self._asked("rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}") is not None
-
-    def same_as_head(self, name: str) -> bool:
-        head = self._asked("rev-parse", "--verify", "-q", "HEAD^{commit}")
-        return head is not None and head == self._asked("rev-parse", "--verify", "-q", "--end-of-options",
-                                                      f"{name}^{{commit}}")
-
-    def has_scripts(self, branch: str) -> bool:
-        """Whether the branch holds the benchmark and the checks (session.BENCH_SCRIPT, CHECKS_SCRIPT)."""
-        listed = self._asked("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
-        return listed is None or len(listed.split()) == len(SCRIPTS)
-
-    def staged(self) -> list[str] | None:
-        """The paths the index holds changed from HEAD, from the top of the work tree."""
-        out = self._asked("diff", "--cached", "--name-only", "-z")
-        return None if out is None else [p for p in out.split("\0") if p]
-
-    def listed(self, kinds: list[str], specs: list[str]) -> list[str] | None:
-        """`git ls-files` of these kinds (--modified, --others: not ignored) under pathspecs (the whole tree
-        without any), from the top of the work tree; None when the guard cannot tell."""
-        if any(s == UNKNOWN or _unresolved(s) for s in [*kinds, *specs]):
-            return None
-        out = self._asked("ls-files", "-z", "--full-name", "--exclude-standard", *kinds, "--", *(specs or [":/"]))
-        return None if out is None else [p for p in out.split("\0") if p]
-
-    def has_session_refs(self) -> bool:
-        """Whether the repository has session branches (or the guard cannot tell: fail closed)."""
-        if self.cwd is not None and not os.path.isdir(self.cwd):
-            return False  # no repository there (yet)
-        found = self._asked("for-each-ref", "--count=1", "refs/heads/autoresearch/", "refs/autoresearch/")
-        return self.cwd is None or (found is None and self._asked("rev-parse", "--git-dir") is not None) or bool(found)
-
-    def alias(self, name: str) -> str | None:
-        return self._asked("config", "--get", f"alias.{name}")
-
-    def config_true(self, key: str) -> bool:
-        return self._asked("config", "--type=bool", "--get", key) == "true"
-
-    def remote_url(self, name: str) -> str | None:
-        return self._asked("config", "--get", f"remote.{name}.url")
-
-    def common_dir(self) -> str | None:
-        return self._asked("rev-parse", "--path-format=absolute", "--git-common-dir")
-
-    def rev_parse_path(self, option: str) -> str | None:
-        """A path `git rev-parse` gives (--show-toplevel, --git-dir...), absolute."""
-        return self._asked("rev-parse", "--path-format=absolute", option) or None
-
-    def exec_path(self) -> str | None:
-        return self._asked("--exec-path")
-
-    def is_command(self, name: str) -> bool:
-        """Whether git would run something for `git name` (a builtin or a git-name program)."""
-        exec_path = self.exec_path() or ""
-        import shutil
-
-        return shutil.which(f"git-{name}", path=os.pathsep.join([exec_path, os.environ.get("PATH", "")])) is not None
-
-
 # --- words -------------------------------------------------------------------------------------------------
-
-
-def _spawn(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run `argv` (found on PATH) with stdin and stderr on /dev/null: its exit status and its output.
-
-    posix_spawn with a pipe rather than subprocess, whose import (signal, threading, selectors...) costs the
-    hook more than the git it runs. A program still running after `timeout` seconds is killed and raises."""
-    if not hasattr(os, "posix_spawnp"):
-        import subprocess
-
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-        return done.returncode, done.stdout
-    import select
-
-    read, write = os.pipe()  # neither is inherited; the child's stdout is a copy of `write`
-    try:
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, write, 1),
-            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-    finally:
-        os.close(write)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read], [], [], left)[0]:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                raise TimeoutError(f"{argv[0]} outlasted {timeout:.1f} s")
-            chunk = os.read(read, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read)
-    _, status = os.waitpid(pid, 0)
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-    return code, b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def _git_dir_top(path: str) -> str | None:
@@ -661,13 +516,9 @@ def _git_dir_top(path: str) -> str | None:
     return "/".join(parts[:parts.index(".git")]) or ("/" if path.startswith("/") else ".")
 
 
-def _unresolved(word: str) -> bool:
-    return "$" in os.path.expandvars(word) or "`" in word
-
-
 def _protected(name: str | None) -> bool:
     """A session branch or ref, or a name the guard cannot resolve (fail closed)."""
-    return name is not None and (PROTECTED in name or name == UNKNOWN or _unresolved(name))
+    return name is not None and (PROTECTED in name or name == UNKNOWN or unresolved(name))
 
 
 def _positional(sub: str, rest: list[str]) -> list[str]:
@@ -753,7 +604,7 @@ def _short_flags(rest: list[str]) -> set[str]:
 def _refuse(what: str, branch: str | None, why: str = "") -> str:
     branch = branch or UNKNOWN
     where = ("the session branches autoresearch/*" if branch == ALL else
-             "a session branch it cannot resolve" if branch == UNKNOWN or _unresolved(branch) else
+             "a session branch it cannot resolve" if branch == UNKNOWN or unresolved(branch) else
              f"the session branch {branch}")
     because = f" ({why})" if why else ""
     return (f"autoresearch: `{what}` is refused on {where}{because}: commits there go through "
