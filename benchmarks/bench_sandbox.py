@@ -31,10 +31,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from autoresearch_mcp.core import jobenv, procs, sandbox
+from autoresearch_mcp.core import jobenv, jobfile, procs, sandbox
 
 
 def git(repo: Path, *args: str) -> str:
@@ -49,7 +48,7 @@ def per_run(runs: int) -> float:
         script = Path(tmp) / "session-autoresearch.sh"
         script.write_text('#!/usr/bin/env bash\ncase "$1" in bench) echo "METRIC score=100" ;; esac\n')
         (tree / "autoresearch.sh").write_text(script.read_text())
-        job = {"baseline_dir": str(tree), "sandbox": {"scripts": {"autoresearch.sh": str(script)}}}
+        job = jobfile.Experiment(baseline_dir=str(tree), sandbox={"scripts": {"autoresearch.sh": str(script)}})
         env = jobenv.run_env(job, tree)
         times: dict[bool, list[float]] = {True: [], False: []}
         for i in range(2 * runs + 2):
@@ -72,7 +71,7 @@ BENCH = '#!/usr/bin/env bash\ncase "$1" in bench) echo "METRIC score=100" ;; esa
 
 
 def interleaved(tree: Path, runs: int, timeout_s: float,
-                job_of: Callable[[bool], dict[str, Any]]) -> tuple[float, float]:
+                job_of: Callable[[bool], jobfile.Job]) -> tuple[float, float]:
     """The median time of a confined bench command in `tree` with the job `job_of(True)` and with `job_of(False)`,
     `runs` each, alternated (after one warm-up each)."""
     times: dict[bool, list[float]] = {True: [], False: []}
@@ -109,11 +108,10 @@ def protected_cost(files: int, runs: int) -> None:
         trees = Worktrees(r, Path(tmp) / "cache")
         tree = trees.acquire(head)
         frozen = gitops.protected_files(r, head, ["harness/"])
-        spec: dict[str, object] = {"mode": "confined", "scripts": trees.scripts(head), "frozen": frozen}
-        if hasattr(trees, "frozen_store"):
-            spec["frozen_from"] = trees.frozen_store(head, frozen)
-        on, off = interleaved(tree, runs, 600, lambda with_files: {
-            "baseline_dir": str(tree), "sandbox": spec if with_files else {**spec, "frozen": []}})
+        spec = jobfile.SandboxSpec(mode="confined", scripts=trees.scripts(head), frozen=frozen,
+                                   frozen_from=trees.frozen_store(head, frozen))
+        on, off = interleaved(tree, runs, 600, lambda with_files: jobfile.Experiment(
+            baseline_dir=str(tree), sandbox=spec if with_files else {**spec, "frozen": []}))
     print(f"protected: {files} files in one folder ({len(frozen)} binds): {on * 1000:.1f} ms a command against "
           f"{off * 1000:.1f} ms with none: {(on - off) * 1000:.1f} ms more ({runs} each, interleaved)")
 
@@ -131,9 +129,9 @@ def checkout_cost(runs: int) -> None:
         tree.mkdir()
         (tree / "autoresearch.sh").write_text(BENCH)
         env_of = {"MODEL": str(checkout / "model.bin"), "PATH": f"{checkout}/.venv/bin:{os.environ['PATH']}"}
-        on, off = interleaved(tree, runs, 60, lambda hidden: {
-            "baseline_dir": str(tree), "env": env_of,
-            "sandbox": {"mode": "confined", "private": [str(checkout)] if hidden else []}})
+        on, off = interleaved(tree, runs, 60, lambda hidden: jobfile.Experiment(
+            baseline_dir=str(tree), env=env_of,
+            sandbox={"mode": "confined", "private": [str(checkout)] if hidden else []}))
     print(f"checkout hidden: {on * 1000:.1f} ms a command against {off * 1000:.1f} ms in sight: "
           f"{(on - off) * 1000:+.1f} ms ({runs} each, interleaved; load {os.getloadavg()[0]:.1f})")
 

@@ -9,6 +9,7 @@ Run: python benchmarks/bench_sky_scheduler.py
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from autoresearch_mcp.core import runner
+from autoresearch_mcp.core import channel, jobfile, runner
 from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.executors.sky_pool import SkyPool
@@ -67,7 +68,7 @@ def part2(jobs: int = 1000, workers: int = 64) -> None:
         subprocess.run([*run, "add", "-A"], check=True)
         subprocess.run([*run, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"], check=True)
         head = subprocess.run([*run, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-        result = runner.result_line(runner.Outcome("x")) + "\n"
+        result = channel.machine_line(channel.RESULT_PREFIX, dataclasses.asdict(runner.Outcome("x")), compact=True) + "\n"
         fake = FakeSky(Path(tmp) / "vms", canned=lambda _c, _t: (result, 60.0))
         cfg = SessionConfig(session_id="bench0000000", tag="b", branch="b", repo=str(repo), metric="t",
                             direction="lower", executor="sky", start_commit=head, created_at="now",
@@ -79,8 +80,8 @@ def part2(jobs: int = 1000, workers: int = 64) -> None:
             if event["event"] == "result":
                 done.release()
 
-        spec = {"metric": "t", "direction": "lower", "design": stats.make_design(3).job(),
-                "timeouts": {"build": 60, "bench": 60, "checks": 60}}
+        spec = jobfile.Experiment(metric="t", design=stats.make_design(3).job(),
+                                  timeouts={"build": 60, "bench": 60, "checks": 60})
         t0 = time.perf_counter()
         for i in range(jobs):
             pool.submit(Job(f"e{i}", head, head, Path(tmp) / "logs" / f"e{i}.log", spec=spec), sink)

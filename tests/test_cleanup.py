@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import gitops, gitrun, jobenv, ledger, procs, records, sandbox, worktrees
+from autoresearch_mcp.core import gitops, gitrun, jobenv, jobfile, ledger, procs, records, sandbox, worktrees
 from autoresearch_mcp.core.builds import BUILT_MARKER
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.core.worktrees import Worktrees
@@ -129,7 +129,7 @@ def test_a_launch_on_a_full_disk_is_refused_with_the_folder_and_the_space_it_nee
     events: list[dict[str, Any]] = []
     done = threading.Event()
     try:
-        executor.submit(Job("e1", head, head, tmp_path / "e1.log", spec={}),
+        executor.submit(Job("e1", head, head, tmp_path / "e1.log", spec=jobfile.Experiment()),
                         lambda _id, event: (events.append(dict(event)), done.set()))
         assert done.wait(60)
     finally:
@@ -139,7 +139,7 @@ def test_a_launch_on_a_full_disk_is_refused_with_the_folder_and_the_space_it_nee
 
 
 def confined(tree: Path, script: str) -> procs.CommandResult:
-    job = {"baseline_dir": str(tree), "sandbox": {"mode": sandbox.CONFINED}}
+    job = jobfile.Experiment(baseline_dir=str(tree), sandbox={"mode": sandbox.CONFINED})
     return procs.run_command(["sh", "-c", script], tree, 120, env=jobenv.run_env(job, tree),
                               confine=sandbox.for_job(job, str(tree), "bench"))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import cgroups, decide, jobenv, runner, sandbox
+from autoresearch_mcp.core import cgroups, decide, jobenv, jobfile, runner, sandbox
 from autoresearch_mcp.measure import stats
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
@@ -21,7 +21,7 @@ MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
 BENCH = 'echo "METRIC t=$((100 + RANDOM % 3))"'
 
 
-def a_job(tmp_path: Path, mode: str, pairs: int) -> dict[str, Any]:
+def a_job(tmp_path: Path, mode: str, pairs: int) -> jobfile.Experiment:
     """A job of `pairs` pairs (after a warm-up pair) between two trees whose benchmark prints noise, each
     sample the median of two bench runs."""
     trees = {}
@@ -30,10 +30,10 @@ def a_job(tmp_path: Path, mode: str, pairs: int) -> dict[str, Any]:
         tree.mkdir()
         (tree / "autoresearch.sh").write_text(f'#!/usr/bin/env bash\ncase "$1" in\n  bench) {BENCH} ;;\nesac\n')
     judging = dataclasses.asdict(decide.Spec("t", "lower", 0.01, processes_per_sample=2))
-    return {"experiment_id": f"e{pairs}", "baseline_dir": str(trees["baseline"]),
-            "candidate_dir": str(trees["candidate"]), "design": stats.make_design("auto", warmup=1).job(),
-            "judging": judging, "stops": [pairs], "seed": 1, "threads": 1, "run_checks": False,
-            "timeouts": {"build": 60, "bench": 60, "checks": 60}, "sandbox": {"mode": mode}}
+    return jobfile.Experiment(experiment_id=f"e{pairs}", baseline_dir=str(trees["baseline"]),
+                              candidate_dir=str(trees["candidate"]), design=stats.make_design("auto", warmup=1).job(),
+                              judging=judging, stops=[pairs], seed=1, threads=1, run_checks=False,
+                              timeouts={"build": 60, "bench": 60, "checks": 60}, sandbox={"mode": mode})
 
 
 def counted(calls: Counter[str], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,9 +88,9 @@ def test_a_prepared_launch_starts_each_run_as_a_fresh_one_would(tmp_path: Path) 
         folder.mkdir(parents=True)
     (tree / "src" / "bench.c").write_text("int main(void) { return 0; }\n")
     (scripts / sandbox.BENCH_SCRIPT).write_text("#!/usr/bin/env bash\ntrue\n")
-    job = {"baseline_dir": str(tmp_path / "base"), "machine_lock": str(lock),
-           "sandbox": {"mode": sandbox.CONFINED, "frozen": ["src/bench.c"], "read_only": ["bench"],
-                       "scripts": {sandbox.BENCH_SCRIPT: str(scripts / sandbox.BENCH_SCRIPT)}}}
+    job = jobfile.Experiment(baseline_dir=str(tmp_path / "base"), machine_lock=str(lock),
+                             sandbox={"mode": sandbox.CONFINED, "frozen": ["src/bench.c"], "read_only": ["bench"],
+                                      "scripts": {sandbox.BENCH_SCRIPT: str(scripts / sandbox.BENCH_SCRIPT)}})
     c = sandbox.for_job(job, str(tree), "bench")
     env = jobenv.run_env(job, tree)
     prepared = sandbox.launch(c, env)

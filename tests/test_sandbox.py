@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import channel, sandbox
+from autoresearch_mcp.core import channel, jobfile, sandbox
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
@@ -210,9 +210,9 @@ def test_only_the_baselines_own_build_may_write_the_compiler_cache(tmp_path: Pat
     base, cand = tmp_path / "base", tmp_path / "cand"
     base.mkdir()
     cand.mkdir()
-    job = {"baseline_dir": str(base), "sandbox": {"mode": sandbox.CONFINED}}
+    job = jobfile.Experiment(baseline_dir=str(base), sandbox={"mode": sandbox.CONFINED})
     assert sandbox.for_job(job, str(base)).cache and not sandbox.for_job(job, str(cand)).cache
-    assert not sandbox.for_job({"sandbox": {"mode": sandbox.CONFINED}}, str(base)).cache
+    assert not sandbox.for_job(jobfile.Experiment(sandbox={"mode": sandbox.CONFINED}), str(base)).cache
     _, env, _ = sandbox.command(["true"], sandbox.for_job(job, str(cand)), {"PATH": os.environ["PATH"]})
     assert env["CCACHE_READONLY"] == "1"
     _, env, _ = sandbox.command(["true"], sandbox.for_job(job, str(base)), {"PATH": os.environ["PATH"]})

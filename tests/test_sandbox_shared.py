@@ -9,6 +9,7 @@ Each has a control beside it, a benign candidate of the same shape that must sti
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import platform
@@ -24,7 +25,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import gitops, jobenv, procs, sandbox
+from autoresearch_mcp.core import gitops, jobenv, jobfile, procs, sandbox
 from autoresearch_mcp.core.worktrees import Worktrees
 from conftest import balanced_noise, git, init_repo
 from helpers import call
@@ -361,7 +362,8 @@ def test_a_job_sees_neither_the_machine_lock_nor_the_job_files_nor_its_id(tmp_pa
     tree.mkdir(parents=True)
     (root / "machine.lock").touch()
     (root / "repo-1" / "exp-1.job.json").write_text('{"seed": 7}')
-    job = {"baseline_dir": str(tree), "machine_lock": str(root / "machine.lock"), "sandbox": {"mode": "confined"}}
+    job = jobfile.Experiment(baseline_dir=str(tree), machine_lock=str(root / "machine.lock"),
+                             sandbox={"mode": "confined"})
     script = f"ls -a {root} {root}/repo-1; echo mine > own.txt; echo mark=${{{procs.JOB_ENV}:-none}}"
     res = procs.run_command(["sh", "-c", script], tree, 60, env={**jobenv.run_env(job, tree), procs.JOB_ENV: "exp-1"},
                              confine=sandbox.for_job(job, str(tree), "bench"))
@@ -500,16 +502,17 @@ def test_a_bench_sees_the_same_world_from_the_baselines_tree_and_from_the_candid
         tree.mkdir(parents=True)
     cache = home_cache / "ccache"
     cache.mkdir()
-    job = {"baseline_dir": str(trees["baseline"]), "machine_lock": str(root / "machine.lock"),
-           "env": {"MODEL": str(model), "CCACHE_DIR": str(cache), "PATH": f"{venv}/bin:{os.environ['PATH']}"},
-           "sandbox": {"mode": "confined", "private": [str(repo)], "git": [str(repo / ".git")]}}
+    job = jobfile.Experiment(
+        baseline_dir=str(trees["baseline"]), machine_lock=str(root / "machine.lock"),
+        env={"MODEL": str(model), "CCACHE_DIR": str(cache), "PATH": f"{venv}/bin:{os.environ['PATH']}"},
+        sandbox={"mode": "confined", "private": [str(repo)], "git": [str(repo / ".git")]})
     # what a program could look at: its environment, the checkout, the trees, the compiler cache's rights
     look = (f"env | grep -v -e '^_=' -e '^SHLVL=' | sort; ls -a {repo} {root}/repo-1; cat {model}; tool; "
             f"touch {cache}/mine 2>/dev/null && echo cache writable; git -C {repo} log --oneline 2>/dev/null | wc -l")
 
     def view(side: str, phase: str) -> str:
         tree, other = trees[side], trees["candidate" if side == "baseline" else "baseline"]
-        pair = {**job, "candidate_dir": str(trees["candidate"])}
+        pair = dataclasses.replace(job, candidate_dir=str(trees["candidate"]))
         res = procs.run_command(["sh", "-c", look], tree, 60, env=jobenv.run_env(pair, tree, phase),
                                  confine=sandbox.for_job(pair, str(tree), phase))
         assert res.ok, res.output
@@ -530,5 +533,5 @@ def test_a_bench_sees_the_same_world_from_the_baselines_tree_and_from_the_candid
     assert "cache writable" in view("baseline", "build")  # the one command that stores into the cache
     checks = view("candidate", "checks")  # the checks compare with the baseline: its tree is theirs to read
     assert "AUTORESEARCH_BASELINE_TREE=OTHER" in checks  # the baseline's tree, seen from the candidate's
-    job["sandbox"]["mode"] = "confined+checkout"  # the session's choice: the checkout in sight, as before
+    job.sandbox["mode"] = "confined+checkout"  # the session's choice: the checkout in sight, as before
     assert "file.txt" in view("candidate", "bench")

@@ -17,7 +17,7 @@ import anyio
 import git as gitpython
 import pytest
 
-from autoresearch_mcp.core import channel, decide, runner, sandbox
+from autoresearch_mcp.core import channel, decide, jobfile, runner, sandbox
 from autoresearch_mcp.core.config import SessionConfig, SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
@@ -102,9 +102,9 @@ def job(repo: Path, exp_id: str, candidate: str, pairs: int = 4, noise_limit: fl
         metric: str = "t", direction: str = "lower") -> Job:
     design = stats.make_design("auto", noise_limit=noise_limit, warmup=0)
     judging = dataclasses.asdict(decide.Spec(metric, direction, 0.01))
-    return Job(exp_id, git(repo, "rev-parse", "HEAD"), candidate, repo.parent / "logs" / f"{exp_id}.log", spec={
-        "metric": metric, "direction": direction, "design": design.job(), "judging": judging, "stops": [pairs],
-        "timeouts": {"build": 60, "bench": 30, "checks": 30}, "threads": 1, "seed": 1, "run_checks": True})
+    return Job(exp_id, git(repo, "rev-parse", "HEAD"), candidate, repo.parent / "logs" / f"{exp_id}.log",
+               spec=jobfile.Experiment(metric=metric, design=design.job(), judging=judging, stops=[pairs],
+                                       timeouts={"build": 60, "bench": 30, "checks": 30}, threads=1, seed=1))
 
 
 MakePool = Callable[..., SkyPool]
@@ -217,9 +217,9 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
     assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/builds.py", "exp-x1/cgroups.py",
                      "exp-x1/changes.tar.gz", "exp-x1/channel.py", "exp-x1/decide.py", "exp-x1/deleted",
-                     "exp-x1/job.json", "exp-x1/jobenv.py", "exp-x1/machinelock.py", "exp-x1/metriclook.py",
-                     "exp-x1/metricparse.py",
-                     "exp-x1/procs.py", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
+                     "exp-x1/job.json", "exp-x1/jobenv.py", "exp-x1/jobfile.py", "exp-x1/machinelock.py",
+                     "exp-x1/metriclook.py", "exp-x1/metricparse.py",
+                     "exp-x1/procs.py", "exp-x1/profiler.py", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
                      "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh", "exp-x1/secret",
                      "exp-x1/turns.py"]
     assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
@@ -249,7 +249,7 @@ def test_a_worker_binds_the_base_commits_protected_bytes_not_what_the_tree_holds
     swap = "mv harness harness.orig && mkdir harness && echo 50 > harness/value.txt\n"
     cand = commit(repo, "swap the harness", {"build.sh": swap})
     made = job(repo, "e1", cand)
-    made.spec["sandbox"] = {"mode": "confined", "frozen": ["harness/value.txt"]}
+    made.spec.sandbox = {"mode": "confined", "frozen": ["harness/value.txt"]}
     staging = tmp_path / "stage"
     sky_task.stage(repo, made, staging, retired=[], secret="s")
     assert (staging / "exp-e1" / "protected" / "harness" / "value.txt").read_text() == "100\n"
@@ -308,8 +308,8 @@ def test_a_profile_waits_for_the_running_experiment_and_goes_before_the_queued_o
     events.wait("running", "building")
     p.submit(job(repo, "queued", cand, pairs=2), events)
     head, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
-    final = p.run_first(Job("profile-p1", head, head, tmp_path / "logs" / "profile.log", spec={
-        "profile": "p1", "timeouts": {"build": 60, "bench": 60}, "baseline_tree": tree}))
+    final = p.run_first(Job("profile-p1", head, head, tmp_path / "logs" / "profile.log", spec=jobfile.Profile(
+        profile_id="p1", timeouts={"build": 60, "bench": 60, "checks": 60}, baseline_tree=tree)))
     assert final["event"] == "result" and final["outcome"]["status"] == "done", final
     assert final["outcome"]["functions"] and final["cost_usd"] > 0
     assert events.final("queued")["outcome"]["status"] == "done"
@@ -510,7 +510,9 @@ def canned_result(cluster: str, task: dict[str, Any]) -> tuple[str, float]:
     samples = [runner.Sample(i, role, 0, 0, 1.0, False, {"t": 100.0 + rng.random()})
                for i in range(3) for role in ("baseline", "candidate")]
     secret = (Path(task["workdir"]) / f"exp-{exp_id}" / "secret").read_text().strip()  # what run.sh hands the runner
-    return "some output\n" + runner.result_line(runner.Outcome(exp_id, samples=samples), secret) + "\n", 1800.0
+    line = channel.machine_line(channel.RESULT_PREFIX, dataclasses.asdict(runner.Outcome(exp_id, samples=samples)),
+                                secret, compact=True)
+    return "some output\n" + line + "\n", 1800.0
 
 
 def test_each_experiment_costs_its_job_time_at_the_workers_price(tmp_path: Path, pool: MakePool) -> None:
@@ -542,7 +544,7 @@ def test_a_profile_job_is_charged_like_an_experiment_and_counts_against_the_budg
     fake, events = FakeSky(tmp_path / "vms", hourly_usd=0.8, canned=canned_result), Events()
     p = pool(repo, fake, budget=1.1)  # each job 0.4, and a warm worker's 30 idle minutes 0.4 more
     head = git(repo, "rev-parse", "HEAD")
-    profile = Job("profile-p1", head, head, tmp_path / "logs" / "p1.log", spec={"profile": "p1"})
+    profile = Job("profile-p1", head, head, tmp_path / "logs" / "p1.log", spec=jobfile.Profile(profile_id="p1"))
     assert p.run_first(profile)["cost_usd"] == pytest.approx(0.4, abs=1e-3)
     p.submit(job(repo, "e1", commit(repo, "c", {"x.txt": "x"})), events)
     assert events.final("e1")["outcome"]["status"] == "done"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch_mcp.analysis import hotspots
+from autoresearch_mcp.core import jobfile
 from autoresearch_mcp.core.config import SkyConfig
 from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.executors import sky_task
@@ -59,7 +60,7 @@ def test_every_generated_task_is_a_valid_skypilot_task(cfg: SkyConfig, example_r
 def test_a_profile_job_with_the_perf_setup_the_error_suggests_is_a_valid_task(
         example_repo: Path, tmp_path: Path) -> None:
     head = git(example_repo, "rev-parse", "HEAD")
-    j = Job("profile-0123456789", head, head, tmp_path / "p.log", spec={"profile": "0123456789"})
+    j = Job("profile-0123456789", head, head, tmp_path / "p.log", spec=jobfile.Profile(profile_id="0123456789"))
     sky_task.stage(example_repo, j, tmp_path / "stage", retired=[], secret="s3cret")
     cfg = SkyConfig(setup=[*hotspots.WORKER_PERF_SETUP, hotspots.WORKER_PARANOID_SETUP])
     task = sky_task.task_config(cfg, j, tmp_path / "stage", example_repo)

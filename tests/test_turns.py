@@ -7,11 +7,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import decide, procs, runner, sandbox, turns
+from autoresearch_mcp.core import decide, jobfile, procs, runner, sandbox, turns
 from autoresearch_mcp.measure import stats
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
@@ -34,7 +33,7 @@ PY
 """
 
 
-def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True, sleep: float = 0.0) -> dict[str, Any]:
+def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True, sleep: float = 0.0) -> jobfile.Experiment:
     """Two trees whose bench is busy for the same CPU time; the candidate's sleeps `sleep` seconds first."""
     trees = {}
     for role in ("baseline", "candidate"):
@@ -44,10 +43,10 @@ def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True, sleep: float 
                                                                                      else 0.0))
         (tree / "autoresearch.sh").write_text(f'#!/usr/bin/env bash\ncase "$1" in\n  bench)\n{bench};;\nesac\n')
     judging = dataclasses.asdict(decide.Spec("t", "lower", 0.01, pairing=decide.TURNS))
-    return {"experiment_id": "e1", "baseline_dir": str(trees["baseline"]), "candidate_dir": str(trees["candidate"]),
-            "design": stats.make_design("auto", warmup=0).job(), "judging": judging, "stops": [pairs], "seed": 3,
-            "threads": 1, "run_checks": False, "timeouts": {"build": 60, "bench": 60, "checks": 60},
-            "sandbox": {"mode": mode}}
+    return jobfile.Experiment(experiment_id="e1", baseline_dir=str(trees["baseline"]),
+                              candidate_dir=str(trees["candidate"]), design=stats.make_design("auto", warmup=0).job(),
+                              judging=judging, stops=[pairs], seed=3, threads=1, run_checks=False,
+                              timeouts={"build": 60, "bench": 60, "checks": 60}, sandbox={"mode": mode})
 
 
 def stamps(tree: Path) -> list[float]:

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, jobenv, procs, sandbox, turns
+from autoresearch_mcp.core import decide, jobenv, jobfile, procs, sandbox, turns
 from autoresearch_mcp.core.config import config_path
 from conftest import script_repo
 from helpers import call, error, wait_final
@@ -108,7 +108,7 @@ async def test_a_build_that_fills_its_scratch_space_fails_saying_so(example_repo
 
 @needs_groups
 def test_a_confined_command_sees_no_name_of_its_group(tmp_path: Path) -> None:
-    job = {"baseline_dir": str(tmp_path), "sandbox": {"mode": sandbox.CONFINED}}
+    job = jobfile.Experiment(baseline_dir=str(tmp_path), sandbox={"mode": sandbox.CONFINED})
     res = procs.run_command(["cat", "/proc/self/cgroup"], tmp_path, 60, env=jobenv.run_env(job, tmp_path),
                              confine=sandbox.for_job(job, str(tmp_path), "bench"))
     assert res.ok, res.output
@@ -163,12 +163,12 @@ async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(t
 
 NO_GROUP = """import json, sys
 from pathlib import Path
-from autoresearch_mcp.core import jobenv, procs, sandbox, turns
+from autoresearch_mcp.core import jobenv, jobfile, procs, sandbox, turns
 sandbox.lacking()
 sandbox._lacking[sandbox.BWRAP]["memory"] = "no cgroup here (the test's)"
 procs.become_subreaper()
 tree = Path(sys.argv[1])
-job = {"baseline_dir": str(tree), "sandbox": {"mode": sandbox.CONFINED}}
+job = jobfile.Experiment(baseline_dir=str(tree), sandbox={"mode": sandbox.CONFINED})
 side = jobenv.Prepared.of(job, str(tree), "bench")
 burn = "python3 -c 'import time\\nt=time.process_time()\\nwhile time.process_time()-t<{}: pass'"
 # the work in a child nobody waits for, which says through a file when it is done
@@ -250,7 +250,7 @@ while time.process_time() - t < 0.3:
 
 @needs_groups
 def test_a_side_that_forks_all_the_time_runs_only_in_its_own_turns(tmp_path: Path) -> None:
-    job = {"baseline_dir": str(tmp_path), "sandbox": {"mode": sandbox.CONFINED}}
+    job = jobfile.Experiment(baseline_dir=str(tmp_path), sandbox={"mode": sandbox.CONFINED})
     side = jobenv.Prepared.of(job, str(tmp_path), "bench")
     (tmp_path / "refork.py").write_text(REFORK)
     (tmp_path / "steady.py").write_text(STEADY)

@@ -104,9 +104,13 @@ class AppState:
             env = {}
         fleet = fleet or make_fleet(repo, config, self.settings)
         first = fleet.host if isinstance(fleet, Fleet) else fleet
-        # the holdout builds in the host's own worktrees, so neither drops the other's builds
+        from autoresearch_mcp.executors.local import LocalExecutor
+
+        # the holdout runs on this machine: through the host's executor when it is local (ahead of its queue), or
+        # one of its own in the same worktrees, so neither drops the other's builds
         worktrees = getattr(first, "worktrees", None) or Worktrees(repo, self.settings.cache_dir, config.keep_builds)
-        manager = ExperimentManager(repo, config, ledger, fleet, env, worktrees)
+        here = first if isinstance(first, LocalExecutor) else LocalExecutor(repo, worktrees, 1)
+        manager = ExperimentManager(repo, config, ledger, fleet, env, worktrees, here)
         manager.recover()
         self.session = sessions.Session(repo, config, ledger, manager)
 
@@ -162,7 +166,7 @@ class AppState:
                 ex.close()
             raise
         if old is not None:
-            old.manager.executor.close()
+            old.manager.close()
             self.session = None
             if Path(old.repo.working_dir) != Path(git_repo.working_dir):
                 result.warnings.append(

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from autoresearch_mcp.analysis.counters import perf_counters
-from autoresearch_mcp.analysis.peaks import cached_peaks
+from autoresearch_mcp.analysis.peaks import cached_peaks, measure_local_peaks
+from autoresearch_mcp.core.worktrees import machine_lock
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.models import (
     AnalyzeBoundsResult,
@@ -274,7 +275,10 @@ def analyze_bounds(
     else:
         rate, rate_source = session_rate(session, str(metric), metric_unit)
 
-    peaks = cached_peaks(state.settings.cache_dir, remeasure=remeasure)
+    # the peak probe and the counted command take the machine's turn, as a bench does
+    lock = str(machine_lock(state.settings.cache_dir))
+    peaks = cached_peaks(state.settings.cache_dir, remeasure=remeasure,
+                         measure=lambda: measure_local_peaks(machine_lock=lock))
     used_threads = threads or peaks.threads
     roofs, roof_warnings = roofs_for(peaks, used_threads, precision)
     result = assess(roofs, rate, bytes_per_unit, flops_per_unit)
@@ -285,7 +289,7 @@ def analyze_bounds(
                   f"{used_threads} thread(s), {all_bw:.3g} GB/s with all {peaks.threads}.", *advice]
 
     cwd = Path(session.repo.working_dir) if session is not None else None
-    counters = perf_counters(command, cwd=cwd, timeout_s=command_timeout_s)
+    counters = perf_counters(command, cwd=cwd, timeout_s=command_timeout_s, machine_lock=lock)
     if peaks.quick:
         warnings.append("the peaks come from the quick probe (smaller arrays, fewer repetitions): "
                         "remeasure=true for the full measurement")

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import functools
 import shutil
-import signal
+import sys
 import tempfile
+import uuid
 from pathlib import Path
 
-from autoresearch_mcp.core.procs import run_command
+from autoresearch_mcp.core import jobfile, runner
+from autoresearch_mcp.core.jobs import JobMaker
+from autoresearch_mcp.core.procs import CommandResult
+from autoresearch_mcp.errors import ExternalError
 from autoresearch_mcp.models import CounterReport
 
 EVENTS = ("task-clock", "cycles", "instructions", "cache-references", "cache-misses")
 HARDWARE_EVENTS = EVENTS[1:]
 PROBE_COMMAND = "true"
 PROBE_TIMEOUT_S = 30.0
-# After SIGINT at the timeout, how long perf stat gets to stop the command and write its counts.
-INTERRUPT_GRACE_S = 5.0
 
 
 def parse_perf_csv(text: str) -> dict[str, float | None]:
@@ -49,20 +51,35 @@ def parse_perf_csv(text: str) -> dict[str, float | None]:
     return counts
 
 
-def perf_counters(command: str | None, *, cwd: Path | None = None, timeout_s: float = 300.0) -> CounterReport:
-    """Count `command` (a shell command) with perf stat; without one, only check that counting works
-    (checked once per process: the answer does not change while the server runs)."""
+def run_counted(commands: list[tuple[list[str], str, float, bool]], machine_lock: str | None) -> list[CommandResult]:
+    """Commands of analyze_bounds run on this machine as a counters job (jobs.JobMaker.counters), under the
+    machine's turn (`machine_lock`): each (argv, cwd, timeout_s, interrupt) with its result."""
+    job = JobMaker.counters(commands).placed(
+        experiment_id=f"counters-{uuid.uuid4().hex[:10]}", baseline_dir=None, candidate_dir=None, log_path=None,
+        machine_lock=machine_lock or "", scripts={})
+    result = runner.run(job, sys.stderr)
+    failure = jobfile.failure({"event": "result", "outcome": result})
+    if failure is not None:
+        raise ExternalError(f"the counters job failed ({failure.phase}): {failure.error}")
+    return [CommandResult(argv, r["exit_code"], float(r["duration_s"]), bool(r["timed_out"]), str(r["output"]))
+            for (argv, *_), r in zip(commands, result["commands"], strict=True)]
+
+
+def perf_counters(command: str | None, *, cwd: Path | None = None, timeout_s: float = 300.0,
+                  machine_lock: str | None = None) -> CounterReport:
+    """Count `command` (a shell command) with perf stat, under the machine's turn; without one, only check that
+    counting works (checked once per process: the answer does not change while the server runs)."""
     if command is None:
-        return _probe().model_copy(deep=True)
-    return _count(command, cwd, timeout_s)
+        return _probe(machine_lock).model_copy(deep=True)
+    return _count(command, cwd, timeout_s, machine_lock)
 
 
 @functools.cache
-def _probe() -> CounterReport:
-    return _count(None, None, PROBE_TIMEOUT_S)
+def _probe(machine_lock: str | None) -> CounterReport:
+    return _count(None, None, PROBE_TIMEOUT_S, machine_lock)
 
 
-def _count(command: str | None, cwd: Path | None, timeout_s: float) -> CounterReport:
+def _count(command: str | None, cwd: Path | None, timeout_s: float, machine_lock: str | None) -> CounterReport:
     perf = shutil.which("perf")
     if perf is None:
         return CounterReport(available=False, command=command,
@@ -74,8 +91,7 @@ def _count(command: str | None, cwd: Path | None, timeout_s: float) -> CounterRe
                 "sh", "-c", command or PROBE_COMMAND]
         # At the timeout the group gets SIGINT first, which perf stat answers by stopping the command
         # and writing the counts so far; whatever still runs after the grace period is killed.
-        run = run_command(argv, cwd or Path.cwd(), timeout_s, stop_signal=signal.SIGINT,
-                          grace_s=INTERRUPT_GRACE_S)
+        run = run_counted([(argv, str(cwd or Path.cwd()), timeout_s, True)], machine_lock)[0]
         text = out_file.read_text(errors="replace") if out_file.exists() else ""
     counts = parse_perf_csv(text)
     report = CounterReport(available=False, command=command)

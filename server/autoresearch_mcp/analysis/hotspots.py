@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import gitops, profiler
+from autoresearch_mcp.core import gitops, jobfile, profiler
 from autoresearch_mcp.core.config import BENCH_SCRIPT, state_dir
 from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.port import Job
@@ -118,9 +118,9 @@ def _run(session: Session, target: _Target, profile_id: str) -> _Run:
               state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=spec)
     progress.report(f"profiling {target.build}: build, then the benchmark once under perf record")
     final = session.manager.executor.run_first(job)
-    if final["event"] != "result" or "problem" not in final["outcome"]:
-        why = (final["detail"] if final["event"] == "lost"
-               else final["outcome"].get("error") if final["event"] == "result" else final["event"])
+    if final["event"] != "result" or "problem" not in final["outcome"]:  # the job's failure, not the profile's
+        failure = jobfile.failure(dict(final))
+        why = failure.error if failure is not None else "its result holds no profile"
         raise StateError(f"the profile job did not finish: {why}. Its log: {job.log_path}")
     outcome, worker = final["outcome"], final.get("worker")
     remote = worker is not None and worker != "local"

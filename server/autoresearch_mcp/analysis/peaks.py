@@ -22,7 +22,7 @@ from filelock import FileLock
 from pydantic import ValidationError
 
 from autoresearch_mcp.analysis import peak_probe
-from autoresearch_mcp.core.procs import run_command
+from autoresearch_mcp.analysis.counters import run_counted
 from autoresearch_mcp.errors import ExternalError
 from autoresearch_mcp.models import PeakFigures
 
@@ -65,13 +65,14 @@ def parse_identity_output(text: str) -> dict[str, Any]:
     return _prefixed_json(text, peak_probe.IDENTITY_PREFIX, "identity")
 
 
-def measure_local_peaks(*, quick: bool = False, method: str = "auto") -> PeakFigures:
-    """Run the probe in a subprocess on this machine (the same bytes a VM would run).
+def measure_local_peaks(*, quick: bool = False, method: str = "auto", machine_lock: str | None = None) -> PeakFigures:
+    """Run the probe in a subprocess on this machine (the same bytes a VM would run), as a counters job under
+    the machine's turn: it never loads the CPU during another experiment's pairs, nor is disturbed by them.
 
     It runs in its own process group, so a timeout also stops the compiler and the compiled probe.
     """
     argv = [*probe_command(quick=quick), "--method", method]
-    result = run_command(argv, tempfile.gettempdir(), PROBE_TIMEOUT_S)
+    result = run_counted([(argv, tempfile.gettempdir(), PROBE_TIMEOUT_S, False)], machine_lock)[0]
     if result.timed_out:
         raise ExternalError(f"the peak probe did not finish within {PROBE_TIMEOUT_S:.0f} s; is the machine "
                             "overloaded?")

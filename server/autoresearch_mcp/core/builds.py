@@ -83,7 +83,7 @@ def build_tree(
         # inside the tree: the only place of the job's a confined build can write (its figures are cosmetic)
         stats = Path(tree) / STATS_LOG
         stats.unlink(missing_ok=True)
-        full = {**(env if env is not None else jobenv.run_env({}, tree))}
+        full = {**(env if env is not None else jobenv.run_env(None, tree))}
         if "CCACHE_BASEDIR" in full:
             full["CCACHE_STATSLOG"] = str(stats.resolve())
         res = procs.run_command(["bash", "./autoresearch.sh", "build"], tree, timeout_s, env=full, log=log,

@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field, ValidationError, field_serializer, field_
 
 from autoresearch_mcp import resources, safefs
 from autoresearch_mcp.core import gitops, sandbox
-from autoresearch_mcp.core.port import JobTimeouts
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.models import Direction, ExecutorName
 
@@ -139,8 +138,9 @@ class Timeouts(BaseModel):
     bench: float = 900.0
     checks: float = 1800.0
 
-    def for_job(self) -> JobTimeouts:
-        return JobTimeouts(build=self.build, bench=self.bench, checks=self.checks)
+    def for_job(self) -> dict[str, float]:
+        """As a job carries them (jobfile.Job.timeouts)."""
+        return {"build": self.build, "bench": self.bench, "checks": self.checks}
 
 
 class SkyConfig(BaseModel):

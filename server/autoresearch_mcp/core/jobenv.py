@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autoresearch_mcp.core import jobfile
 
 if __package__:  # imported by the server
     from . import procs, sandbox
@@ -19,7 +22,7 @@ else:  # run as a script on a worker, beside runner.py
 BASELINE_ENV = "AUTORESEARCH_BASELINE_TREE"  # the checks' baseline tree (run_env)
 
 
-def run_env(job: dict[str, Any], tree: str | os.PathLike[str], phase: str = "build") -> dict[str, str]:
+def run_env(job: jobfile.Job | None, tree: str | os.PathLike[str], phase: str = "build") -> dict[str, str]:
     """The one environment of a job's `phase` commands (build, bench, checks) in `tree`: nothing in it tells a
     baseline from a candidate, nor a bench from a check. The compiler cache's variables, the job's `env` (the
     platform's, the recipe's model), its threads and, for the checks and the bench, the tree to compare with
@@ -27,9 +30,9 @@ def run_env(job: dict[str, Any], tree: str | os.PathLike[str], phase: str = "bui
     the other side's, so a program that is right only when the variable is set is right in its bench too."""
     env = {k: v for k, v in os.environ.items() if k not in ("AUTORESEARCH_ROLE", "AUTORESEARCH_RUN", BASELINE_ENV)}
     env.update(compiler_cache_env(str(tree)))
-    env.update(job.get("env") or {})
-    env["AUTORESEARCH_THREADS"] = str(job.get("threads") or os.cpu_count() or 1)
-    other = sandbox.compared_tree(job, str(tree), phase)
+    env.update(job.env if job is not None else {})
+    env["AUTORESEARCH_THREADS"] = str((job.threads if job is not None else None) or os.cpu_count() or 1)
+    other = sandbox.compared_tree(job, str(tree), phase) if job is not None else None
     if other is not None:
         env[BASELINE_ENV] = other
     return env
@@ -46,7 +49,7 @@ class Prepared:
     launch: sandbox.Launch
 
     @classmethod
-    def of(cls, job: dict[str, Any], tree: str, phase: str) -> Prepared:
+    def of(cls, job: jobfile.Job, tree: str, phase: str) -> Prepared:
         env = run_env(job, tree, phase)
         return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase), env))
 

@@ -23,62 +23,10 @@ from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from autoresearch_mcp import progress
-from autoresearch_mcp.core import channel, procs
+from autoresearch_mcp.core import channel, jobfile, procs
 from autoresearch_mcp.errors import StateError
 
 log = logging.getLogger(__name__)
-
-
-# --- what a job asks of the runner -----------------------------------------------------------------
-
-
-class JobTimeouts(TypedDict):
-    build: float
-    bench: float
-    checks: float
-
-
-class SandboxSpec(TypedDict, total=False):
-    """How a job's commands are confined (core/sandbox.py reads it; core/jobs.py builds it)."""
-
-    mode: str  # the session's `sandbox` setting: confined or off
-    frozen: list[str]  # the protected files of the tree (relative paths), bound read-only over themselves
-    read_only: list[str]  # the commands (bench, checks) that see their tree read-only (config read_only_runs)
-    readable: list[str]  # paths a private /tmp would hide that the job reads (the holdout's command)
-    scripts: dict[str, str]  # the session's scripts as the executor stores them (added when it places the job)
-    private: list[str]  # the user's checkout and its git directory, which no command sees (jobs.checkout)
-    git: list[str]  # the checkout's git directory, which a build reads (a version from git)
-
-
-class JobSpec(TypedDict, total=False):
-    """A runner job's fields, as core/jobs.py builds them (core/runner.py reads them from job.json, beside
-    the paths an executor adds with jobs.placed: experiment_id, baseline_dir, candidate_dir, log_path,
-    machine_lock, the sandbox's scripts)."""
-
-    metric: str
-    design: dict[str, Any]  # measure/stats.py Design.job(): the plan core/decide.py applies
-    judging: dict[str, Any]  # core/decide.py Spec: the metrics judged, their roles, the focus
-    stops: list[int]  # the pair counts this round judges at; the last ends it
-    timeouts: JobTimeouts
-    threads: int | None
-    seed: int
-    run_checks: bool
-    incremental: bool
-    baseline_tree: str
-    candidate_tree: str
-    env: dict[str, str]
-    platform: str
-    measure: bool
-    worktree_variant: str | None
-    sandbox: SandboxSpec
-    prior_samples: list[dict[str, Any]]  # a continuation: the earlier rounds' samples (complete pairs)
-    validate: int  # a validation run (start_session): how many benches
-    pairing: str  # a validation run: "turns" runs its benches two at a time in turns, as experiments pair them
-    checks_trial: bool  # a validation run also tries the checks as they are and with the tree read-only
-    shape_trial: bool  # a validation run also benches once alone and once at half duty (the bench's shape)
-    profile: str  # a profile run (profile_hotspots): the profile's id
-    profile_data: str  # where a profile run on this machine writes its raw perf.data
-    holdout: dict[str, Any]  # a holdout run (commit_winner): its command, pairs and timeout
 
 
 # --- what an executor reports, in order: status..., samples..., exactly one final event -------------
@@ -165,13 +113,19 @@ def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent
 
 @dataclass
 class Job:
-    """One experiment as an executor sees it."""
+    """One job as an executor sees it: its record (core/jobs.py builds it), the commits whose trees it places,
+    and where its log goes."""
 
     experiment_id: str
     base_commit: str
     candidate_commit: str
     log_path: Path
-    spec: JobSpec = field(default_factory=lambda: JobSpec())
+    spec: jobfile.Job = field(default_factory=jobfile.Experiment)
+
+
+def failed(experiment_id: str, phase: str, error: str) -> ResultEvent:
+    """The final event of a job an executor could not run to its result (its disk, its runner, its machine)."""
+    return {"event": "result", "outcome": jobfile.Failure(phase, error).outcome(experiment_id)}
 
 
 @dataclass
@@ -283,13 +237,13 @@ def validation_run(final: Event, job: Job) -> ValidationRun:
     """What a validation job's final event says, or the error that says why it gave no result."""
     outcome = final.get("outcome") if final["event"] == "result" else None
     worker = final.get("worker")
-    if not isinstance(outcome, dict) or "runs" not in outcome:
-        why = (final.get("detail") if final["event"] == "lost" else (outcome or {}).get("error")
-               if final["event"] == "result" else final["event"])
-        if isinstance(outcome, dict) and "error" in outcome and "status" not in outcome:
-            raise StateError(f"the benchmark cannot be validated{f' on {worker}' if worker else ''}: {why}")
-        raise StateError(f"the validation job{f' on {worker}' if worker else ''} ended without its result ({why}); "
-                         f"read {job.log_path}")
+    failure = jobfile.failure(dict(final))
+    if failure is not None or not isinstance(outcome, dict) or "runs" not in outcome:
+        on = f" on {worker}" if worker else ""
+        if failure is not None and failure.phase in ("sandbox", "runner") and isinstance(outcome, dict):
+            raise StateError(f"the benchmark cannot be validated{on}: {failure.error}")
+        why = failure.error if failure is not None else "no runs in its result"
+        raise StateError(f"the validation job{on} ended without its result ({why}); read {job.log_path}")
     host = outcome.get("host") or {}
     where = str(outcome.get("tree") or "?")
     if worker and worker != "local":

@@ -1,9 +1,9 @@
-"""One benchmark run under `perf record`, read back as hot functions and their hottest source lines.
+"""The runner's perf jobs: a profile (one benchmark run under `perf record`, read back as hot functions and their
+hottest source lines) and the counters of analyze_bounds (commands run under the machine's turn).
 
-Standard library only, like the runner beside it, and for the same reason: the server imports it to
-profile on this machine, and the SkyPilot executor ships the very same bytes to a worker
-(`python3 profiler.py JOB.json`), where the build, its sources and the raw perf.data stay; only the
-parsed functions and a bounded part of the report come back, in the runner's result line. So both
+Standard library only, like the runner beside it, and for the same reason: the runner runs a profile job as it
+runs any other (`runner.HANDLERS`), locally and on a worker, where the build, its sources and the raw perf.data
+stay; only the parsed functions and a bounded part of the report come back, in the runner's result line. So both
 executors read a profile with one parser.
 
 `perf report --sort dso,sym,srcline` gives samples per source line; summed per function they give
@@ -12,24 +12,23 @@ the function's self time. Source lines need debug info (-g); without it the func
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import re
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 if __package__:  # imported by the server
-    from . import builds, channel, jobenv, machinelock, procs, runner, sandbox
-else:  # run as a script on a worker, beside runner.py and its siblings
+    from . import builds, jobenv, jobfile, machinelock, procs, sandbox
+else:  # run on a worker, beside runner.py and its siblings
     import builds  # type: ignore[no-redef,import-not-found]
-    import channel  # type: ignore[no-redef,import-not-found]
     import jobenv  # type: ignore[no-redef,import-not-found]
+    import jobfile  # type: ignore[no-redef,import-not-found]
     import machinelock  # type: ignore[no-redef,import-not-found]
     import procs  # type: ignore[no-redef,import-not-found]
-    import runner  # type: ignore[no-redef,import-not-found]
     import sandbox  # type: ignore[no-redef,import-not-found]
 
 FREQUENCY_HZ = 999
@@ -43,6 +42,7 @@ REPORT_ROWS = 2000  # rows of the perf report a worker sends back (the top of it
 REPORT_CHARS = 256_000
 CODE_CHARS = 160
 TAIL_CHARS = 800
+COUNTED_CHARS = 64_000  # of each counted command's output (the probe's result line is its last)
 SRCLINE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: \(discriminator \d+\))?$")
 PERMISSION_HINT = re.compile(r"perf_event_paranoid|Permission denied|No permission|not permitted", re.I)
 
@@ -206,39 +206,36 @@ def bounded(result: dict[str, Any], rows: int = REPORT_ROWS, chars: int = REPORT
     return {**result, "report": "".join(kept), "report_rows_dropped": dropped}
 
 
-def run_job(job: dict[str, Any], log: Any) -> dict[str, Any]:
-    """A worker's profile job: build the tree (reusing a build of the same content), profile it."""
+def run_profile(job: jobfile.Profile, log: Any) -> dict[str, Any]:
+    """A profile job: build the profiled tree (the candidate's where the job has one; a build of the same content
+    is reused), its own baseline, and profile it."""
     perf, seen = find_perf()
     if perf is None:
         return {"status": "failed", "problem": "no_perf", "detail": seen}
-    refused = runner.refusal(job)
-    if refused:
-        return {"status": "failed", "problem": "sandbox", "detail": refused}
-    tree = Path(job["tree"]).resolve()
-    job = {**job, "baseline_dir": str(tree)}  # a profiled tree is its own baseline
-    timeouts = job.get("timeouts") or {}
+    tree = Path(str(job.candidate_dir or job.baseline_dir)).resolve()
+    job = dataclasses.replace(job, baseline_dir=str(tree), candidate_dir=None)  # a profiled tree is its own baseline
     env = jobenv.run_env(job, tree)
-    built = builds.build_tree(str(tree), float(timeouts.get("build", 3600.0)), log, job.get("content") or None,
-                              machine_lock=job.get("machine_lock"), env=env, confine=sandbox.for_job(job, str(tree)))
+    built = builds.build_tree(str(tree), float(job.timeouts["build"]), log, job.profiled_content,
+                              machine_lock=job.machine_lock, env=env, confine=sandbox.for_job(job, str(tree)))
     if built.command is not None and not built.command.ok:
         return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
-    result = profile(perf, tree, Path(job["data"]).expanduser().resolve(), float(timeouts.get("bench", 900.0)), env,
-                     log, job.get("machine_lock"), sandbox.for_job(job, str(tree), "bench"))
-    return bounded({**result, "perf": seen, "perf_data": str(Path(job["data"]).expanduser().resolve())})
+    data = Path(job.data).expanduser().resolve()
+    result = profile(perf, tree, data, float(job.timeouts["bench"]), env, log, job.machine_lock,
+                     sandbox.for_job(job, str(tree), "bench"))
+    return bounded({**result, "perf": seen, "perf_data": str(data)})
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: profiler.py JOB.json", file=sys.stderr)
-        return 2
-    job = runner.start_job(argv[1], "profile_id")  # a cancel takes the benchmark down with us
-    try:
-        result = run_job(job, sys.stderr)
-    except Exception as exc:  # the result line must be printed whatever happened
-        result = {"status": "failed", "problem": "runner", "detail": f"{type(exc).__name__}: {exc}"}
-    print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+def run_counters(job: jobfile.Counters, log: Any) -> dict[str, Any]:
+    """A counters job (analyze_bounds): its commands one after the other, outside any confinement, under the
+    machine's turn as a bench is, so neither perf stat's command nor the peak probe loads the CPU during another
+    experiment's pairs. At its timeout a command marked `interrupt` gets SIGINT first (perf stat then stops its
+    command and writes the counts so far). Each command's exit, time and the tail of its output."""
+    results = []
+    with machinelock.machine_turn(job.machine_lock):
+        for command in job.commands:
+            res = procs.run_command(list(command["argv"]), str(command["cwd"]), float(command["timeout_s"]),
+                                    stop_signal=signal.SIGINT if command.get("interrupt") else signal.SIGTERM,
+                                    grace_s=INTERRUPT_GRACE_S)
+            results.append({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
+                            "output": res.output[-COUNTED_CHARS:]})
+    return {"experiment_id": job.experiment_id, "status": "done", "commands": results}

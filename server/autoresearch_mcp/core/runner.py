@@ -1,4 +1,4 @@
-"""The runner: the A/B protocol of one experiment, and the other jobs a worker runs (validation, holdout).
+"""The runner: every job a worker runs, by its kind (an experiment's A/B, a validation, the holdout, a profile...).
 
 This file and its siblings are deliberately standard-library only: the local executor runs it as
 `python3 runner.py JOB.json`, the SkyPilot executor ships the very same bytes to a VM, and the package imports
@@ -6,7 +6,10 @@ them for single runs (`start_session`). Its last stdout line is one machine-read
 (`AUTORESEARCH_RESULT {json}`, channel.py) that `parse_result_line` reads, whatever the executor. The siblings,
 one concept each: metricparse (METRIC lines), procs (one command: its process group, cgroup, output and outside
 measures), turns (pairs in turns), jobenv (a phase's environment and confinement), machinelock (the machine's
-turn), builds (a tree built once per content), channel (the keyed result lines).
+turn), builds (a tree built once per content), channel (the keyed result lines), jobfile (the typed job records),
+profiler (a profile and the counters under perf).
+
+`main` reads the job file into its record (jobfile.read) and runs the handler its kind names (`HANDLERS`).
 
 The statistics that need scipy (critical values of the sequential design) are computed by the
 server and passed in the job; the runner only applies them, so the same decision rule is used
@@ -16,6 +19,7 @@ while pairs are being added and when the server recomputes the verdict from the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -24,20 +28,23 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 if __package__:  # imported by the server
-    from . import builds, channel, decide, jobenv, machinelock, metricparse, procs, sandbox, turns
+    from . import builds, channel, decide, jobenv, jobfile, machinelock, metricparse, procs, profiler, sandbox, turns
 else:  # run as a script (locally, or on a worker beside its siblings)
     import builds  # type: ignore[no-redef,import-not-found]
     import channel  # type: ignore[no-redef,import-not-found]
     import decide  # type: ignore[no-redef,import-not-found]
     import jobenv  # type: ignore[no-redef,import-not-found]
+    import jobfile  # type: ignore[no-redef,import-not-found]
     import machinelock  # type: ignore[no-redef,import-not-found]
     import metricparse  # type: ignore[no-redef,import-not-found]
     import procs  # type: ignore[no-redef,import-not-found]
+    import profiler  # type: ignore[no-redef,import-not-found]
     import sandbox  # type: ignore[no-redef,import-not-found]
     import turns  # type: ignore[no-redef,import-not-found]
 
@@ -88,7 +95,7 @@ def host_info() -> dict[str, Any]:
 BENCH = ["bash", "./autoresearch.sh", "bench"]
 
 
-def _bench(side: jobenv.Prepared, role: str, index: int, position: int, spec: decide.Spec, job: dict[str, Any],
+def _bench(side: jobenv.Prepared, role: str, index: int, position: int, spec: decide.Spec, job: jobfile.Job,
            log: Any) -> Sample:
     """One sample: `processes_per_sample` runs of the bench (each its own process), each metric the median of
     its runs, beside the harness's outside measures of the same runs (HARNESS_WALL, HARNESS_CPU)."""
@@ -97,7 +104,7 @@ def _bench(side: jobenv.Prepared, role: str, index: int, position: int, spec: de
     for r in range(k):
         log.write(f"[autoresearch] bench {role} run {index}" + (f" (process {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        res = side.run(BENCH, job["timeouts"]["bench"], log)
+        res = side.run(BENCH, job.timeouts["bench"], log)
         parsed = metricparse.parse_metrics(res.output)
         runs.append((res, parsed, _bench_problems(res, parsed, spec, job)))
         if runs[-1][2]:
@@ -105,7 +112,7 @@ def _bench(side: jobenv.Prepared, role: str, index: int, position: int, spec: de
     return _sample(runs, role, index, position, spec)
 
 
-def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: decide.Spec, job: dict[str, Any],
+def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: decide.Spec, job: jobfile.Job,
                  log: Any) -> list[Sample]:
     """One pair in turns (decide.TURNS): `processes_per_sample` times both sides' bench at once, in turns, the
     first turn the first side's of `order`; each judged metric read from its CPU-time form."""
@@ -116,7 +123,7 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                   f"{' first, then '.join(role for role, _ in order)}"
                   + (f" (processes {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        results = turns.run_in_turns([(side, BENCH) for _, side in order], job["timeouts"]["bench"], log)
+        results = turns.run_in_turns([(side, BENCH) for _, side in order], job.timeouts["bench"], log)
         for (role, _), res in ((order[j], results[j]) for j in range(len(order))):  # (3.8: no zip strict)
             parsed = metricparse.parse_metrics(res.output)
             problems = _bench_problems(res, parsed, spec, job)
@@ -176,7 +183,7 @@ def _median(values: list[float]) -> float:
 
 
 def _bench_problems(res: procs.CommandResult, parsed: metricparse.ParsedMetrics, spec: decide.Spec,
-                    job: dict[str, Any]) -> list[str]:
+                    job: jobfile.Job) -> list[str]:
     """What makes one bench run unusable: its exit, a metric a verdict needs missing or not positive, or a
     metric in the harness's own names (which only the harness measures)."""
     problems = list(parsed.problems)
@@ -186,7 +193,7 @@ def _bench_problems(res: procs.CommandResult, parsed: metricparse.ParsedMetrics,
     if res.problem is not None:
         problems.append(res.problem)
     elif res.timed_out:
-        problems.append(f"bench timed out after {job['timeouts']['bench']:g} s")
+        problems.append(f"bench timed out after {job.timeouts['bench']:g} s")
     elif res.exit_code != 0:
         problems.append(f"bench exited with status {res.exit_code}")
     elif spec.metric not in parsed.values:
@@ -211,14 +218,15 @@ def _bench_problems(res: procs.CommandResult, parsed: metricparse.ParsedMetrics,
     return problems
 
 
-def _build_both(job: dict[str, Any], log: Any, out: Outcome) -> bool:
+def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: Outcome) -> bool:
     """Build the job's baseline, then its candidate (each reused when built already); False, with the failure
     in `out`, when one fails."""
     t0 = time.monotonic()
-    for role in ("baseline", "candidate"):
-        tree = job[f"{role}_dir"]
-        built = builds.build_tree(tree, job["timeouts"]["build"], log, job.get(f"{role}_tree"), job.get("machine_lock"),
-                           jobenv.run_env(job, tree), sandbox.for_job(job, tree))
+    for role, tree, content in (("baseline", job.baseline_dir, job.baseline_tree),
+                                ("candidate", job.candidate_dir, job.candidate_tree)):
+        assert tree is not None  # placed
+        built = builds.build_tree(tree, job.timeouts["build"], log, content, job.machine_lock,
+                                  jobenv.run_env(job, tree), sandbox.for_job(job, tree))
         out.build[role] = built.record()
         res = built.command
         if res is not None and not res.ok:
@@ -231,21 +239,26 @@ def _build_both(job: dict[str, Any], log: Any, out: Outcome) -> bool:
     return True
 
 
-def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
+def _sides(job: jobfile.Experiment | jobfile.Holdout) -> list[tuple[str, jobenv.Prepared]]:
+    """Both trees' bench commands, prepared once for all their runs."""
+    return [(role, jobenv.Prepared.of(job, str(tree), "bench"))
+            for role, tree in (("baseline", job.baseline_dir), ("candidate", job.candidate_dir))]
+
+
+def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
     """The hidden holdout's A/B (commit_winner): both trees built (reused from the experiment), then `pairs`
     interleaved pairs of the holdout's command, confined as a bench is, each pair's order a coin of the job's
     `seed`. Only the values of its METRIC lines come back; the server judges them."""
-    out = Outcome(job["experiment_id"], host=host_info())
-    spec = job["holdout"]
+    out = Outcome(job.experiment_id, host=host_info())
     if not _build_both(job, log, out):
         return out
-    sides = [(role, jobenv.Prepared.of(job, job[f"{role}_dir"], "bench")) for role in ("baseline", "candidate")]
-    rng = random.Random(job["seed"])
-    for i in range(int(spec["pairs"])):
+    sides = _sides(job)
+    rng = random.Random(job.seed)
+    for i in range(job.pairs):
         order = sides[::-1] if rng.random() < 0.5 else sides
         for pos, (role, side) in enumerate(order):
-            with machinelock.machine_turn(job.get("machine_lock")):
-                res = side.run(list(spec["command"]), float(spec["timeout_s"]), log)
+            with machinelock.machine_turn(job.machine_lock):
+                res = side.run(list(job.command), job.timeout_s, log)
             values = metricparse.parse_metrics(res.output).values
             if not res.ok or not values:
                 why = "timed out" if res.timed_out else f"exited with status {res.exit_code}"
@@ -256,35 +269,35 @@ def run_holdout(job: dict[str, Any], log: Any) -> Outcome:
     return out
 
 
-def run_experiment(job: dict[str, Any], log: Any) -> Outcome:
-    out = Outcome(job["experiment_id"], host=host_info())
+def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
+    out = Outcome(job.experiment_id, host=host_info())
     channel.emit("status", status="building")
     if not _build_both(job, log, out):
         return out
 
     # The checks come first: a candidate that is not correct is never worth its pairs (and is never a winner).
-    if job.get("run_checks", True):
+    if job.run_checks:
         channel.emit("status", status="checking")
         t2 = time.monotonic()
-        out.checks = run_checks(job, job["candidate_dir"], log)
+        out.checks = run_checks(job, str(job.candidate_dir), log)
         out.durations["checks"] = round(time.monotonic() - t2, 3)
         if not out.checks["passed"]:
             out.status = "checks_failed"
             return out
 
-    plan = decide.Plan.from_dict(job["design"])
-    spec = decide.Spec.from_dict(job["judging"])
+    plan = decide.Plan.from_dict(job.design)
+    spec = decide.Spec.from_dict(job.judging)
     # every pair's order is a coin of its own: the randomization the tests rest on (core/decide.py)
-    rng = random.Random(job.get("seed"))
-    prior: list[dict[str, Any]] = list(job.get("prior_samples") or [])  # earlier rounds of the same experiment
+    rng = random.Random(job.seed)
+    prior: list[dict[str, Any]] = list(job.prior_samples)  # earlier rounds of the same experiment
     first = len({int(s["pair"]) for s in prior})
-    stops = sorted(int(n) for n in job["stops"])  # where this round judges; the last ends it
+    stops = sorted(int(n) for n in job.stops)  # where this round judges; the last ends it
     # An unmeasured platform (an emulator: its timings mean nothing) builds and runs the checks only.
-    measured = job.get("measure", True)
+    measured = job.measure
     if measured:
         channel.emit("status", status="running")
-    lock = job.get("machine_lock") if measured else None
-    sides = [(role, jobenv.Prepared.of(job, job[f"{role}_dir"], "bench")) for role in ("baseline", "candidate")]
+    lock = job.machine_lock if measured else None
+    sides = _sides(job)
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -357,7 +370,7 @@ def tree_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int,
     return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))[:limit]
 
 
-def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
+def run_checks(job: jobfile.Job, tree: str, log: Any) -> dict[str, Any]:
     """The session's checks on `tree`, as the checks result of an outcome.
 
     A session that has checks (the session's scripts hold autoresearch.checks.sh) runs its own bytes
@@ -370,13 +383,12 @@ def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
         return {"ran": False, "passed": True, "note": "no autoresearch.checks.sh"}
     log.write("[autoresearch] checks\n")
     log.flush()
-    argv, timeout = ["bash", "./" + sandbox.CHECKS_SCRIPT], float(job["timeouts"]["checks"])
+    argv, timeout = ["bash", "./" + sandbox.CHECKS_SCRIPT], float(job.timeouts["checks"])
     # In a session whose pairs run in turns the checks are stopped and continued as a bench is (at half duty):
     # a program cannot tell its checks from its bench by being stopped.
-    in_turns = decide.TURNS in (job.get("pairing"), (job.get("judging") or {}).get("pairing"))
     try:
-        with machinelock.machine_turn(job.get("machine_lock"), shared=True):
-            if in_turns:
+        with machinelock.machine_turn(job.machine_lock, shared=True):
+            if job.judged_in_turns:
                 checks = jobenv.Prepared.of(job, tree, "checks")
                 res = turns.run_in_turns([(checks, argv)], timeout, log, duty=0.5)[0]
             else:
@@ -387,10 +399,6 @@ def run_checks(job: dict[str, Any], tree: str, log: Any) -> dict[str, Any]:
                 f"in {tree} ({type(exc).__name__}: {exc}); the checks failed"}
     return {"ran": True, "passed": res.ok, "exit_code": res.exit_code, "timed_out": res.timed_out,
             "duration_s": round(res.duration_s, 3), "tail": res.tail(1500)}
-
-
-def result_line(outcome: Outcome, secret: str | None = None) -> str:
-    return channel.machine_line(channel.RESULT_PREFIX, asdict(outcome), secret, compact=True)
 
 
 def open_log(path: str) -> Any:
@@ -413,47 +421,52 @@ def _on_term(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def start_job(job_file: str, what: str) -> dict[str, Any]:
-    """What a runner (or the profiler beside it) does first: read the job and, before any command runs,
-    its secret from stdin; become non-dumpable; mark every process it will start."""
+def start_job(job_file: str) -> jobfile.Job:
+    """What a runner does first: read the job and, before any command runs, its secret from stdin; become
+    non-dumpable; mark every process it will start."""
     channel._not_dumpable()
     channel.set_secret(sys.stdin.readline().strip())
     sys.stdin.close()
-    job: dict[str, Any] = json.loads(Path(job_file).read_text())
-    sandbox.resolve(job, str(Path(job_file).parent))
+    job = read_job(job_file)
     # unique per run (an experiment id alone may repeat: a retry, another session, another checkout)
-    os.environ.setdefault(procs.JOB_ENV, f"{job.get(what, 'job')}.{os.getpid()}.{time.time_ns()}")
+    os.environ.setdefault(procs.JOB_ENV, f"{job.experiment_id or 'job'}.{os.getpid()}.{time.time_ns()}")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     procs.become_subreaper()
     return job
 
 
-def refusal(job: dict[str, Any]) -> str | None:
+def read_job(job_file: str) -> jobfile.Job:
+    """The record of a job file, its paths made absolute where it lies (sandbox.resolve)."""
+    data: dict[str, Any] = json.loads(Path(job_file).read_text())
+    sandbox.resolve(data, str(Path(job_file).parent))
+    return jobfile.read(data)
+
+
+def refusal(job: jobfile.Job) -> str | None:
     """Why the job's commands cannot run as the session asks (no confinement here), or None."""
-    return None if sandbox.mode_of(job) == sandbox.OFF else sandbox.unavailable()
+    return None if not job.confined or sandbox.mode_of(job) == sandbox.OFF else sandbox.unavailable()
 
 
-def prebuild(job: dict[str, Any], tree: str) -> None:
-    """Build the baseline `tree` of a worker's job ahead of the candidate (the compiler cache warms)."""
-    if refusal(job) is None:
-        job = {**job, "baseline_dir": tree}
-        builds.build_tree(tree, float(job["timeouts"]["build"]), sys.stderr, job.get("baseline_tree"), "machine.lock",
-                   jobenv.run_env(job, tree), sandbox.for_job(job, tree))
+def prebuild(job: jobfile.Job) -> None:
+    """Build the baseline tree of a worker's job ahead of the candidate (the compiler cache warms)."""
+    tree = job.baseline_dir
+    if refusal(job) is None and tree is not None:
+        builds.build_tree(tree, float(job.timeouts["build"]), sys.stderr, job.baseline_tree, "machine.lock",
+                          jobenv.run_env(job, tree), sandbox.for_job(job, tree))
 
 
-def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
-    """A validation of the session head (start_session, here or on a worker): build the base tree (the build
-    later experiments reuse) and bench it `validate` times; with `checks_trial`, then run the checks as they
-    are and, when they pass, with the tree read-only; with `run_checks` (another platform's check of the
-    head), the checks only as they are. Raw results, bounded."""
-    tree = job["baseline_dir"]
-    env, confine = jobenv.run_env(job, tree), sandbox.for_job(job, tree)
+def run_validation(job: jobfile.Validation, log: Any) -> dict[str, Any]:
+    """A validation of the session head (start_session, here or on a worker), and its two trials: build the
+    base tree (the build later experiments reuse) and bench it `runs` times (then, for a validation, the bench's
+    shape); for a checks trial, the checks as they are and, when they pass, with the tree read-only; for another
+    platform's head check, the checks as they are. Raw results, bounded."""
+    tree = str(job.baseline_dir)
+    confine = sandbox.for_job(job, tree)
     channel.emit("progress", message=f"building {tree} (autoresearch.sh build)")
-    built = builds.build_tree(tree, float(job["timeouts"]["build"]), log, job.get("baseline_tree"),
-                              job.get("machine_lock"),
-                       env, confine)
-    out: dict[str, Any] = {"tree": str(tree), "build_s": built.duration_s, "build": None, "runs": [],
+    built = builds.build_tree(tree, float(job.timeouts["build"]), log, job.baseline_tree, job.machine_lock,
+                              jobenv.run_env(job, tree), confine)
+    out: dict[str, Any] = {"tree": tree, "build_s": built.duration_s, "build": None, "runs": [],
                            "sandbox": sandbox.describe(confine.off, confine.share)}
     cmd = built.command
     if cmd is not None:
@@ -465,38 +478,43 @@ def run_validation(job: dict[str, Any], log: Any) -> dict[str, Any]:
     channel.emit("progress", message=f"built in {built.duration_s:.1f} s" if cmd is not None else "build reused")
     bench = jobenv.Prepared.of(job, tree, "bench")
     before = tree_state(tree)
-    if job["validate"]:
-        log.write(f"[autoresearch] {job['validate']} runs, AUTORESEARCH_THREADS={env['AUTORESEARCH_THREADS']}\n")
-    # in turns, two runs at a time in turns, as an experiment's pairs run: a run's CPU time depends on it (each
-    # turn starts with caches the other filled), and the baseline's drift is judged against these runs
-    at_once = 2 if job.get("pairing") == decide.TURNS else 1
-    total, i = int(job["validate"]), 0
-    while i < total:
-        k = min(at_once, total - i)
-        channel.emit("progress", message=f"bench run {i + 1}{f'-{i + k}' if k > 1 else ''} of {total} at "
-                                 f"{env['AUTORESEARCH_THREADS']} thread(s)" + (" in turns" if k > 1 else ""))
-        timeout = float(job["timeouts"]["bench"])
-        with machinelock.machine_turn(job.get("machine_lock")):
-            results = (turns.run_in_turns([(bench, BENCH)] * k, timeout, log) if k > 1
-                       else [bench.run(BENCH, timeout, log)])
-        for res in results:
-            out["runs"].append({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
-                                "output": metricparse.kept_output(res.output), "wall_s": res.wall_s,
-                                "span_s": res.span_s})
-        i += k
-        if any(not res.ok or job.get("metric") not in metricparse.parse_metrics(res.output).values for res in results):
-            break
-    if job.get("shape_trial") and len(out["runs"]) == total and all(r["exit_code"] == 0 for r in out["runs"]):
-        out["shape"] = shape_trial(bench, float(job["timeouts"]["bench"]), job.get("machine_lock"), log)
+    out["runs"] = validation_runs(job, bench, log)
+    if job.shape_trial and len(out["runs"]) == job.runs and all(r["exit_code"] == 0 for r in out["runs"]):
+        out["shape"] = shape_trial(bench, float(job.timeouts["bench"]), job.machine_lock, log)
     out["writes"] = tree_changes(before, tree_state(tree))
-    if job.get("checks_trial") or job.get("run_checks"):
+    if job.kind in (jobfile.CHECKS_TRIAL, jobfile.HEAD_CHECK):
         before = tree_state(tree)
         checks = out["checks"] = run_checks(job, tree, log)
         out["checks_writes"] = tree_changes(before, tree_state(tree))
-        if job.get("checks_trial") and checks["ran"] and checks["passed"]:
-            read_only = {**job, "sandbox": {**job["sandbox"], "read_only": ["checks"]}}
+        if job.kind == jobfile.CHECKS_TRIAL and checks["ran"] and checks["passed"]:
+            read_only = dataclasses.replace(job, sandbox={**job.sandbox, "read_only": ["checks"]})
             out["checks_read_only"] = run_checks(read_only, tree, log)
     return out
+
+
+def validation_runs(job: jobfile.Validation, bench: jobenv.Prepared, log: Any) -> list[dict[str, Any]]:
+    """The validation's `runs` bench runs, until one fails or misses the metric. In turns, two runs at a time in
+    turns, as an experiment's pairs run: a run's CPU time depends on it (each turn starts with caches the other
+    filled), and the baseline's drift is judged against these runs."""
+    threads = bench.env["AUTORESEARCH_THREADS"]
+    if job.runs:
+        log.write(f"[autoresearch] {job.runs} runs, AUTORESEARCH_THREADS={threads}\n")
+    at_once = 2 if job.judged_in_turns else 1
+    runs: list[dict[str, Any]] = []
+    while len(runs) < job.runs:
+        i, k = len(runs), min(at_once, job.runs - len(runs))
+        channel.emit("progress", message=f"bench run {i + 1}{f'-{i + k}' if k > 1 else ''} of {job.runs} at "
+                                 f"{threads} thread(s)" + (" in turns" if k > 1 else ""))
+        timeout = float(job.timeouts["bench"])
+        with machinelock.machine_turn(job.machine_lock):
+            results = (turns.run_in_turns([(bench, BENCH)] * k, timeout, log) if k > 1
+                       else [bench.run(BENCH, timeout, log)])
+        runs.extend({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
+                     "output": metricparse.kept_output(res.output), "wall_s": res.wall_s, "span_s": res.span_s}
+                    for res in results)
+        if any(not res.ok or job.metric not in metricparse.parse_metrics(res.output).values for res in results):
+            break
+    return runs
 
 
 def shape_trial(bench: jobenv.Prepared, timeout_s: float, lock: str | None, log: Any) -> dict[str, Any]:
@@ -512,36 +530,48 @@ def shape_trial(bench: jobenv.Prepared, timeout_s: float, lock: str | None, log:
             "half": metricparse.parse_metrics(half.output).values}
 
 
+# What the runner does with each kind of job: a new kind is a record (jobfile), a builder (jobs.JobMaker) and a
+# line here. Each handler returns the job's result (the runner's result line).
+HANDLERS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    jobfile.EXPERIMENT: lambda job, log: asdict(run_experiment(job, log)),
+    jobfile.HOLDOUT: lambda job, log: asdict(run_holdout(job, log)),
+    jobfile.VALIDATION: run_validation,
+    jobfile.CHECKS_TRIAL: run_validation,
+    jobfile.HEAD_CHECK: run_validation,
+    jobfile.PROFILE: profiler.run_profile,
+    jobfile.COUNTERS: profiler.run_counters,
+}
+
+
+def run(job: jobfile.Job, log: Any) -> dict[str, Any]:
+    """The job's result, whatever happens: its handler's, or the failure that kept it from one."""
+    refused = refusal(job)
+    try:
+        result = (jobfile.Failure("sandbox", refused).outcome(job.experiment_id) if refused
+                  else HANDLERS[job.kind](job, log))
+    except Exception as exc:  # the result line must be printed whatever happened
+        result = jobfile.Failure("runner", f"{type(exc).__name__}: {exc}").outcome(job.experiment_id)
+    if result.get("sandbox") is None:  # how its commands ran: confined (bubblewrap), or off by the user's choice
+        result["sandbox"] = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF, sandbox.shares_of(job))
+    return result
+
+
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3):
         print("usage: runner.py JOB.json [--prebuild]", file=sys.stderr)
         return 2
     if argv[2:] == ["--prebuild"]:
-        job = json.loads(Path(argv[1]).read_text())
-        sandbox.resolve(job, str(Path(argv[1]).parent))
-        prebuild(job, job["baseline_dir"])
+        prebuild(read_job(argv[1]))
         return 0
-    job = start_job(argv[1], "experiment_id")
-    refused = refusal(job)
-    log_path = job.get("log_path")
-    with open_log(log_path) if log_path else contextlib.nullcontext(sys.stderr) as log:
-        if "validate" in job:
-            try:
-                result = {"error": refused} if refused else run_validation(job, log)
-            except Exception as exc:  # the result line must be printed whatever happened
-                result = {"error": f"{type(exc).__name__}: {exc}"}
-            print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
-            return 0
-        try:
-            if refused:
-                outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="sandbox", error=refused)
-            else:
-                outcome = run_holdout(job, log) if "holdout" in job else run_experiment(job, log)
-        except Exception as exc:  # the result line must be printed whatever happened
-            outcome = Outcome(job.get("experiment_id", "?"), status="failed", phase="runner",
-                              error=f"{type(exc).__name__}: {exc}")
-    outcome.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF, sandbox.shares_of(job))
-    print(result_line(outcome), flush=True)
+    try:
+        job = start_job(argv[1])
+    except (OSError, ValueError) as exc:  # a job this runner cannot read: said in its result line
+        print(channel.machine_line(channel.RESULT_PREFIX, jobfile.Failure("runner", str(exc)).outcome("?"),
+                                   compact=True), flush=True)
+        return 0
+    with open_log(job.log_path) if job.log_path else contextlib.nullcontext(sys.stderr) as log:
+        result = run(job, log)
+    print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
     return 0
 
 

@@ -33,7 +33,10 @@ import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autoresearch_mcp.core import jobfile
 
 if __package__:  # imported by the server
     from . import cgroups
@@ -127,9 +130,9 @@ def filter_fd() -> int:
     return read_fd
 
 
-def shares_of(job: dict[str, Any]) -> tuple[str, ...]:
+def shares_of(job: jobfile.Job) -> tuple[str, ...]:
     """What the job's session opened up (`"share": ["network"]`), in a fixed order."""
-    return parse_mode(str(_spec(job).get("mode") or CONFINED))[1]
+    return parse_mode(str(job.sandbox.get("mode") or CONFINED))[1]
 
 
 def parse_mode(mode: str) -> tuple[str, tuple[str, ...]]:
@@ -178,21 +181,16 @@ class Confinement:
     private: tuple[str, ...] = ()
 
 
-def _spec(job: dict[str, Any]) -> dict[str, Any]:
-    spec = job.get("sandbox") or {}
-    return {"mode": spec} if isinstance(spec, str) else spec  # the manager's spec names only the mode
-
-
-def mode_of(job: dict[str, Any]) -> str:
+def mode_of(job: jobfile.Job) -> str:
     """The job's `sandbox` setting: confined unless the session turned it off."""
-    return parse_mode(str(_spec(job).get("mode") or CONFINED))[0]
+    return parse_mode(str(job.sandbox.get("mode") or CONFINED))[0]
 
 
 def resolve(job: dict[str, Any], base_dir: str) -> None:
     """Make the job's script paths and its protected files' folder absolute (on a worker they are relative
     to the job file's folder), and its machine lock (on a worker, relative to where the runner starts). The
     job file's folder is hidden from its commands, as the lock's is: it holds the pair-order seed."""
-    spec = job["sandbox"] = _spec(job)
+    spec = job["sandbox"] = dict(job.get("sandbox") or {})
     spec["scripts"] = {name: str(Path(base_dir, path)) for name, path in (spec.get("scripts") or {}).items()}
     if spec.get("frozen_from"):
         spec["frozen_from"] = str(Path(base_dir, spec["frozen_from"]))
@@ -201,12 +199,12 @@ def resolve(job: dict[str, Any], base_dir: str) -> None:
     spec["hidden"] = [os.path.abspath(base_dir)]
 
 
-def compared_tree(job: dict[str, Any], tree: str, phase: str) -> str | None:
+def compared_tree(job: jobfile.Job, tree: str, phase: str) -> str | None:
     """The tree a `phase` command in `tree` may compare with (AUTORESEARCH_BASELINE_TREE, read-only): for the
     checks the baseline's; for a bench of a pair, the other side's (the baseline's bench sees the candidate's, and
     the candidate's the baseline's: the same view from both sides, and the same as the checks'); none for a build
     or a bench of one tree alone."""
-    baseline, candidate = job.get("baseline_dir"), job.get("candidate_dir")
+    baseline, candidate = job.baseline_dir, job.candidate_dir
     if not baseline or phase not in ("checks", "bench"):
         return None
     if phase == "checks":
@@ -216,7 +214,7 @@ def compared_tree(job: dict[str, Any], tree: str, phase: str) -> str | None:
     return str(_real(candidate if _real(tree) == _real(baseline) else baseline))
 
 
-def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement:
+def for_job(job: jobfile.Job, tree: str, phase: str = "build") -> Confinement:
     """The confinement of a runner job's `phase` command (build, bench, checks) in `tree`: the job's
     `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only,
     private: the user's checkout}) and the tree it compares with (compared_tree: readable). The compiler
@@ -224,9 +222,9 @@ def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement
 
     One view for both sides: what a bench or a build sees does not depend on whether its tree is the
     baseline's (no baseline tree, the same cache rights, the checkout out of sight)."""
-    spec = _spec(job)
+    spec = job.sandbox
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
-    baseline = job.get("baseline_dir")
+    baseline = job.baseline_dir
     other = compared_tree(job, tree, phase)
     readable = [*spec.get("readable", []), *([other] if other else []),
                 *(spec.get("git") or [] if phase == "build" else [])]  # a build may run git (a version from it)
@@ -234,7 +232,7 @@ def for_job(job: dict[str, Any], tree: str, phase: str = "build") -> Confinement
     frozen = tuple(str(p) for p in spec.get("frozen") or [])
     frozen_from = str(spec["frozen_from"]) if spec.get("frozen_from") else None
     read_only = phase != "build" and phase in (spec.get("read_only") or [])
-    lock = job.get("machine_lock")
+    lock = job.machine_lock
     folders = [*([Path(lock).parent] if lock and Path(lock).is_absolute() else []),
                *(Path(p) for p in spec.get("hidden") or [])]  # each once, and none inside another
     hidden = tuple(dict.fromkeys(str(f) for f in folders if not any(o in f.parents for o in folders)))

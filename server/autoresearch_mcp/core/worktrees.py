@@ -56,17 +56,24 @@ def write_protected(repo: gitops.Repo, commit: str, units: list[str], folder: Pa
             target.chmod(0o555 if entry.mode == "100755" else 0o444)
 
 
+def machine_lock(cache_dir: Path) -> Path:
+    """The lock file that keeps benchmarks of this machine from overlapping anything of ours (every session's
+    worktrees under `cache_dir` share it)."""
+    return cache_dir / "worktrees" / "machine.lock"
+
+
 class Worktrees:
     def __init__(self, repo: gitops.Repo, cache_dir: Path, keep: int = 4) -> None:
         self.repo = repo
         self.root = cache_dir / "worktrees" / repo_key(repo)
+        self.cache_dir = cache_dir
         self.keep = keep
         self._lock = threading.Lock()
         self._users: dict[Path, int] = {}
 
     def machine_lock(self) -> Path:
         """The lock file that keeps benchmarks of this machine from overlapping anything of ours."""
-        return self.root.parent / "machine.lock"
+        return machine_lock(self.cache_dir)
 
     def lacks_space(self) -> str | None:
         """Why no experiment can start here now (too little free disk where the worktrees are), or None."""

@@ -25,13 +25,12 @@ from typing import Any
 import psutil
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import channel, gitops, jobs, procs, profiler, runner, sandbox
-from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, parse_event
+from autoresearch_mcp.core import channel, gitops, jobfile, procs, runner, sandbox
+from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, failed, parse_event
 from autoresearch_mcp.core.worktrees import Worktrees
 
 log = logging.getLogger(__name__)
 RUNNER = Path(runner.__file__).resolve()
-PROFILER = Path(profiler.__file__).resolve()
 
 
 def kill_session(pid: int, started: float | None = None) -> bool:
@@ -58,9 +57,7 @@ def kill_session(pid: int, started: float | None = None) -> bool:
 def _crashed(job: Job, sink: EventSink, exc: Exception) -> None:
     """The failed result of a job the executor itself failed to run (logged with its traceback)."""
     log.exception("experiment %s crashed in the local executor", job.experiment_id)
-    sink(job.experiment_id, {"event": "result", "outcome": {
-        "experiment_id": job.experiment_id, "status": "failed", "phase": "executor",
-        "error": f"{type(exc).__name__}: {exc}"}})
+    sink(job.experiment_id, failed(job.experiment_id, "executor", f"{type(exc).__name__}: {exc}"))
 
 
 class _Running:
@@ -188,25 +185,21 @@ class LocalExecutor(Executor):
         t0 = time.monotonic()
         full = self.worktrees.lacks_space()
         if full is not None:
-            sink(job.experiment_id, {"event": "result", "outcome": {
-                "experiment_id": job.experiment_id, "status": "failed", "phase": "disk", "error": full}})
+            sink(job.experiment_id, failed(job.experiment_id, "disk", full))
             return
-        variant = job.spec.get("worktree_variant")
+        variant = job.spec.worktree_variant
         base = self.worktrees.acquire(job.base_commit, variant)
-        incremental = bool(job.spec.get("incremental"))
+        incremental = isinstance(job.spec, jobfile.Experiment) and job.spec.incremental
         cand = (self.worktrees.slot(slot, job.candidate_commit) if incremental
                 else self.worktrees.acquire(job.candidate_commit, variant))
         # the session's scripts: the base commit's, which a candidate cannot change (protected)
-        spec = jobs.placed(job, baseline_dir=str(base), candidate_dir=str(cand), log_path=str(job.log_path),
-                           machine_lock=str(self.worktrees.machine_lock()),
-                           scripts=self.worktrees.scripts(job.base_commit),
-                           # the protected paths' bytes from the base commit's objects, bound over the trees
-                           frozen_from=self.worktrees.frozen_store(job.base_commit, jobs.frozen(job.spec)))
-        script = RUNNER
-        if job.spec.get("profile"):  # profiler.py beside the runner: the profiled tree is its own baseline
-            script, spec = PROFILER, jobs.profile_placed(job, spec, str(cand), str(job.spec.get("profile_data")))
+        spec = job.spec.placed(experiment_id=job.experiment_id, baseline_dir=str(base), candidate_dir=str(cand),
+                               log_path=str(job.log_path), machine_lock=str(self.worktrees.machine_lock()),
+                               scripts=self.worktrees.scripts(job.base_commit),
+                               # the protected paths' bytes from the base commit's objects, bound over the trees
+                               frozen_from=self.worktrees.frozen_store(job.base_commit, job.spec.frozen))
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
-        job_file.write_text(json.dumps(spec))
+        job_file.write_text(json.dumps(spec.to_dict()))
         root = Path(self.repo.working_dir)
         if job.log_path.is_relative_to(root):
             safefs.ensure_dir(root, job.log_path.parent)  # never through a link planted in .autoresearch/
@@ -217,7 +210,7 @@ class LocalExecutor(Executor):
         secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
         try:
             proc = subprocess.Popen(
-                [sys.executable, str(script), str(job_file)], stdin=subprocess.PIPE,
+                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                 env={**os.environ, procs.JOB_ENV: marker},
             )
@@ -264,9 +257,8 @@ class LocalExecutor(Executor):
             if running.cancelled:
                 sink(job.experiment_id, {"event": "cancelled"})
             elif outcome is None:
-                sink(job.experiment_id, {"event": "result", "outcome": {
-                    "experiment_id": job.experiment_id, "status": "failed", "phase": "runner",
-                    "error": f"the runner exited with status {proc.returncode} without a result"}})
+                sink(job.experiment_id, failed(job.experiment_id, "runner",
+                                               f"the runner exited with status {proc.returncode} without a result"))
             else:
                 outcome.setdefault("durations", {})["prepare"] = round(prep_s, 3)
                 sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})

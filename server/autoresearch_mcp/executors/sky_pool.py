@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import channel
+from autoresearch_mcp.core import channel, jobfile
 from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.core.port import (
     EventSink,
@@ -43,6 +43,7 @@ from autoresearch_mcp.core.port import (
     Job,
     Released,
     ValidationRun,
+    failed,
     parse_event,
 )
 from autoresearch_mcp.errors import StateError
@@ -349,8 +350,7 @@ class SkyPool(Executor):
 
     def _fail(self, item: Pending, phase: str, error: str) -> None:
         exp_id = item.job.experiment_id
-        item.sink(exp_id, {"event": "result", "cost_usd": round(item.cost_usd, 6), "outcome": {
-            "experiment_id": exp_id, "status": "failed", "phase": phase, "error": error}})
+        item.sink(exp_id, {**failed(exp_id, phase, error), "cost_usd": round(item.cost_usd, 6)})
 
     # --- one attempt ----------------------------------------------------------------------------------
 
@@ -420,7 +420,8 @@ class SkyPool(Executor):
             return False
         outcome.setdefault("host", {}).update(info.describe())
         noise = figures.worker_noise(outcome)
-        limit = float(item.job.spec.get("design", {}).get("noise_limit", float("inf")))
+        design = item.job.spec.design if isinstance(item.job.spec, jobfile.Experiment) else {}
+        limit = float(design.get("noise_limit", float("inf")))
         # The worker's own noise, not the verdict: `noisy` says the budget cannot decide this change, which
         # a quieter VM may or may not change, and measuring it afresh would spend a second alpha on it.
         if noise is not None and noise > limit:

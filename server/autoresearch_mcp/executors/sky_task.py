@@ -15,6 +15,7 @@ unpacks them on the VM into `~/autoresearch/work/`:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -28,7 +29,7 @@ from autoresearch_mcp.core import (
     decide,
     gitops,
     jobenv,
-    jobs,
+    jobfile,
     machinelock,
     metriclook,
     metricparse,
@@ -44,10 +45,10 @@ from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.sky_meter import Pin
 
-PROFILER = Path(profiler.__file__).resolve()
 # The runner and its standard-library siblings: the same bytes a local job runs, shipped beside it.
-WORKER_FILES = tuple(Path(m.__file__).resolve() for m in (runner, builds, cgroups, channel, decide, jobenv, machinelock,
-                                                        metriclook, metricparse, procs, sandbox, turns) if m.__file__)
+WORKER_FILES = tuple(Path(m.__file__).resolve() for m in (runner, builds, cgroups, channel, decide, jobenv, jobfile,
+                                                        machinelock, metriclook, metricparse, procs, profiler, sandbox,
+                                                        turns) if m.__file__)
 WORK = "~/autoresearch/work"
 MACHINE_LOCK = "machine.lock"  # under WORK: every job of the worker takes its turns there
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
@@ -218,20 +219,14 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
             (inbox / "scripts" / name).write_bytes(data)
             scripts[name] = f"scripts/{name}"  # relative to the job file, where the runner finds them
     frozen_from = None
-    if units := jobs.frozen(job.spec):  # the base commit's protected bytes, bound over each tree as the scripts are
+    if units := job.spec.frozen:  # the base commit's protected bytes, bound over each tree as the scripts are
         try:
             worktrees.write_protected(repo, job.base_commit, units, inbox / "protected")
         except gitops.GitError as exc:
             raise StateError(f"could not read {job.experiment_id}'s protected files for the worker: "
                              f"{str(exc.stderr or exc).strip()[:400]}") from None
         frozen_from = "protected"  # relative to the job file, like the scripts
-    if job.spec.get("profile"):
-        shutil.copyfile(PROFILER, inbox / "profiler.py")
-        spec = profile_job(job, scripts, frozen_from)
-    else:
-        spec = jobs.placed(job, baseline_dir=base, candidate_dir=exp, log_path=None, machine_lock=MACHINE_LOCK,
-                           scripts=scripts, frozen_from=frozen_from)
-    (inbox / "job.json").write_text(json.dumps(spec))
+    (inbox / "job.json").write_text(json.dumps(placed(job, scripts, frozen_from).to_dict()))
     (inbox / "secret").write_text(secret + "\n")
     (inbox / "run.sh").write_text(run_script(job, retired))
 
@@ -242,17 +237,16 @@ def profiled_dir(job: Job) -> str:
     return base_dir(job.base_commit) if job.candidate_commit == job.base_commit else exp_dir(job.experiment_id)
 
 
-def profile_data(job: Job) -> str:
-    """Where the profile job's raw perf.data stays on the worker."""
-    return f"{PROFILES}/{job.spec['profile']}.perf.data"
-
-
-def profile_job(job: Job, scripts: dict[str, str], frozen_from: str | None = None) -> dict[str, Any]:
-    """profiler.py's job, placed in the tree it profiles, its raw perf.data kept on the worker."""
-    tree = profiled_dir(job)
-    placed = jobs.placed(job, baseline_dir=tree, candidate_dir=None, log_path=None, machine_lock=MACHINE_LOCK,
-                         scripts=scripts, frozen_from=frozen_from)
-    return jobs.profile_placed(job, placed, tree, profile_data(job))
+def placed(job: Job, scripts: dict[str, str], frozen_from: str | None = None) -> jobfile.Job:
+    """The job's record where this worker keeps its trees: an experiment's in the base build and a fresh copy of
+    the candidate; a profile's in the tree it profiles, its raw perf.data kept on the worker."""
+    exp = exp_dir(job.experiment_id)
+    if isinstance(job.spec, jobfile.Profile):
+        spec = dataclasses.replace(job.spec, data=f"{PROFILES}/{job.spec.profile_id}.perf.data")
+        return spec.placed(experiment_id=job.experiment_id, baseline_dir=profiled_dir(job), candidate_dir=None,
+                           log_path=None, machine_lock=MACHINE_LOCK, scripts=scripts, frozen_from=frozen_from)
+    return job.spec.placed(experiment_id=job.experiment_id, baseline_dir=base_dir(job.base_commit), candidate_dir=exp,
+                           log_path=None, machine_lock=MACHINE_LOCK, scripts=scripts, frozen_from=frozen_from)
 
 
 def run_script(job: Job, retired: list[str]) -> str:
@@ -261,7 +255,7 @@ def run_script(job: Job, retired: list[str]) -> str:
     exp = exp_dir(job.experiment_id)
     base = base_dir(job.base_commit)
     old = " ".join(shlex.quote(base_dir(c)) for c in retired if c != job.base_commit)
-    what = "validation of the session head" if "validate" in job.spec else f"experiment {job.experiment_id}"
+    what = f"{job.spec.kind} {job.experiment_id}"
     prologue = f"""\
 #!/usr/bin/env bash
 # autoresearch: {what} on this worker (generated; runs in ~/sky_workdir)
@@ -279,9 +273,9 @@ if [ ! -e {base}/.autoresearch-unpacked ]; then
   touch {base}/.autoresearch-unpacked
 fi
 """
-    if "validate" in job.spec:
+    if isinstance(job.spec, jobfile.Validation):
         return prologue + VALIDATION_PART
-    if job.spec.get("profile"):
+    if isinstance(job.spec, jobfile.Profile):
         return prologue + profile_part(job)
     return prologue + f"""\
 # Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
@@ -309,12 +303,12 @@ if [ -e "$inbox/changes.tar.gz" ]; then tar -xzmf "$inbox/changes.tar.gz" -C {ex
 
 def profile_part(job: Job) -> str:
     """Profile the base build, or a fresh copy of the candidate (unpacked as an experiment's is):
-    profiler.py builds it, records the benchmark under perf and prints one result line."""
+    the runner builds it, records the benchmark under perf and prints one result line."""
     exp = exp_dir(job.experiment_id)
     unpack = "" if job.candidate_commit == job.base_commit else unpack_candidate(job)
     return unpack + f"""\
 set +e
-printf '%s\n' "$secret" | "$py" "$inbox/profiler.py" "$inbox/job.json"
+printf '%s\n' "$secret" | "$py" "$inbox/runner.py" "$inbox/job.json"
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc

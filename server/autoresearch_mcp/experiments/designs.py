@@ -4,12 +4,13 @@ whether an experiment may be measured further (more pairs pooled under its desig
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
-from autoresearch_mcp.core import decide
+from autoresearch_mcp.core import decide, jobfile
 from autoresearch_mcp.core.config import Platform, SessionConfig
 from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.port import JobSpec
 from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.experiments.manager import ExperimentManager
@@ -63,12 +64,14 @@ def checked_repeats(config: SessionConfig, repeats: int | str | None) -> int | s
 
 
 def job(manager: ExperimentManager, design: stats.Design, launch: LaunchRecord, base_tree: str, tree: str,
-        incremental: bool, platform: Platform, stops: list[int] | None = None) -> JobSpec:
-    """The runner job of one experiment on one platform (the host's first)."""
+        incremental: bool, platform: Platform, stops: list[int] | None = None,
+        prior_samples: Sequence[dict[str, Any]] = ()) -> jobfile.Experiment:
+    """The runner job of one experiment on one platform (the host's first); a continuation's earlier pairs
+    (`prior_samples`) are pooled with its own."""
     spec = metrics.spec_of(launch)
     return JobMaker(manager.repo, manager.config, manager.env).experiment(
         dataclasses.asdict(spec), design.job(), stops or design.stops, base_tree, tree, incremental, platform,
-        spec.focus)
+        spec.focus, prior_samples=prior_samples)
 
 
 def not_continuable(exp: ExperimentState) -> str | None:

@@ -20,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import decide
+from autoresearch_mcp.core import decide, jobfile
 from autoresearch_mcp.core.config import Holdout
 from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.port import Job
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp.core.port import Executor, Job
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.executors.local import LocalExecutor
 from autoresearch_mcp.measure import stats
 
 
@@ -66,11 +64,11 @@ def check_command(holdout: Holdout, repo_root: Path) -> list[str]:
     return [str(program) if i == 0 and "/" in argv[0] else a for i, a in enumerate(argv)]
 
 
-def run(holdout: Holdout, maker: JobMaker, worktrees: Worktrees, base_commit: str, candidate_commit: str,
+def run(holdout: Holdout, maker: JobMaker, here: Executor, base_commit: str, candidate_commit: str,
         contents: tuple[str, str], directions: dict[str, str], design: stats.Design) -> HoldoutOutcome:
     """Build both sides if needed, run `holdout.pairs` interleaved pairs, judge every printed metric.
 
-    One runner job on this machine (the holdout lives here, outside the repository), confined as an
+    One runner job on this machine (`here`: the holdout lives here, outside the repository), confined as an
     experiment's bench is (its protected files read-only, its tree read-only when the session's bench
     is); the holdout command (and the absolute paths its arguments name, with their folders) are readable
     by it. Each metric is judged by decide.judge against the tolerance, from the samples and the seed that
@@ -81,14 +79,11 @@ def run(holdout: Holdout, maker: JobMaker, worktrees: Worktrees, base_commit: st
     spec = maker.holdout(base_commit, contents[0], contents[1], argv, holdout.pairs, holdout.timeout_s, seed)
     # its output is hidden from the agent: the runner's log of it goes nowhere
     job = Job(f"holdout-{uuid.uuid4().hex[:10]}", base_commit, candidate_commit, Path(os.devnull), spec=spec)
-    here = LocalExecutor(maker.repo, worktrees, 1)
-    try:
-        final = here.run_first(job)
-    finally:
-        here.close()
+    final = here.run_first(job)
+    failure = jobfile.failure(dict(final))
     outcome = final.get("outcome") if final["event"] == "result" else None
-    if not isinstance(outcome, dict) or outcome.get("status") != "done":
-        why = (outcome or {}).get("error") or final["event"]
+    if failure is not None or not isinstance(outcome, dict) or outcome.get("status") != "done":
+        why = failure.error if failure is not None else f"it ended {(outcome or {}).get('status')}"
         raise StateError(f"{why}; its output is hidden from the agent: ask the person who set it up to run it by "
                          "hand (or launch the experiment again if a build failed)")
     return judge(outcome["samples"], seed, holdout, directions, maker.config.direction, design)

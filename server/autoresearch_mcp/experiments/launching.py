@@ -269,8 +269,7 @@ def _continue(manager: ExperimentManager, exp: ExperimentState, repeats: int | s
         manager.pairs_done[exp_id] = done
     base_commit, candidate = exp.launch.base_commit, exp.launch.candidate_commit
     spec = designs.job(manager, design, exp.launch, gitops.tree_of(manager.repo, base_commit),
-                       exp.launch.candidate_tree, exp.launch.incremental, manager.platforms[0], stops)
-    spec["prior_samples"] = prior
+                       exp.launch.candidate_tree, exp.launch.incremental, manager.platforms[0], stops, prior)
     manager.executor.submit(Job(exp_id, base_commit, candidate, manager.logs / f"{exp_id}.log", spec=spec),
                             events.sink(manager))
     return LaunchResult(

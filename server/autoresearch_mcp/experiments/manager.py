@@ -34,10 +34,12 @@ _STOP_POLL_S = 0.5  # how soon a waiting fetch sees that its call was given up
 
 class ExperimentManager:
     def __init__(self, repo: gitops.Repo, config: SessionConfig, ledger: Ledger, executor: Executor,
-                 env: dict[str, str] | None = None, worktrees: Worktrees | None = None) -> None:
+                 env: dict[str, str] | None = None, worktrees: Worktrees | None = None,
+                 here: Executor | None = None) -> None:
         self.repo = repo
         self.env = dict(env or {})  # added to build, bench and checks (the recipe's model)
-        self.worktrees = worktrees  # where the holdout builds and runs (this machine)
+        self.worktrees = worktrees  # this machine's builds (the baseline a drift check looks at)
+        self.here = here  # this machine's executor: where the holdout builds and runs
         self.config = config
         self.ledger = ledger
         self.executor = executor
@@ -170,6 +172,8 @@ class ExperimentManager:
             self._closed = True
             self.changed.notify_all()
         self.executor.close()
+        if self.here is not None and self.here not in (self.executor, getattr(self.executor, "host", None)):
+            self.here.close()  # its own (a cloud session's holdout runs here)
 
     def release_workers(self, mode: str) -> Released:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""

@@ -246,7 +246,7 @@ class Fleet(Executor):
         return [self.host, *(e for e in self.extra.values() if e is not self.host)]
 
     def _route(self, job: Job) -> Executor:
-        executor = self.extra.get(str(job.spec.get("platform")), self.host)
+        executor = self.extra.get(job.spec.platform, self.host)
         with self._lock:
             self._owner[job.experiment_id] = executor
         return executor
