@@ -9,6 +9,7 @@ from typing import Any
 
 from autoresearch_mcp.core import decide
 from autoresearch_mcp.core.ledger import ExperimentState
+from autoresearch_mcp.core.records import Comparison, LaunchRecord
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.experiments import branch, holdout, readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
@@ -26,47 +27,23 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
     launch = exp.launch
     design = stats.load_design(launch.design)
     outcome = exp.outcome
-    lines = [title.strip(), ""]
-    if launch.hypothesis:
-        lines += [_quoted("Hypothesis: " + launch.hypothesis), ""]
-    if launch.sources:
-        lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch.sources] + [""]
+    lines = [title.strip(), "", *_motivation(launch)]
     lead = readouts.lead_metric(exp)
     m = exp.metric(lead)
     better = (launch.judging or {}).get("focus_direction", c.direction) if launch.focus else c.direction
-    level = round(100 * float((m.model_extra or {}).get("ci_level") or (1 - design.alpha)))
-    lines.append(
-        f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} (means of this experiment's own runs; "
-        f"the session's baseline is start_session's) "
-        f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
-        + (f"p={m.p_value:.2g}, " if m.p_value is not None else "")
-        + f"{m.n_pairs} interleaved pairs; {better} is better)")
-    extra = m.model_extra or {}
-    if extra.get("mean_pct") is not None:
-        lines.append(f"  average run {extra['mean_pct']:+.2f}% [{extra['mean_low_pct']:+.2f}%, "
-                     f"{extra['mean_high_pct']:+.2f}%]; worst 5% of runs {extra.get('tail_pct') or 0:+.2f}%")
+    lines += _result_lines(lead, m, better, round(100 * (m.ci_level or (1 - design.alpha))))
+    claims = [*readouts.claims(exp), readouts.session_claim(manager)] if launch.focus else []
     if launch.focus:
-        layout = (exp.analysis.model_extra or {}).get("layout_pct")
+        layout = exp.analysis.layout_pct
         lines.append(f"Focus: {', '.join(launch.focus)} (the op level; end to end below)"
                      + (f"; untouched controls moved at most {layout:.2f}%" if layout is not None else ""))
-    claims = readouts.claims(exp)
-    if launch.focus:
-        lines.append("Claims: " + "; ".join([*claims, readouts.session_claim(manager)]))
+        lines.append("Claims: " + "; ".join(claims))
     won = exp.analysis.won
     if won and not launch.focus:
         objectives = exp.launch.objectives or [c.metric]
         lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
     turns = (launch.judging or {}).get("pairing") == decide.TURNS
-    for name, other in sorted(exp.metrics.items()):
-        if turns and name.endswith(decide.WALL_SUFFIX):
-            continue  # in turns a run's wall clock counts the other side's turns too: it tells nothing
-        if name != lead and other.delta_pct is not None:
-            margin = (other.model_extra or {}).get("margin_pct") or other.tolerance_pct
-            role = (f" ({other.role}" + (f", {other.judgement}" if other.judgement else "")
-                    + (f" within {round(margin, 1):g}%" if margin is not None and other.judgement else "")
-                    + ")") if other.role else ""
-            lines.append(f"  {'end to end' if launch.focus and other.role == 'guard' else 'also'} {name}: "
-                         f"{readouts.figure(other)}{role}")
+    lines += _other_metrics(exp, lead, turns)
     if launch.combines:
         lines.append("Kept together (each improved on its own, then their changes combined and measured once, "
                      "above):")
@@ -78,7 +55,7 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
                                if ran else "none configured (no autoresearch.checks.sh)"))
     if hidden is not None:
         lines.append(f"Holdout: {hidden.verdict} over {hidden.pairs} pairs ("
-                     + "; ".join(f"{n} {readouts.figure(m)}" for n, m in sorted(hidden.metrics.items())) + ")")
+                     + "; ".join(f"{n} {readouts.figure(h)}" for n, h in sorted(hidden.metrics.items())) + ")")
     host = outcome.host
     if host:
         lines.append(f"Measured on: {exp.worker or 'local'} ({host.get('cpu_model') or '?'}, "
@@ -87,13 +64,9 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
         lines.append(f"Measured as: each pair's two runs at once, in turns of about {decide.TURN_MS} ms of the CPU "
                      f"(each stopped while the other ran), every objective and guard on its CPU time "
                      f"(<name>{decide.CPU_SUFFIX}) or, printed without one, over the wall time of its own turns")
-    platform_results: dict[str, str] = {}
-    if len(manager.platforms) > 1:
-        first = manager.platforms[0]
-        platform_results[first.name] = (f"{exp.verdict} {m.delta_pct:+.2f}%, checks "
-                                        + ("passed" if ran else "none"))
-        for p in manager.platforms[1:]:
-            platform_results[p.name] = str(exp.platforms[p.name].summary if p.name in exp.platforms else None)
+    platform_results = _platform_results(manager, exp, f"{exp.verdict} {m.delta_pct:+.2f}%, checks "
+                                         + ("passed" if ran else "none"))
+    if platform_results:
         labels = {p.name: p.label for p in manager.platforms}
         lines += ["Platforms:"] + [f"- {labels[n]}: {text.splitlines()[0] if text else ''}"
                                    for n, text in platform_results.items()]
@@ -106,7 +79,7 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
     if turns:
         result["pairing"] = decide.TURNS
     if launch.focus:
-        result["claims"] = [*claims, readouts.session_claim(manager)]
+        result["claims"] = claims
         result["focus"] = list(launch.focus)
         result["end_to_end"] = {name: {"delta_pct": o.delta_pct, "ci_low_pct": o.ci_low_pct,
                                        "ci_high_pct": o.ci_high_pct, "judgement": o.judgement}
@@ -116,6 +89,56 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
     lines += ["", f"{branch.TRAILER}: {exp.experiment_id}",
               "Autoresearch-Result: " + json.dumps(result, separators=(",", ":"))]
     return "\n".join(lines) + "\n"
+
+
+def _motivation(launch: LaunchRecord) -> list[str]:
+    """Why the change was tried: its hypothesis and sources, each a paragraph."""
+    lines = []
+    if launch.hypothesis:
+        lines += [_quoted("Hypothesis: " + launch.hypothesis), ""]
+    if launch.sources:
+        lines += ["Sources:"] + [f"- {_quoted(' '.join(str(s).split()))}" for s in launch.sources] + [""]
+    return lines
+
+
+def _result_lines(lead: str, m: Comparison, better: str, level: int) -> list[str]:
+    """The lead metric's means, change and interval at `level`%, and its average and worst runs' change."""
+    lines = [
+        f"Result: {lead} {m.baseline.mean:.6g} -> {m.candidate.mean:.6g} (means of this experiment's own runs; "
+        f"the session's baseline is start_session's) "
+        f"({m.delta_pct:+.2f}%, {level}% CI [{m.ci_low_pct:+.2f}%, {m.ci_high_pct:+.2f}%], "
+        + (f"p={m.p_value:.2g}, " if m.p_value is not None else "")
+        + f"{m.n_pairs} interleaved pairs; {better} is better)"]
+    if m.mean_pct is not None:
+        lines.append(f"  average run {m.mean_pct:+.2f}% [{m.mean_low_pct:+.2f}%, "
+                     f"{m.mean_high_pct:+.2f}%]; worst 5% of runs {m.tail_pct or 0:+.2f}%")
+    return lines
+
+
+def _other_metrics(exp: ExperimentState, lead: str, turns: bool) -> list[str]:
+    """Every other metric with a change: its figure, and its role and judgement where it has one."""
+    lines = []
+    for name, other in sorted(exp.metrics.items()):
+        if turns and name.endswith(decide.WALL_SUFFIX):
+            continue  # in turns a run's wall clock counts the other side's turns too: it tells nothing
+        if name != lead and other.delta_pct is not None:
+            margin = other.margin_pct or other.tolerance_pct
+            role = (f" ({other.role}" + (f", {other.judgement}" if other.judgement else "")
+                    + (f" within {round(margin, 1):g}%" if margin is not None and other.judgement else "")
+                    + ")") if other.role else ""
+            lines.append(f"  {'end to end' if exp.launch.focus and other.role == 'guard' else 'also'} {name}: "
+                         f"{readouts.figure(other)}{role}")
+    return lines
+
+
+def _platform_results(manager: ExperimentManager, exp: ExperimentState, host: str) -> dict[str, str]:
+    """Platform name -> what its run says (`host`: the first platform's, this experiment's own); empty for a
+    session of one platform."""
+    if len(manager.platforms) < 2:
+        return {}
+    return {manager.platforms[0].name: host,
+            **{p.name: str(exp.platforms[p.name].summary if p.name in exp.platforms else None)
+               for p in manager.platforms[1:]}}
 
 
 def _kept_together(manager: ExperimentManager, experiment_id: str) -> list[str]:
