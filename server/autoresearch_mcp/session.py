@@ -336,47 +336,12 @@ def start_session(
         recipe=config.recipe, objectives=config.objective_metrics(), guards=sorted(config.guards),
         pairing=config.pairing,
     )
-    unvalidated: dict[str, Any] = dict(baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0)
-    if plan.suggested is not None:
-        known = plan.suggested
-        apply_plan(plan)
-        return StartSessionResult(
-            **common, **unvalidated, recipe_suggested=known.name,
-            warnings=[f"no {BENCH_SCRIPT} yet, and this looks like {known.name}: a ready recipe exists "
-                      f"({known.summary})"],
-            next_steps=[
-                f"Call start_session again with recipe={known.name!r}, metric={known.metric!r}, "
-                f"direction={known.direction!r}, tag={config.tag!r}"
-                + (" and model=<path or URL of a GGUF file>" if known.needs_model else "")
-                + f": it commits {', '.join(known.files)} on {config.branch} and validates them.",
-                f"Or run `autoresearch-mcp recipe {known.name} {root}` to read the scripts first.",
-            ]), repo, config, ledger
-    if plan.missing:
-        created = apply_plan(plan)
-        return StartSessionResult(
-            **common, baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0,
-            warnings=[f"{', '.join(created)} did not exist and were created from templates; "
-                      "the benchmark has not been validated yet"],
-            next_steps=[
-                f"Fill in {BENCH_SCRIPT} (build and bench subcommands; bench prints METRIC {metric}=<number>)"
-                f" and {CHECKS_SCRIPT} (exit 0 when the program is correct).",
-                f"Commit both on branch {config.branch}: git add {BENCH_SCRIPT} {CHECKS_SCRIPT} && "
-                "git commit -m 'autoresearch: benchmark and checks'.",
-                f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
-            ],
-        ), repo, config, ledger
-    env = script_env(config, settings)
-    if config.recipe is not None and recipes.get(config.recipe).needs_model and model_file.ENV not in env:
-        apply_plan(plan)
-        return StartSessionResult(
-            **common, **unvalidated,
-            warnings=[f"the {config.recipe} recipe runs a model, and none is set; the benchmark has not been "
-                      "validated yet"],
-            next_steps=[
-                f"Call start_session again with tag={config.tag!r} and model=<path of a GGUF file, an http(s) URL "
-                "or hf:owner/name/file.gguf> (or set AUTORESEARCH_MODEL, or `model` / `model_url` in "
-                f"{config_path(root)}).",
-            ]), repo, config, ledger
+    not_ready = _recipe_suggested(plan, common) or _templates_created(plan, common, metric)
+    if not_ready is None:
+        env = script_env(config, settings)  # only now: resolving the model may fetch it
+        not_ready = _model_missing(plan, common, env)
+    if not_ready is not None:
+        return not_ready, repo, config, ledger
     # validate first: a benchmark that cannot be trusted leaves no branch and no config behind
     runs_on = executor_for(repo, config)
     if config.sandbox != sandbox.OFF:
@@ -395,23 +360,7 @@ def start_session(
     baseline = validation.baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]
     spread = validation.spread_pct(primary)
-    if spread is not None and spread > SPREAD_WARN_PCT:
-        warnings.append(
-            f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
-            f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
-            "machine" + (", or pairs in turns for a new session: config \"pairing\": \"turns\", with the bench "
-                         "printing a time or rate of fixed work named as one (t_ms, items_per_s) or its CPU-time "
-                         "form (METRIC <name>.cpu=...)"
-                         if config.pairing != "turns" else "") + ") or expect many pairs per experiment")
-    warnings += validation.confinement_warnings(config.sandbox)
-    if compiler_cache() is None:
-        warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
-                        "in fresh worktrees reuse objects")
-    if changes:
-        warnings.append(f"the settings that decide a verdict changed in {config_path(root)} since this session last "
-                        f"recorded them ({'; '.join(changes)}); they are now recorded in the ledger, and experiments "
-                        "launched from now on are judged with them (earlier ones keep the settings they were "
-                        "launched with)")
+    warnings += _measurement_warnings(config, spread, changes)
     unguarded = gitops.install_ref_guard(repo, resources.git_hook(gitops.REF_GUARD).read_bytes())
     if unguarded:
         warnings.append(f"the reference-transaction hook that refuses moves of autoresearch/* branches outside "
@@ -433,6 +382,91 @@ def start_session(
         ],
     )
     return result, repo, config, ledger
+
+
+def _unvalidated(common: dict[str, Any], warnings: list[str], next_steps: list[str],
+                 **fields: Any) -> StartSessionResult:
+    """start_session's answer when the benchmark was not validated: no baseline yet, and what to do first."""
+    return StartSessionResult(**common, baseline={}, raw_metric_lines=[], runs=[], build_duration_s=0.0,
+                              warnings=warnings, next_steps=next_steps, **fields)
+
+
+def _recipe_suggested(plan: Plan, common: dict[str, Any]) -> StartSessionResult | None:
+    """The answer for a repository without a benchmark that a ready recipe fits (None: no recipe fits)."""
+    known, config = plan.suggested, plan.config
+    if known is None:
+        return None
+    apply_plan(plan)
+    return _unvalidated(
+        common, recipe_suggested=known.name,
+        warnings=[f"no {BENCH_SCRIPT} yet, and this looks like {known.name}: a ready recipe exists "
+                  f"({known.summary})"],
+        next_steps=[
+            f"Call start_session again with recipe={known.name!r}, metric={known.metric!r}, "
+            f"direction={known.direction!r}, tag={config.tag!r}"
+            + (" and model=<path or URL of a GGUF file>" if known.needs_model else "")
+            + f": it commits {', '.join(known.files)} on {config.branch} and validates them.",
+            f"Or run `autoresearch-mcp recipe {known.name} {config.repo}` to read the scripts first.",
+        ])
+
+
+def _templates_created(plan: Plan, common: dict[str, Any], metric: str) -> StartSessionResult | None:
+    """The answer when the benchmark's scripts were missing and are now templates to fill in (None: they exist)."""
+    if not plan.missing:
+        return None
+    created, config = apply_plan(plan), plan.config
+    return _unvalidated(
+        common,
+        warnings=[f"{', '.join(created)} did not exist and were created from templates; "
+                  "the benchmark has not been validated yet"],
+        next_steps=[
+            f"Fill in {BENCH_SCRIPT} (build and bench subcommands; bench prints METRIC {metric}=<number>)"
+            f" and {CHECKS_SCRIPT} (exit 0 when the program is correct).",
+            f"Commit both on branch {config.branch}: git add {BENCH_SCRIPT} {CHECKS_SCRIPT} && "
+            "git commit -m 'autoresearch: benchmark and checks'.",
+            f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
+        ])
+
+
+def _model_missing(plan: Plan, common: dict[str, Any], env: dict[str, str]) -> StartSessionResult | None:
+    """The answer when the session's recipe runs a model and none is set (None: it has one, or needs none)."""
+    config = plan.config
+    if config.recipe is None or not recipes.get(config.recipe).needs_model or model_file.ENV in env:
+        return None
+    apply_plan(plan)
+    return _unvalidated(
+        common,
+        warnings=[f"the {config.recipe} recipe runs a model, and none is set; the benchmark has not been "
+                  "validated yet"],
+        next_steps=[
+            f"Call start_session again with tag={config.tag!r} and model=<path of a GGUF file, an http(s) URL "
+            "or hf:owner/name/file.gguf> (or set AUTORESEARCH_MODEL, or `model` / `model_url` in "
+            f"{config_path(Path(config.repo))}).",
+        ])
+
+
+def _measurement_warnings(config: SessionConfig, spread: float | None, changes: list[str]) -> list[str]:
+    """What may make the session's measurements untrustworthy or slow: a spread between the validation runs, no
+    confinement, no compiler cache, and verdict settings changed since the session recorded them."""
+    warnings = []
+    if spread is not None and spread > SPREAD_WARN_PCT:
+        warnings.append(
+            f"{config.metric} varied by {spread:.1f}% between the two validation runs (over "
+            f"{SPREAD_WARN_PCT:g}%): make the benchmark steadier (longer runs, fixed threads, a quiet "
+            "machine" + (", or pairs in turns for a new session: config \"pairing\": \"turns\", with the bench "
+                         "printing a time or rate of fixed work named as one (t_ms, items_per_s) or its CPU-time "
+                         "form (METRIC <name>.cpu=...)"
+                         if config.pairing != "turns" else "") + ") or expect many pairs per experiment")
+    warnings += validation.confinement_warnings(config.sandbox)
+    if compiler_cache() is None:
+        warnings.append("no compiler cache found: install ccache (apt-get install ccache) so candidate builds "
+                        "in fresh worktrees reuse objects")
+    if changes:
+        warnings.append(f"the settings that decide a verdict changed in {config_path(Path(config.repo))} since this "
+                        f"session last recorded them ({'; '.join(changes)}); they are now recorded in the ledger, and "
+                        "experiments launched from now on are judged with them (earlier ones keep the settings they "
+                        "were launched with)")
+    return warnings
 
 
 # --- what a session is held to: the settings it recorded and its branch ------------------------------------
