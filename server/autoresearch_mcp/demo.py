@@ -72,7 +72,6 @@ async def _call(client: Client, name: str, **args: Any) -> tuple[bool, dict[str,
 
 async def run_demo(workdir: Path) -> int:
     repo = prepare(workdir)
-    patches = resources.example_dir() / "normsoft" / "patches"
     _say(f"demo repository: {repo}")
     # The demo's worktrees and caches live in its own temporary directory, removed at the end.
     env = {**os.environ, "AUTORESEARCH_CACHE_DIR": str(workdir / "cache")}
@@ -82,68 +81,22 @@ async def run_demo(workdir: Path) -> int:
     async with Client(params) as client:
         tools = [t.name for t in (await client.list_tools()).tools]
         _say(f"connected over stdio; {len(tools)} tools: {', '.join(tools)}")
-        ok, res = await _call(client, "start_session", repo=str(repo), metric="rows_per_s", direction="higher",
-                              tag="demo")
-        if not ok or not isinstance(res, dict):
-            _say(f"start_session failed: {res}")
+        if not await _start(client, repo):
             return 1
-        base = res["baseline"]["rows_per_s"]
-        turns = res.get("pairing") == "turns"
-        printed = "METRIC rows_per_s.cpu=" if turns else "METRIC rows_per_s="
-        raw = next((line for line in res["raw_metric_lines"] if line.startswith(printed)), "")
-        _say(f"session on {res['branch']}: baseline rows_per_s {base['mean']:.1f} (the mean of start_session's "
-             f"{base['n']} validation runs, noise {100 * (base['cv'] or 0):.1f}%; raw: {raw})")
-        if turns:
-            _say("  each pair's two runs share the machine in turns of the CPU, so rows_per_s is judged on CPU "
-                 "time (rows_per_s.cpu); the wall-clock rate is kept as rows_per_s.wall")
-        for w in res["warnings"]:
-            _say(f"  warning: {w}")
         if "diff_backends" in tools:
             ok, gaps = await _call(client, "diff_backends", repo=str(repo))
             if ok and isinstance(gaps, dict):
                 for g in gaps.get("gaps", [])[:3]:
                     _say(f"  gap: {g['kind']} {g['item']} in {g['present_in']}, missing in {g['missing_in']}")
-        ids: dict[str, str] = {}
-        for title, patch, hypothesis, sources in CANDIDATES:
-            ok, launched = await _call(client, "launch_experiment", title=title, hypothesis=hypothesis,
-                                       sources=sources, source="patch", patch=(patches / f"{patch}.patch").read_text(),
-                                       repeats="auto")
-            if not ok or not isinstance(launched, dict):
-                _say(f"launch of {title!r} failed: {launched}")
-                return 1
-            ids[title] = launched["experiment_id"]
-            _say(f"launched {launched['experiment_id']}: {title}")
-        results: dict[str, dict[str, Any]] = {}
-        seen: dict[str, str] = {}  # each experiment's last status: a line per change, not per poll
-        deadline = time.monotonic() + DEADLINE_S
-        while len(results) < len(ids):
-            if time.monotonic() > deadline:
-                _say(f"the experiments did not finish within {DEADLINE_S // 60} minutes; giving up")
-                return 1
-            await anyio.sleep(1.0)
-            for title, exp_id in ids.items():
-                if title in results:
-                    continue
-                ok, res = await _call(client, "fetch_sky_logs", experiment_id=exp_id, tail_lines=0)
-                assert ok and isinstance(res, dict)
-                if seen.get(exp_id) != res["status"]:
-                    seen[exp_id] = res["status"]
-                    _say(f"  {exp_id} {res['status']} ({res['pairs_done']} pairs): {title}")
-                if res["status"] in ("done", "failed", "checks_failed", "cancelled", "lost"):
-                    results[title] = res
+        ids = await _launch_all(client)
+        if ids is None:
+            return 1
+        results = await _wait_all(client, ids)
+        if results is None:
+            return 1
         _say("")
         for title, res in results.items():
-            m = res["metrics"].get("rows_per_s") or {}
-            has_ci = m.get("ci_low_pct") is not None
-            level = f"{m['ci_level']:.0%} CI " if m.get("ci_level") else "CI "
-            ci = f"{level}[{m['ci_low_pct']:+.1f}%, {m['ci_high_pct']:+.1f}%]" if has_ci else ""
-            delta = f"{m['delta_pct']:+.1f}%" if m.get("delta_pct") is not None else "n/a"
-            _say(f"{title}: {res['status']}, verdict {res['verdict']}, {delta} {ci}, {m.get('n_pairs', 0)} pairs")
-            ok, out = await _call(client, "commit_winner", experiment_id=ids[title])
-            if ok and isinstance(out, dict):
-                _say(f"  committed {out['commit'][:12]} on {out['branch']}")
-            else:
-                _say(f"  commit_winner refused: {str(out).removeprefix('Error executing tool commit_winner: ')}")
+            await _judge(client, title, ids[title], res)
         _say("")
         _say("what the verdicts mean:")
         for verdict in dict.fromkeys(str(res["verdict"]) for res in results.values() if res["verdict"]):
@@ -165,6 +118,82 @@ async def run_demo(workdir: Path) -> int:
     else:
         _say(f"report: not written ({report})")
     return 0
+
+
+async def _start(client: Client, repo: Path) -> bool:
+    """start_session, and what its baseline and warnings say; False if it failed."""
+    ok, res = await _call(client, "start_session", repo=str(repo), metric="rows_per_s", direction="higher",
+                          tag="demo")
+    if not ok or not isinstance(res, dict):
+        _say(f"start_session failed: {res}")
+        return False
+    base = res["baseline"]["rows_per_s"]
+    turns = res.get("pairing") == "turns"
+    printed = "METRIC rows_per_s.cpu=" if turns else "METRIC rows_per_s="
+    raw = next((line for line in res["raw_metric_lines"] if line.startswith(printed)), "")
+    _say(f"session on {res['branch']}: baseline rows_per_s {base['mean']:.1f} (the mean of start_session's "
+         f"{base['n']} validation runs, noise {100 * (base['cv'] or 0):.1f}%; raw: {raw})")
+    if turns:
+        _say("  each pair's two runs share the machine in turns of the CPU, so rows_per_s is judged on CPU "
+             "time (rows_per_s.cpu); the wall-clock rate is kept as rows_per_s.wall")
+    for w in res["warnings"]:
+        _say(f"  warning: {w}")
+    return True
+
+
+async def _launch_all(client: Client) -> dict[str, str] | None:
+    """Launch every candidate from its patch: title -> experiment id; None if a launch failed."""
+    patches = resources.example_dir() / "normsoft" / "patches"
+    ids: dict[str, str] = {}
+    for title, patch, hypothesis, sources in CANDIDATES:
+        ok, launched = await _call(client, "launch_experiment", title=title, hypothesis=hypothesis,
+                                   sources=sources, source="patch", patch=(patches / f"{patch}.patch").read_text(),
+                                   repeats="auto")
+        if not ok or not isinstance(launched, dict):
+            _say(f"launch of {title!r} failed: {launched}")
+            return None
+        ids[title] = launched["experiment_id"]
+        _say(f"launched {launched['experiment_id']}: {title}")
+    return ids
+
+
+async def _wait_all(client: Client, ids: dict[str, str]) -> dict[str, dict[str, Any]] | None:
+    """Poll every experiment until it ends, saying each change of status: title -> its last answer; None if
+    they did not all end within DEADLINE_S."""
+    results: dict[str, dict[str, Any]] = {}
+    seen: dict[str, str] = {}  # each experiment's last status: a line per change, not per poll
+    deadline = time.monotonic() + DEADLINE_S
+    while len(results) < len(ids):
+        if time.monotonic() > deadline:
+            _say(f"the experiments did not finish within {DEADLINE_S // 60} minutes; giving up")
+            return None
+        await anyio.sleep(1.0)
+        for title, exp_id in ids.items():
+            if title in results:
+                continue
+            ok, res = await _call(client, "fetch_sky_logs", experiment_id=exp_id, tail_lines=0)
+            assert ok and isinstance(res, dict)
+            if seen.get(exp_id) != res["status"]:
+                seen[exp_id] = res["status"]
+                _say(f"  {exp_id} {res['status']} ({res['pairs_done']} pairs): {title}")
+            if res["status"] in ("done", "failed", "checks_failed", "cancelled", "lost"):
+                results[title] = res
+    return results
+
+
+async def _judge(client: Client, title: str, experiment_id: str, res: dict[str, Any]) -> None:
+    """One experiment's verdict and figures, then commit_winner on it: the winner is committed, the rest refused."""
+    m = res["metrics"].get("rows_per_s") or {}
+    has_ci = m.get("ci_low_pct") is not None
+    level = f"{m['ci_level']:.0%} CI " if m.get("ci_level") else "CI "
+    ci = f"{level}[{m['ci_low_pct']:+.1f}%, {m['ci_high_pct']:+.1f}%]" if has_ci else ""
+    delta = f"{m['delta_pct']:+.1f}%" if m.get("delta_pct") is not None else "n/a"
+    _say(f"{title}: {res['status']}, verdict {res['verdict']}, {delta} {ci}, {m.get('n_pairs', 0)} pairs")
+    ok, out = await _call(client, "commit_winner", experiment_id=experiment_id)
+    if ok and isinstance(out, dict):
+        _say(f"  committed {out['commit'][:12]} on {out['branch']}")
+    else:
+        _say(f"  commit_winner refused: {str(out).removeprefix('Error executing tool commit_winner: ')}")
 
 
 def main(delete: bool = False) -> int:
