@@ -129,6 +129,7 @@ struct Rng {
 
 // random: uniform in [-1, 1), enough for timing; the mask is llama.cpp's causal mask
 enum class Fill { random, causal_mask, positions };
+enum class Norm { rms, plain };  // build_norm's LLM_NORM_RMS and LLM_NORM
 
 // What a chain's graph reads: tensors of the weights context (filled on first use) or graph inputs.
 struct Model {
@@ -252,6 +253,16 @@ struct Builder {
     ggml_tensor * norm_w() { return weight(m, m.norm_w); }
     ggml_tensor * norm_b() { return weight(m, m.norm_b); }
 
+    // build_norm: the hidden state normalized (ggml_rms_norm or ggml_norm), then times the norm weight
+    ggml_tensor * normed(Norm kind) {
+        ggml_tensor * x = hidden();
+        return kind == Norm::rms ? ggml_rms_norm(ctx, x, s().rms_eps) : ggml_norm(ctx, x, s().norm_eps);
+    }
+    ggml_tensor * weighted(Norm kind) {
+        ggml_tensor * x = normed(kind);
+        return ggml_mul(ctx, x, norm_w());
+    }
+
     // a layer's K or V cache as attention reads it: [head_dim, n_kv, n_head_kv], permuted
     ggml_tensor * cache_view(ggml_tensor * cache) {
         ggml_tensor * v = ggml_view_3d(ctx, cache, s().head_dim, s().n_head_kv, s().n_kv,
@@ -271,19 +282,17 @@ struct Chain {
 const std::vector<Chain> & chains() {
     static const std::vector<Chain> table = {
         // build_norm(LLM_NORM_RMS): ggml_rms_norm, then ggml_mul by the norm weight
-        {"RMS_NORM", [](Builder & b) { return ggml_rms_norm(b.ctx, b.hidden(), b.s().rms_eps); }},
-        {"RMS_NORM+MUL", [](Builder & b) {
-            return ggml_mul(b.ctx, ggml_rms_norm(b.ctx, b.hidden(), b.s().rms_eps), b.norm_w()); }},
+        {"RMS_NORM", [](Builder & b) { return b.normed(Norm::rms); }},
+        {"RMS_NORM+MUL", [](Builder & b) { return b.weighted(Norm::rms); }},
         // a post-norm's residual (Gemma-style): norm, weight, add the block's input
         {"RMS_NORM+MUL+ADD", [](Builder & b) {
-            ggml_tensor * x = ggml_mul(b.ctx, ggml_rms_norm(b.ctx, b.hidden(), b.s().rms_eps), b.norm_w());
+            ggml_tensor * x = b.weighted(Norm::rms);
             return ggml_add(b.ctx, x, b.hidden()); }},
         // build_norm(LLM_NORM): ggml_norm, weight, bias
-        {"NORM", [](Builder & b) { return ggml_norm(b.ctx, b.hidden(), b.s().norm_eps); }},
-        {"NORM+MUL", [](Builder & b) {
-            return ggml_mul(b.ctx, ggml_norm(b.ctx, b.hidden(), b.s().norm_eps), b.norm_w()); }},
+        {"NORM", [](Builder & b) { return b.normed(Norm::plain); }},
+        {"NORM+MUL", [](Builder & b) { return b.weighted(Norm::plain); }},
         {"NORM+MUL+ADD", [](Builder & b) {
-            ggml_tensor * x = ggml_mul(b.ctx, ggml_norm(b.ctx, b.hidden(), b.s().norm_eps), b.norm_w());
+            ggml_tensor * x = b.weighted(Norm::plain);
             return ggml_add(b.ctx, x, b.norm_b()); }},
         {"MUL", [](Builder & b) { return ggml_mul(b.ctx, b.hidden(), b.norm_w()); }},
         // the residual connection
