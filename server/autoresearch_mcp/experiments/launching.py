@@ -109,16 +109,10 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
     """A new candidate (or the change of `reapplies`, re-applied on the moved head; or the changes of several
     winners `together`, each replayed on the head in turn) made into a commit on the session head, refused when
     it measures nothing new, recorded and submitted."""
+    if together:
+        request = _together_request(request, together)
     source, commit, patch, focus = request.source, request.commit, request.patch, list(request.focus or [])
     hypothesis, sources = request.hypothesis, request.sources
-    if together:
-        request = dataclasses.replace(
-            request, title=request.title.strip() or " + ".join(e.title for e in together)[:MAX_TOGETHER_TITLE],
-            focus=[])
-        hypothesis = hypothesis.strip() or ("Kept together: each improved on its own; their changes combined on "
-                                            "the session head are measured once against it")
-        sources = sources or list(dict.fromkeys(s for e in together for s in e.launch.sources))
-        focus = []
     if not request.title.strip():
         raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
                          "(only source='experiment' takes the earlier experiment's title)")
@@ -147,12 +141,8 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
                                        f"\n\n{parent_note}")
         changed = gitops.changed_paths(manager.repo, head, candidate)
         refuse_protected(manager.config, changed)
-        nested = gitops.new_gitlinks(manager.repo, head, tree) if source == "worktree" else []
-        if nested:
-            raise RefusedError(
-                f"{', '.join(nested[:5])} is a nested git repository (it has its own .git): a snapshot would "
-                "record only a pointer to its commit, not its files. Commit its files to this repository, "
-                "ignore it (.gitignore), or move it out of the work tree, then launch again")
+        if source == "worktree":
+            _refuse_nested(manager, head, tree)
         incremental = manager.config.incremental and not request.clean_build
         for other in manager.mine():
             if _measured(other, head, tree, incremental):
@@ -178,9 +168,7 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
     job = Job(exp_id, head, candidate, manager.logs / f"{exp_id}.log",
               spec=designs.job(manager, design, record, base_tree, tree, incremental, manager.platforms[0]))
     manager.executor.submit(job, events.sink(manager))
-    note = (f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)" if reapplies else
-            f" (the changes of {', '.join(e.experiment_id for e in together)} combined on the head: commit_winner "
-            "keeps them in one commit with each one's evidence)" if together else "")
+    note = _source_note(reapplies, together)
     return LaunchResult(
         experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
         changed_files=changed, repeats=repeats, worktree_restored=restored,
@@ -191,6 +179,35 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
                                                       f"{saved[:12]}: `git stash apply --index {saved[:12]}` "
                                                       "brings it back)" if saved else "")),
     )
+
+
+def _together_request(request: LaunchRequest, together: list[ExperimentState]) -> LaunchRequest:
+    """The launch of several winners kept together: their titles and sources, one hypothesis, no focus of its own
+    (each winner's focus was its own)."""
+    return dataclasses.replace(
+        request, title=request.title.strip() or " + ".join(e.title for e in together)[:MAX_TOGETHER_TITLE], focus=[],
+        hypothesis=request.hypothesis.strip() or ("Kept together: each improved on its own; their changes combined "
+                                                  "on the session head are measured once against it"),
+        sources=request.sources or list(dict.fromkeys(s for e in together for s in e.launch.sources)))
+
+
+def _refuse_nested(manager: ExperimentManager, head: str, tree: str) -> None:
+    """A snapshot of the work tree with a nested git repository in it records a pointer, not its files."""
+    nested = gitops.new_gitlinks(manager.repo, head, tree)
+    if nested:
+        raise RefusedError(
+            f"{', '.join(nested[:5])} is a nested git repository (it has its own .git): a snapshot would "
+            "record only a pointer to its commit, not its files. Commit its files to this repository, "
+            "ignore it (.gitignore), or move it out of the work tree, then launch again")
+
+
+def _source_note(reapplies: ExperimentState | None, together: list[ExperimentState] | None) -> str:
+    if reapplies is not None:
+        return f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)"
+    if together:
+        return (f" (the changes of {', '.join(e.experiment_id for e in together)} combined on the head: commit_winner "
+                "keeps them in one commit with each one's evidence)")
+    return ""
 
 
 def _measures_head(manager: ExperimentManager, exp: ExperimentState) -> bool:
