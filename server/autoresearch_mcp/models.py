@@ -87,8 +87,8 @@ class StartSessionResult(BaseModel):
     recipe_suggested: str | None = Field(None, description="a recipe for this kind of project, when no script exists")
     objectives: list[str] = Field(default_factory=list, description="metrics a winner may improve")
     guards: list[str] = Field(default_factory=list, description="metrics a winner must not regress beyond tolerance")
-    pairing: Literal["sequential", "turns"] = Field(
-        "sequential", description="a pair's two runs one after the other, or at once in turns (judged on CPU time)")
+    pairing: Literal["sequential", "turns"] | None = Field(
+        None, description="a pair's two runs one after the other, or at once in turns (None: not chosen yet)")
     compiler_cache: str | None = None
     worker: str | None = Field(None, description="sky: the cloud worker that measured the baseline; every "
                                                  "worker of the session gets its instance type")

@@ -296,15 +296,18 @@ def script_env(config: SessionConfig, settings: Settings) -> dict[str, str]:
     return {**config.env, **({model_file.ENV: str(path)} if path is not None else {})}
 
 
-def shown_settings(config: SessionConfig, shape: str | None = None) -> dict[str, str]:
+def shown_settings(config: SessionConfig, shape: str | None = None, pairing: str | None = None) -> dict[str, str]:
     """What every run of the session is measured with, as start_session shows it and the ledger keeps it: the
-    threads, the read-only runs, how each side is measured and what the bench turned out to be (`shape`)."""
+    threads, the read-only runs, how each side is measured, what the bench turned out to be (`shape`) and how
+    its pairs share the machine (`pairing`: why, where start_session chose it)."""
     read_only = config.read_only_runs
     out = {"threads": str(config.threads) if config.threads else "all CPUs",
            "read_only_runs": "not chosen yet" if read_only is None else ", ".join(read_only) or "none",
            "measure": validation.side_measure(config)}
     if shape:
         out["bench"] = shape
+    if pairing or config.pairing:
+        out["pairing"] = pairing or str(config.pairing)
     return {**out, **config.env}
 
 
@@ -354,6 +357,9 @@ def start_session(
         config = plan.config = config.model_copy(update={"threads": validated.threads})
     if validated.read_only is not None:
         config = plan.config = config.model_copy(update={"read_only_runs": validated.read_only})
+    if validated.pairing is not None:  # chosen now, as the threads are
+        config = plan.config = config.model_copy(update={"pairing": validated.pairing})
+        common["pairing"] = validated.pairing
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
     platform_lines = validation.validate_platforms(repo, config, head, runs_on, env) if config.platforms else []
     apply_plan(plan)
@@ -369,11 +375,13 @@ def start_session(
     append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in baseline.items()},
-        build_duration_s=round(build_s, 3), gate=config.gate(), settings=shown_settings(config, validated.shape)))
+        build_duration_s=round(build_s, 3), gate=config.gate(),
+        settings=shown_settings(config, validated.shape, validated.pairing_note)))
     result = StartSessionResult(
         **common, baseline=baseline, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
         runs=runs, build_duration_s=round(build_s, 3), spread_pct=spread, warnings=warnings,
-        platforms=platform_lines, worker=worker, settings=shown_settings(config, validated.shape),
+        platforms=platform_lines, worker=worker,
+        settings=shown_settings(config, validated.shape, validated.pairing_note),
         threads_tried=validated.tried,
         next_steps=[
             "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",

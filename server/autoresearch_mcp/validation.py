@@ -41,6 +41,8 @@ class Validation:
     read_only: list[str] | None = None  # chosen by choose_read_only; None: the config's
     worker: str | None = None  # the cloud worker it ran on, as start_session reports it
     shape: str | None = None  # what the run at half duty showed of the bench (bench_shape)
+    pairing: str | None = None  # chosen by choose_pairing; None: the config's
+    pairing_note: str | None = None  # why
 
 
 # A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
@@ -118,16 +120,19 @@ def validate_benchmark(
         spec = maker.checks_trial(head, content) if trial else maker.validation(head, content)
         return executor.validate(Job(f"validate-{uuid.uuid4().hex[:10]}", head, head, log_path, spec=spec))
 
-    def measure(threads: int | None) -> Validation:
-        done = run(config.model_copy(update={"threads": threads}))
-        validated = Validation(*judge_validation(done, config), writes=done.writes)
+    def measure_at(at: SessionConfig) -> Validation:
+        done = run(at)
+        validated = Validation(*judge_validation(done, at), writes=done.writes)
         validated.worker = done.worker
         validated.shape, more = bench_shape(done)
         validated.warnings.extend(more)
         return validated
 
+    def measure(threads: int | None) -> Validation:
+        return measure_at(config.model_copy(update={"threads": threads}))
+
     if config.executor == "sky":
-        validated = measure(config.threads)
+        validated = with_pairing(config, measure(config.threads), measure_at)
         if config.read_only_runs is None and validated.writes is not None:
             validated.read_only = [] if validated.writes else ["bench"]
             if validated.writes:
@@ -135,10 +140,56 @@ def validate_benchmark(
         return validated
     validated = (measure(config.threads) if config.threads is not None
                  else steadiest_threads(measure, os.cpu_count() or 1, config))
+    validated = with_pairing(config, validated, measure_at)
     if config.read_only_runs is None:
-        at = config.model_copy(update={"threads": validated.threads or config.threads})
+        at = config.model_copy(update={"threads": validated.threads or config.threads,
+                                       "pairing": validated.pairing or config.pairing})
         validated.read_only, more = choose_read_only(at, validated.writes, lambda: run(at, trial=True))
         validated.warnings.extend(more)
+    return validated
+
+
+def choose_pairing(config: SessionConfig, validated: Validation) -> tuple[str, str]:
+    """How a session that names no `pairing` pairs its runs, and why: in turns wherever that measures well (each
+    side confined, so its measure is the harness's own; every objective and guard printed in a form turns can
+    judge; runs long enough for a few dozen turns), else one after the other."""
+    if config.sandbox == sandbox.OFF:
+        return decide.SEQUENTIAL, ("one after the other: with the sandbox off a side's processes are not its own "
+                                   "(no PID namespace, no cgroup), so turns could not measure each side alone")
+    values = validated.runs[0].parsed if validated.runs else {}
+    _, problems = decide.in_turns(values, judged_metrics(config), scalable=True)
+    if problems:
+        return decide.SEQUENTIAL, ("one after the other: " + problems[0].split(":", 1)[0] + "; print "
+                                   "METRIC <name>.cpu=<the same, on CPU time> (or name it as a time or a rate) "
+                                   f"and set \"pairing\": \"{decide.TURNS}\" to pair in turns, where a "
+                                   "neighbour's burst falls on both sides")
+    length = sorted(r.duration_s for r in validated.runs)[len(validated.runs) // 2] if validated.runs else 0.0
+    if length < SHORT_TURNS_S:
+        return decide.SEQUENTIAL, (f"one after the other: a run takes {length * 1e3:.0f} ms, a few turns of "
+                                   f"about {decide.TURN_MS} ms, which measure it poorly; a run of at least "
+                                   f"{SHORT_TURNS_S:g} s pairs in turns")
+    return decide.TURNS, (f"in turns of about {decide.TURN_MS} ms, the two runs of a pair at once (each stopped "
+                          "while the other runs), so a neighbour's burst falls on both sides; chosen because "
+                          "every judged metric can be judged so. \"pairing\": \"sequential\" in the config pairs "
+                          "one after the other")
+
+
+def with_pairing(config: SessionConfig, validated: Validation,
+                 measure_at: Callable[[SessionConfig], Validation]) -> Validation:
+    """The validation of a session whose config names no `pairing`, with the pairing chosen (choose_pairing); in
+    turns, the baseline is measured again in turns, as its experiments' pairs will be."""
+    if config.pairing is not None:
+        return validated
+    pairing, why = choose_pairing(config, validated)
+    if pairing == decide.TURNS:
+        progress.report("the bench can be paired in turns: measuring the baseline again in turns")
+        again = measure_at(config.model_copy(update={"threads": validated.threads or config.threads,
+                                                     "pairing": pairing}))
+        validated = Validation(again.runs, validated.build_s + again.build_s,
+                               [*validated.warnings, *(w for w in again.warnings if w not in validated.warnings)],
+                               validated.threads, validated.tried, validated.writes, worker=again.worker,
+                               shape=again.shape or validated.shape)
+    validated.pairing, validated.pairing_note = pairing, why
     return validated
 
 

@@ -288,12 +288,14 @@ class SessionConfig(BaseModel):
     processes_per_sample: int = Field(
         1, ge=1, le=9, description="bench runs (each its own process) per sample, each metric their median: the "
                                    "noise between processes (layout, page placement) is what a pair suffers most")
-    pairing: Literal["sequential", "turns"] = Field(
-        "sequential", description="how a pair's two bench runs share the machine: one after the other, or both at "
-                                  "once in turns of about 20 ms of the CPU (each frozen while the other runs), so a "
-                                  "neighbour's burst falls on both; in turns every objective and guard is judged "
-                                  "on its CPU-time form (METRIC <name>.cpu=...) where the bench prints one, else a "
-                                  "time or rate (t_ms, items_per_s) over the wall time of the run's own turns")
+    pairing: Literal["sequential", "turns"] | None = Field(
+        None, description="how a pair's two bench runs share the machine: one after the other, or both at "
+                          "once in turns of about 20 ms of the CPU (each frozen while the other runs), so a "
+                          "neighbour's burst falls on both; in turns every objective and guard is judged "
+                          "on its CPU-time form (METRIC <name>.cpu=...) where the bench prints one, else a "
+                          "time or rate (t_ms, items_per_s) over the wall time of the run's own turns. "
+                          "start_session chooses it when unset (turns wherever each side is confined, every "
+                          "judged metric can be judged so and a run lasts 0.25 s or more) and records it here")
     harness_share: dict[str, float] = Field(
         default_factory=dict, description="per improving metric: the least share (0-1) of each bench run's time "
                                           "its timed work takes; the harness's CPU and wall time of the same runs "

@@ -96,8 +96,8 @@ class JobMaker:
             prior_samples=list(prior_samples))
 
     def _head(self, commit: str, content: str, platform: Platform | None = None) -> dict[str, Any]:
-        return {**self._common(commit, platform), "pairing": self.config.pairing, "metric": self.config.metric,
-                "baseline_tree": content}
+        return {**self._common(commit, platform), "pairing": self.config.pairing or "sequential",
+                "metric": self.config.metric, "baseline_tree": content}
 
     def validation(self, commit: str, content: str) -> jobfile.Validation:
         """Build the session head and bench it VALIDATION_RUNS times, then (but for a recipe's bench, whose shape

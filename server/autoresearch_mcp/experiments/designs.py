@@ -31,7 +31,7 @@ def spec(config: SessionConfig, focus: list[str], session: bool = False) -> deci
                        {name: g.model_dump() for name, g in c.guards.items()}, focus, c.focus_direction,
                        c.focus_min_effect, dict(c.focus_tolerance_pct), c.focus_default_tolerance_pct,
                        harness_share=dict(c.harness_share), default_harness_share=c.default_harness_share,
-                       processes_per_sample=c.processes_per_sample, pairing=c.pairing,
+                       processes_per_sample=c.processes_per_sample, pairing=c.pairing or decide.SEQUENTIAL,
                        guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
                        prove_tolerance=session, shown_directions=dict(c.metric_directions),
                        threads=c.threads if c.threads is not None else 0)
