@@ -68,7 +68,8 @@ def part2(jobs: int = 1000, workers: int = 64) -> None:
         subprocess.run([*run, "add", "-A"], check=True)
         subprocess.run([*run, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"], check=True)
         head = subprocess.run([*run, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-        result = channel.machine_line(channel.RESULT_PREFIX, dataclasses.asdict(runner.Outcome("x")), compact=True) + "\n"
+        outcome = dataclasses.asdict(runner.Outcome("x"))
+        result = channel.machine_line(channel.RESULT_PREFIX, outcome, compact=True) + "\n"
         fake = FakeSky(Path(tmp) / "vms", canned=lambda _c, _t: (result, 60.0))
         cfg = SessionConfig(session_id="bench0000000", tag="b", branch="b", repo=str(repo), metric="t",
                             direction="lower", executor="sky", start_commit=head, created_at="now",

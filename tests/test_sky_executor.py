@@ -218,8 +218,8 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/builds.py", "exp-x1/cgroups.py",
                      "exp-x1/changes.tar.gz", "exp-x1/channel.py", "exp-x1/decide.py", "exp-x1/deleted",
                      "exp-x1/job.json", "exp-x1/jobenv.py", "exp-x1/jobfile.py", "exp-x1/machinelock.py",
-                     "exp-x1/metriclook.py", "exp-x1/metricparse.py",
-                     "exp-x1/procs.py", "exp-x1/profiler.py", "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
+                     "exp-x1/metriclook.py", "exp-x1/metricparse.py", "exp-x1/procs.py", "exp-x1/profiler.py",
+                     "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
                      "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh", "exp-x1/secret",
                      "exp-x1/turns.py"]
     assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
