@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mcp import Client
 
-from autoresearch_mcp.analysis import counters, peak_probe
+from autoresearch_mcp.analysis import peak_probe
 from autoresearch_mcp.analysis.bounds import Roofs, analyze_bounds, assess, roofs_for
 from autoresearch_mcp.analysis.counters import parse_perf_csv, perf_counters
 from autoresearch_mcp.analysis.peaks import (
@@ -26,6 +26,7 @@ from autoresearch_mcp.analysis.peaks import (
     probe_command,
 )
 from autoresearch_mcp.app import build_server
+from autoresearch_mcp.core import profiler
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.models import PeakFigures, Precision
 from autoresearch_mcp.settings import Settings
@@ -410,7 +411,7 @@ def test_a_command_stopped_at_the_timeout_still_gives_the_counts_so_far(
 def test_a_command_that_ignores_the_interrupt_is_killed_and_the_lost_counts_explained(
     fake_perf: Callable[[str], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(counters, "INTERRUPT_GRACE_S", 0.5)
+    monkeypatch.setattr(profiler, "INTERRUPT_GRACE_S", 0.5)  # the counters job stops its commands
     fake_perf(PERF_CSV_COUNTED)
     report = perf_counters("trap '' INT; sleep 60", cwd=tmp_path, timeout_s=0.5)
     assert not report.available and report.exit_code is None
