@@ -254,7 +254,7 @@ async def test_the_recipe_validates_both_metrics_picked_by_field(tree: Path, mod
                              "LLAMA_AMX": "0"}
     # (the fake llama-bench records its arguments in its tree, so only the checks run read-only here)
     assert res["settings"] == {"threads": str(config["threads"]), "read_only_runs": "checks",
-                               "measure": res["settings"]["measure"], **config["env"]}
+                               "measure": res["settings"]["measure"], "pairing": "turns", **config["env"]}
     assert "bench" not in res["settings"]  # a recipe's bench is known to do fixed work: no shape runs
     used = next(Path(p) for p in (Path(config["repo"]).parent / "cache").rglob("bench-args.txt"))
     runs = bench_runs(used)

@@ -69,7 +69,8 @@ def test_a_profile_job_with_the_perf_setup_the_error_suggests_is_a_valid_task(
     assert again.to_yaml_config()["setup"] == task["setup"]
     inbox = tmp_path / "stage" / "exp-profile-0123456789"
     run = (inbox / "run.sh").read_text()
-    assert (inbox / "profiler.py").is_file() and '"$inbox/profiler.py"' in run
+    # the runner runs a profile as any other job (its kind names the handler), profiler.py shipped beside it
+    assert (inbox / "profiler.py").is_file() and '"$inbox/runner.py"' in run
     for script in (task["setup"], run):
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # the shell reads it
 
