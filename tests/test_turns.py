@@ -151,8 +151,9 @@ def test_a_tree_is_found_from_each_processs_parent_where_the_kernel_lists_no_chi
 @pytest.mark.parametrize("mode", MODES)
 def test_in_turns_a_candidate_that_waits_regresses_though_its_cpu_time_did_not_move(tmp_path: Path,
                                                                                      mode: str) -> None:
-    """A sleep is no CPU time: the judged metric does not see it, the runs' own wall time (their turns) does, in
-    part: a stopped side's timers run on, so about half of a sleep passes in the other side's turns."""
+    """A sleep is no CPU time: the judged metric does not see it, the runs' own wall time (their turns) does (a side
+    that waits keeps its turn where its group counts its CPU time; elsewhere part of a sleep passes in the other
+    side's turns, its timers running on while it is stopped)."""
     with (tmp_path / "log").open("w") as log:
         out = runner.run_experiment(a_job(tmp_path, mode, pairs=10, sleep=1.0), log)
     assert out.status == "done" and out.stop_reason == "regressed", out
@@ -168,3 +169,39 @@ def test_in_turns_a_candidate_that_waits_regresses_though_its_cpu_time_did_not_m
     plain = decide.judge([dataclasses.asdict(s) for s in out.samples], decide.Spec("t", "lower", 0.01),
                          decide.Plan.from_dict(stats.make_design("auto", warmup=0).job()), n=10)
     assert decide.HARNESS_WALL not in plain.blocking
+
+
+# Waits in small pieces between short bursts of work: 12 times 4 ms of CPU, then 25 ms asleep.
+WAITER = r"""python3 - <<'PY'
+import time
+for _ in range(12):
+    t = time.process_time()
+    while time.process_time() - t < 0.004:
+        pass
+    time.sleep(0.025)
+print("METRIC t_ms=1")
+PY
+"""
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None or sandbox.group() is None,
+                    reason="no cgroup of its own for a confined command here")
+def test_in_turns_a_side_that_waits_keeps_its_turn_so_its_waits_count_in_its_own_wall_time(tmp_path: Path) -> None:
+    """A wait is no CPU time: a side keeps its turn until it has had its turn's CPU time, so a wait placed where a
+    turn would end on the clock passes in its own turn, not hidden in the other side's (issue 40)."""
+    from autoresearch_mcp.core import jobenv
+
+    (tmp_path / "waits").mkdir()
+    (tmp_path / "works").mkdir()
+    job = jobfile.Experiment(baseline_dir=str(tmp_path / "waits"), candidate_dir=str(tmp_path / "works"),
+                             sandbox={"mode": sandbox.CONFINED})
+    waits, works = (jobenv.Prepared.of(job, str(tmp_path / n), "bench") for n in ("waits", "works"))
+    busy = ["python3", "-c", "import time\nt=time.process_time()\nwhile time.process_time()-t<0.6: pass"]
+    with (tmp_path / "log").open("w") as log:
+        alone = waits.run(["bash", "-c", WAITER], 60, log)
+        waited, worked = turns.run_in_turns([(waits, ["bash", "-c", WAITER]), (works, busy)], 60, log)
+    assert alone.ok and waited.ok and worked.ok, (waited.output, worked.output)
+    assert alone.wall_s is not None and waited.wall_s is not None
+    # its 12 waits of 25 ms and its 48 ms of work in its own turns, as long as it takes alone (a stopped side's
+    # timers run on: before, a third of its waits passed in the other side's turns)
+    assert waited.wall_s >= 0.85 * alone.wall_s, (waited.wall_s, alone.wall_s)

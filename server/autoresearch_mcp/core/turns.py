@@ -1,6 +1,6 @@
-"""Pairs in turns: both runs of a pair at once, each given the CPU in short turns of random length while the
-other is stopped (its cgroup frozen, or SIGSTOP to its tree). Standard library only (shipped beside the
-runner)."""
+"""Pairs in turns: both runs of a pair at once, each given the CPU in short turns of random length (of its CPU
+time: a side keeps its turn while it waits) while the other is stopped (its cgroup frozen, or SIGSTOP to its
+tree). Standard library only (shipped beside the runner)."""
 
 from __future__ import annotations
 
@@ -119,16 +119,54 @@ def _pause(s: procs.Started, stop: bool) -> bool:
     return hold(pid, True)
 
 
+# A side keeps its turn while it waits, until it has had its turn's CPU time and is seen running, or this long: a
+# wait then passes in its own turn, never in the other side's, wherever it falls (the other side's turn can hide at
+# most its own length of a wait longer than this).
+TURN_WAIT_CAP_S = 1.0
+TURN_CPU_SHARE = 0.9  # the share of its turn's CPU time a side must have had for its turn to end
+PROBE_S = 0.001  # how long a side that has had its CPU time is watched: a turn ends while it runs, not in a wait
+
+
+def _cpu(s: procs.Started) -> float | None:
+    return s.group.cpu_s() if s.group is not None and s.group.has("cpu") else None
+
+
+def _own_turn(s: procs.Started, length: float, deadline: float) -> bool:
+    """One turn of a side: the CPU for `length` seconds of its CPU time (all its processes', from its group), kept
+    while it waits, up to TURN_WAIT_CAP_S; whether it ended. The turn ends once the side has had that CPU time and
+    runs (it ran through the turn, or it is seen using the CPU for a moment), never while it waits: a wait then
+    passes in the side's own turn, where its wall time counts, wherever the side places it. Where the side has no
+    group counting its CPU time the turn is `length` of wall time."""
+    t0, cpu0 = time.monotonic(), _cpu(s)
+    if s.reaped.wait(length):
+        return True
+    if cpu0 is None:
+        return False
+    while True:
+        now, used = time.monotonic(), (_cpu(s) or cpu0) - cpu0
+        if now - t0 >= TURN_WAIT_CAP_S or now >= deadline or used >= TURN_CPU_SHARE * (now - t0):
+            return False  # it ran through its turn (or waited as long as a side may keep one)
+        if used < TURN_CPU_SHARE * length:
+            if s.reaped.wait(max(length - used, PROBE_S)):  # the CPU time it has not had yet
+                return True
+            continue
+        if s.reaped.wait(PROBE_S):
+            return True
+        if (_cpu(s) or cpu0) - cpu0 - used >= PROBE_S / 2:
+            return False  # it is running: its turn ends here, not in a wait
+
+
 def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float, log: Any,
                  duty: float | None = None) -> list[procs.CommandResult]:
     """Run the commands at once, each given the CPU in turns while the others are stopped (frozen), in the order
     given; one that ends leaves the turns to the others. A burst of a neighbour's work then falls on every side
-    of the pair. Each turn's length is drawn at random around decide.TURN_MS, so no program can place its waits
-    at a turn's end. Each command's wall clock runs on while it is stopped, so what it prints must time CPU
-    (decide.in_turns); its result's `wall_s` is the wall time of its own turns and its `cpu_s` the CPU time of
-    its whole group, orphans included (where the machine gives a group). A stop that fails (a process forking
-    faster than it is stopped) makes every run of the pair unusable, saying so. `timeout_s` is each command's:
-    the turns end, and whatever still runs is killed, once they have run for the sum of them. With `duty`, a
+    of the pair. Each turn's length is drawn at random around decide.TURN_MS of the side's CPU time, and a side
+    keeps its turn while it waits (_own_turn): no program can place its waits in the other side's turns. Each
+    command's wall clock runs on while it is stopped, so what it prints must time CPU (decide.in_turns); its
+    result's `wall_s` is the wall time of its own turns and its `cpu_s` the CPU time of its whole group, orphans
+    included (where the machine gives a group). A stop that fails (a process forking faster than it is stopped)
+    makes every run of the pair unusable, saying so. `timeout_s` is each command's: the turns end, and whatever
+    still runs is killed, once they have run for the sum of them. With `duty`, a
     command left alone keeps being stopped so that it runs that share of the time (the checks of a session in
     turns, which must not tell a bench from a check; a calibration run at half duty)."""
     started: list[procs.Started] = []
@@ -150,7 +188,7 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
             s = procs.Started.of(argv, side.tree, side.env, side.launch)
             started.append(s)
             running[s.proc.pid] = s.group
-            ended = s.reaped.wait(turn())
+            ended = _own_turn(s, turn(), deadline)
             s.own_s += time.monotonic() - s.start
             if not ended:
                 stop(s)
@@ -164,7 +202,8 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
             for s in alive:
                 _pause(s, stop=False)
                 t = time.monotonic()
-                ended = s.reaped.wait(max(0.0, deadline - t) if len(alive) == 1 and not duty else turn())
+                ended = (s.reaped.wait(max(0.0, deadline - t)) if len(alive) == 1 and not duty
+                         else _own_turn(s, turn(), deadline))
                 s.own_s += time.monotonic() - t
                 if not ended:
                     stop(s)
