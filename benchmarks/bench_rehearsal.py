@@ -10,7 +10,10 @@ Candidates (each written against 0.3.19's sources here, so a tree that moved fai
   added to every decode call, `--slowdown-iters`; first, while the op win is not committed), a comment (no-op), a
   numerics break, a 24x slower sum of squares, a code move.
 
-    python benchmarks/bench_rehearsal.py [--neighbour] [--only rms,softmax,...] [--continues 2]
+    python benchmarks/bench_rehearsal.py [--neighbour] [--only rms,softmax,...] [--continues 2] [--together]
+
+`--together`: every candidate launched at once, the winners kept together in one commit (the brief's way on a
+budget: issue 42); without it, one candidate at a time, each winner committed before the next is launched.
 
 Prints one line per experiment (verdict, pairs, wall time, the focus and end-to-end figures, committed or not),
 the session total, the whole run's time and the load average (`os.getloadavg`) at each step: this machine is
@@ -379,6 +382,94 @@ async def rehearse(repo: Path, model: Path, names: list[str], continues: int, sl
     print(json.dumps(out[-1]), flush=True)
 
 
+async def measured(c: Client, eid: str, title: str, continues: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An experiment's final answer, measured further while `noisy` or `inconclusive` (up to `continues` times)."""
+    res = await wait(c, eid, 3600)
+    rounds = [brief(res)]
+    for _ in range(continues):
+        if res.get("verdict") not in ("noisy", "inconclusive"):
+            break
+        await call(c, "launch_experiment", title=title + ", more pairs", source="experiment", experiment_id=eid,
+                   repeats="auto")
+        res = await wait(c, eid, 3600)
+        rounds.append(brief(res))
+    return res, rounds
+
+
+def pairs_of(res: dict[str, Any]) -> int:
+    return max((int(m.get("n_pairs") or 0) for m in (res.get("metrics") or {}).values()), default=0)
+
+
+async def rehearse_together(repo: Path, model: Path, names: list[str], continues: int, slowdown_iters: int,
+                            out: list[dict[str, Any]]) -> None:
+    """The brief's way on a budget: every candidate launched at once on the session head (they take the machine in
+    turns while the next ones build), each measured further while undecided, then the winners kept together
+    (`source="experiments"`: their changes combined on the head, measured once) and committed as one step; the
+    best alone where the combination is not `improved`. Phases in seconds and the pairs each spent."""
+    t0 = time.monotonic()
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), tag="rehearsal", metric="tg_tps", direction="higher",
+                   recipe="llama.cpp", model=str(model))
+        setup_s = time.monotonic() - t0
+        out.append({"step": "setup", "s": round(setup_s, 1), "load": load()})
+        print(json.dumps(out[-1]), flush=True)
+        t1 = time.monotonic()
+        launched: list[tuple[str, str, str, bool]] = []
+        for name in names:
+            title, patch, focus, real = candidate(repo, name, slowdown_iters)
+            exp = await call(c, "launch_experiment", title=title, source="patch", patch=patch, focus=focus,
+                             repeats="auto")
+            launched.append((name, exp["experiment_id"], title, real))
+        finals: dict[str, dict[str, Any]] = {}
+
+        async def follow(name: str, eid: str, title: str, real: bool) -> None:
+            res, rounds = await measured(c, eid, title, continues)
+            finals[eid] = res
+            out.append({"candidate": name, "title": title, "real": real, "experiment": eid, "rounds": rounds,
+                        "pairs": pairs_of(res), "verdict": res.get("verdict"), "committed": False})
+            print(json.dumps(out[-1]), flush=True)
+
+        async with anyio.create_task_group() as tg:
+            for args in launched:
+                tg.start_soon(follow, *args)
+        experiments_s = time.monotonic() - t1
+        out.append({"step": "experiments", "s": round(experiments_s, 1), "load": load()})
+        print(json.dumps(out[-1]), flush=True)
+        t2 = time.monotonic()
+        winners = [eid for _, eid, _, _ in launched if finals[eid].get("verdict") == "improved"]
+        kept: list[str] = []
+        if len(winners) >= 2:
+            together = await call(c, "launch_experiment", title="", source="experiments", experiment_ids=winners,
+                                  repeats="auto")
+            res, rounds = await measured(c, together["experiment_id"], "kept together", continues)
+            out.append({"step": "kept together", "experiment": together["experiment_id"], "of": winners,
+                        "rounds": rounds, "pairs": pairs_of(res), "verdict": res.get("verdict")})
+            print(json.dumps(out[-1]), flush=True)
+            if res.get("verdict") == "improved":
+                await call(c, "commit_winner", experiment_id=together["experiment_id"])
+                kept = winners
+        if not kept and winners:
+            best = max(winners, key=lambda e: -(finals[e].get("metrics", {}).get("tg_tps", {}).get("delta_pct") or 0))
+            await call(c, "commit_winner", experiment_id=best)
+            kept = [best]
+        for row in out:
+            if row.get("experiment") in kept and "candidate" in row:
+                row["committed"] = True
+        commit_s = time.monotonic() - t2
+        out.append({"step": "commit", "s": round(commit_s, 1), "kept": kept, "load": load()})
+        print(json.dumps(out[-1]), flush=True)
+        if kept:
+            t3 = time.monotonic()
+            total = await call(c, "launch_experiment", title="session total", source="session")
+            res = await wait(c, total["experiment_id"], 3600)
+            out.append({"step": "session total", "result": brief(res), "s": round(time.monotonic() - t3, 1),
+                        "load": load()})
+            print(json.dumps(out[-1]), flush=True)
+    pairs = sum(int(r.get("pairs") or 0) for r in out)
+    out.append({"step": "whole run", "s": round(time.monotonic() - t0, 1), "pairs": pairs, "load": load()})
+    print(json.dumps(out[-1]), flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--neighbour", action="store_true", help="one process of bursty memory-bound work beside it")
@@ -392,6 +483,8 @@ def main() -> int:
                     help="loop iterations added to every decode call by the e2e control")
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it")
     ap.add_argument("--json", type=Path, help="write every row here too")
+    ap.add_argument("--together", action="store_true",
+                    help="the brief's way on a budget: every candidate at once, the winners kept together")
     args = ap.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="rehearsal-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -404,7 +497,8 @@ def main() -> int:
     if other is not None:
         other.start()
     try:
-        anyio.run(rehearse, repo, model, args.only.split(","), args.continues, args.slowdown_iters, rows)
+        anyio.run(rehearse_together if args.together else rehearse, repo, model, args.only.split(","),
+                  args.continues, args.slowdown_iters, rows)
     finally:
         stop_neighbour(stop, other)
         if args.json:
