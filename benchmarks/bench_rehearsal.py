@@ -417,8 +417,14 @@ async def rehearse_together(repo: Path, model: Path, names: list[str], continues
         launched: list[tuple[str, str, str, bool]] = []
         for name in names:
             title, patch, focus, real = candidate(repo, name, slowdown_iters)
-            exp = await call(c, "launch_experiment", title=title, source="patch", patch=patch, focus=focus,
-                             repeats="auto")
+            try:
+                exp = await call(c, "launch_experiment", title=title, source="patch", patch=patch, focus=focus,
+                                 repeats="auto")
+            except RuntimeError as e:  # refused before anything ran (a code move measured by its focus)
+                out.append({"candidate": name, "title": title, "real": real, "refused_at_launch": str(e)[:300],
+                            "committed": False})
+                print(json.dumps(out[-1]), flush=True)
+                continue
             launched.append((name, exp["experiment_id"], title, real))
         finals: dict[str, dict[str, Any]] = {}
 
