@@ -25,7 +25,6 @@ from typing import Any
 from autoresearch_mcp import safefs
 from autoresearch_mcp.core.records import (
     Analysis,
-    Checks,
     CommitRecord,
     Comparison,
     ContinueRecord,
@@ -100,8 +99,10 @@ class ExperimentState:
         return self.result.outcome if self.result else Outcome()
 
     @property
-    def checks(self) -> Checks | None:
-        return self.outcome.checks
+    def checks_passed(self) -> bool:
+        """Whether its checks ran and passed (a winner's first condition)."""
+        checks = self.outcome.checks
+        return checks is not None and checks.passed
 
     @property
     def measured(self) -> ResultRecord | None:

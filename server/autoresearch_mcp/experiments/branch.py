@@ -127,7 +127,7 @@ def _refused(exp: ExperimentState, config: SessionConfig) -> str | None:
     """Why commit_winner would not commit `exp` on its base (None: it would)."""
     if exp.status != "done" or exp.verdict != "improved":
         return f"it is {exp.status} with verdict {exp.verdict!r}"
-    if not (exp.checks and exp.checks.passed):
+    if not exp.checks_passed:
         return "its checks did not pass"
     if exp.launch.incremental:
         return "it was measured on an incremental build, never confirmed on a clean one"

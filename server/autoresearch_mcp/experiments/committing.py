@@ -89,7 +89,7 @@ def _refuse_uncommittable(manager: ExperimentManager, exp: ExperimentState, head
             + (f" ({note})" if note else "")
             + (f" (measure it further: launch_experiment(source='experiment', experiment_id='{experiment_id}'))"
                if verdict in designs.REMEASURE and not designs.not_continuable(exp) else ""))
-    if not (exp.checks and exp.checks.passed):
+    if not exp.checks_passed:
         raise RefusedError(f"experiment {experiment_id}'s checks did not pass; a change that is not "
                            "correct is never committed. Fix it and launch again")
     if exp.launch.incremental:

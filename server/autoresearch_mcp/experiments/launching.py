@@ -97,7 +97,7 @@ def _together(manager: ExperimentManager, ids: list[str]) -> list[ExperimentStat
         exp = manager.get(exp_id)
         if exp.commit:
             raise RefusedError(f"experiment {exp_id} is already committed as {exp.commit.commit[:12]}; leave it out")
-        if exp.verdict != "improved" or not (exp.checks and exp.checks.passed) or exp.launch.source == "session":
+        if exp.verdict != "improved" or not exp.checks_passed or exp.launch.source == "session":
             raise RefusedError(f"experiment {exp_id} is {exp.status} with verdict {exp.verdict!r}: only winners "
                                "(improved, checks passed) are kept together; leave it out")
         out.append(exp)

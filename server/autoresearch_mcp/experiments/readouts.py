@@ -46,7 +46,8 @@ def fetch(manager: ExperimentManager, experiment_id: str, tail_lines: int, wait_
     log_path = manager.logs / f"{experiment_id}.log"
     outcome = exp.outcome
     design = stats.load_design(exp.launch.design)
-    checks = ChecksResult.model_validate(exp.checks.model_dump(exclude_unset=True)) if exp.checks else None
+    ran = exp.outcome.checks
+    checks = ChecksResult.model_validate(ran.model_dump(exclude_unset=True)) if ran else None
     judged = {exp.launch.metric, *exp.launch.objectives, *exp.launch.guards}
     noise_note = exp.analysis.noise_note
     shown = {k: _shown(v, k in judged, samples, noise_note) for k, v in exp.metrics.items()}

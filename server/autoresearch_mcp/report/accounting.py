@@ -96,7 +96,7 @@ class Row:
         return verdict
 
     def checks(self) -> str:
-        checks = self.exp.checks
+        checks = self.exp.outcome.checks
         if checks is None or not checks.ran:
             return "not run"
         took = f" ({checks.duration_s:.1f} s)" if checks.duration_s is not None else ""
