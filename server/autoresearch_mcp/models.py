@@ -167,8 +167,8 @@ class ChecksResult(BaseModel):
     exit_code: Annotated[int | None, Quiet] = None
     timed_out: bool = False
     duration_s: QuietFloat = None
-    tail: QuietStr = None
-    note: QuietStr = None
+    tail: QuietStr = Field(None, description="the last lines the checks printed")
+    note: QuietStr = Field(None, description="why they did not run or did not pass, where the harness knows")
 
 
 class PlatformResult(BaseModel):
@@ -187,8 +187,8 @@ class PlatformResult(BaseModel):
     ci_low_pct: QuietFloat = None
     ci_high_pct: QuietFloat = None
     passed: bool | None = Field(None, description="whether this platform lets the winner through (None: not yet)")
-    summary: QuietStr = None
-    error: QuietStr = None
+    summary: QuietStr = Field(None, description="the platform's result in one line")
+    error: QuietStr = Field(None, description="why the platform could not build, check or measure it")
     cost_usd: QuietFloat = None
 
 
@@ -375,13 +375,13 @@ class ForkCommit(BaseModel):
     message: str = Field(description="first line of the commit message")
     author: str | None = None
     date: str | None = None
-    url: str | None = None
+    url: str | None = Field(None, description="the commit on GitHub; null for a local ref")
 
 
 class ForkFile(BaseModel):
     filename: str
     status: str = Field(description="added, modified, removed, renamed...")
-    additions: int | None = None
+    additions: int | None = Field(None, description="lines added (null where GitHub leaves it out)")
     deletions: int | None = None
 
 
@@ -506,7 +506,7 @@ class PeakFigures(BaseModel):
     vector_bytes: int | None = Field(None, description="SIMD width the C probe was compiled for")
     llc_bytes: int = Field(description="last-level cache, all instances")
     array_bytes: int = Field(description="size of each copy/triad array")
-    copy_gb_s: float
+    copy_gb_s: float = Field(description="memory bandwidth of a copy on all threads, GB/s")
     triad_gb_s: float
     copy_gb_s_1t: float
     triad_gb_s_1t: float
@@ -657,10 +657,10 @@ class ReportResult(BaseModel):
     chart_path: str = Field(description="progress chart (PNG)")
     tsv_path: str = Field(description="one row per experiment, tab-separated, for notebooks")
     session_id: str
-    branch: str
+    branch: str = Field(description="the session branch its kept commits are on")
     metric: str
     direction: Direction
-    experiments: int
+    experiments: int = Field(description="experiments launched in the session, including those still running")
     kept: int
     discarded: int
     failed: int = Field(description="failed builds or runs, failed checks, cancelled, lost, noisy or invalid")

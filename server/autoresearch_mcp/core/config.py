@@ -218,10 +218,9 @@ class SessionConfig(BaseModel):
                           "one run to the next nor from the checks to the pairs; start_session chooses them when "
                           "unset (the bench, and the checks, where they write nothing into the tree on the head) "
                           "and records them here")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="settings the benchmark reads, given to every build, bench and checks "
-                                          "run (a recipe's defaults, e.g. LLAMA_BENCH_GEN); a platform's env "
-                                          "overrides them")
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "settings the benchmark reads, given to every build, bench and checks run (a recipe's defaults, "
+        "e.g. LLAMA_BENCH_GEN); a platform's env overrides them"))
     timeouts: Timeouts = Field(default_factory=Timeouts)
     budget_usd: float | None = None
     sky: SkyConfig = Field(default_factory=SkyConfig)

@@ -163,17 +163,23 @@ class _Record(BaseModel):
         return name in self.model_fields_set
 
 
+class _OfExperiment(_Record):
+    """A record of one experiment's life (launch, status, result, continue, platform, commit, holdout)."""
+
+    experiment_id: str
+
+
 class SessionRecord(_Record):
     """start_session validated the benchmark at `head`: the raw values of each metric."""
 
     type: Literal["session"] = "session"
     session_id: str
+    resumed: bool = False
     tag: str | None = None
     branch: str | None = None
     head: str | None = None
     metric: str | None = None
     direction: str | None = None
-    resumed: bool = False
     baseline: dict[str, list[float]] = Field(default_factory=dict)
     build_duration_s: float | None = None
     # the config's settings that decide a verdict (config.GATE_FIELDS), as this start applied them; a resume
@@ -182,11 +188,10 @@ class SessionRecord(_Record):
     settings: dict[str, str] = Field(default_factory=dict)  # threads and env the baseline was measured with
 
 
-class LaunchRecord(_Record):
+class LaunchRecord(_OfExperiment):
     """A candidate queued for measurement, with everything its verdict is judged by."""
 
     type: Literal["launch"] = "launch"
-    experiment_id: str
     session_id: str
     title: str = ""
     hypothesis: str = ""
@@ -210,20 +215,18 @@ class LaunchRecord(_Record):
     combines: list[str] = Field(default_factory=list)  # the winners whose changes this one keeps together
 
 
-class StatusRecord(_Record):
+class StatusRecord(_OfExperiment):
     type: Literal["status"] = "status"
-    experiment_id: str
     status: str
     detail: str | None = None
     worker: str | None = None
     runtime: dict[str, Any] = Field(default_factory=dict)  # what a restart needs to find the job
 
 
-class ResultRecord(_Record):
+class ResultRecord(_OfExperiment):
     """A run ended: the runner's outcome and the manager's analysis of it."""
 
     type: Literal["result"] = "result"
-    experiment_id: str
     status: str
     worker: str | None = None
     cost_usd: float | None = None
@@ -231,11 +234,10 @@ class ResultRecord(_Record):
     analysis: Analysis = Field(default_factory=Analysis)
 
 
-class ContinueRecord(_Record):
+class ContinueRecord(_OfExperiment):
     """Another round of pairs of the same experiment, pooled with the `prior_pairs` measured before."""
 
     type: Literal["continue"] = "continue"
-    experiment_id: str
     prior_pairs: int = 0
     stops: list[int] = Field(default_factory=list)
     repeats: int | str = "auto"
@@ -246,31 +248,29 @@ class PlatformFields(BaseModel):
     (`ledger.PlatformState`)."""
 
     status: str | None = None
-    attempt: int = 0
+    attempt: int = 0  # the platform's tries of this winner, from 1
     job_id: str | None = None
-    passed: bool | None = None
-    summary: str | None = None
-    detail: str | None = None
     worker: str | None = None
     cost_usd: float | None = None
-    runtime: dict[str, Any] = Field(default_factory=dict)
+    runtime: dict[str, Any] = Field(default_factory=dict)  # what the worker says of itself
+    passed: bool | None = None  # whether this platform lets the winner through (None: not yet)
+    summary: str | None = None
+    detail: str | None = None
     outcome: Outcome | None = None
     analysis: Analysis | None = None
 
 
-class PlatformRecord(_Record, PlatformFields):
+class PlatformRecord(_OfExperiment, PlatformFields):
     """A status or result of a host winner's run on another platform (`platform`)."""
 
     type: Literal["platform"] = "platform"
-    experiment_id: str
     platform: str
 
 
-class CommitRecord(_Record):
+class CommitRecord(_OfExperiment):
     """commit_winner made `commit` on `branch` (the only evidence the report counts a gain by)."""
 
     type: Literal["commit"] = "commit"
-    experiment_id: str
     commit: str
     parent: str | None = None
     branch: str | None = None
@@ -287,12 +287,11 @@ class WorkersRecord(_Record):
     released: list[str] = Field(default_factory=list)
 
 
-class HoldoutRecord(_Record):
+class HoldoutRecord(_OfExperiment):
     """The hidden holdout's A/B at commit time: its verdict and per-metric change, with what they are recomputed
     from (experiments/holdout.judge): every run's metric values and the seed that drew each pair's order."""
 
     type: Literal["holdout"] = "holdout"
-    experiment_id: str
     verdict: str
     pairs: int = 0
     metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
