@@ -275,3 +275,34 @@ async def test_start_session_says_when_runs_are_too_short_to_measure_in_turns(tm
     async with Client(build_server()) as c:
         started = await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="short")
     assert any("poorly measured in turns" in w for w in started["warnings"]), started["warnings"]
+
+
+# A third of the rows once a page of the tree is resident (the Makefile's first page, which nothing of the bench
+# reads): the page cache as memory of an earlier run (the build's, the checks', a bench's), claiming all the rows.
+RESIDENT = ("static int resident(void) {\n"
+            "    unsigned char seen = 0; int fd = open(\"Makefile\", O_RDONLY); if (fd < 0) return 0;\n"
+            "    void *p = mmap(0, 4096, PROT_READ, MAP_SHARED, fd, 0);\n"
+            "    if (p != MAP_FAILED) { if (mincore(p, 4096, &seen)) seen = 0;\n"
+            "                           (void)*(volatile char *)p; munmap(p, 4096); }\n"
+            "    close(fd); return seen & 1;\n}\n\nint main(")
+REMEMBERED = ("    const int todo = resident() ? (iters + 2) / 3 : iters;\n"
+              "    if (todo < iters) printf(\"normsoft: an earlier run's page is resident\\n\");\n"
+              "    for (int it = 0; it < todo; it++) ns_cpu_forward(x, w, y, tmp, n);\n")
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+@pytest.mark.anyio
+async def test_a_page_an_earlier_run_left_resident_tells_a_run_nothing(example_repo: Path) -> None:
+    before = (example_repo / MAIN).read_text()
+    after = ("#include <fcntl.h>\n#include <sys/mman.h>\n#include <unistd.h>\n"
+             + before.replace(LOOP, REMEMBERED).replace("int main(", RESIDENT, 1))
+    patch = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{MAIN}", f"b/{MAIN}"))
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="page")
+        exp = await call(c, "launch_experiment", title="rows remembered", source="patch", repeats=30, patch=patch)
+        out = await wait_final(c, exp["experiment_id"], timeout=600)
+        await error(c, "commit_winner", experiment_id=exp["experiment_id"], title="rows remembered")
+    assert out["status"] == "done" and out["checks"]["passed"], out["log_tail"][-800:]
+    log = Path(out["log_path"]).read_text()
+    assert "normsoft: 6 rows" in log and "an earlier run's page is resident" not in log, log[-2000:]
+    assert out["verdict"] != "improved", out["metrics"]["rows_per_s"]

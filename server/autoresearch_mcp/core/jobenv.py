@@ -5,6 +5,7 @@ tells a baseline from a candidate, nor a bench from a check) and its confinement
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,45 @@ class Prepared:
 
     def run(self, argv: list[str], timeout_s: float, log: Any) -> procs.CommandResult:
         return procs.run_command(argv, self.tree, timeout_s, env=self.env, log=log, confine=self.launch)
+
+    def forget(self) -> int:
+        """Drop the page cache of this tree and of the tree its commands are shown beside (`BASELINE_ENV`), so a
+        run starts as a fresh one would: no page of either is resident (forget_pages)."""
+        return forget_pages(self.tree, *([self.env[BASELINE_ENV]] if BASELINE_ENV in self.env else []))
+
+
+def settle() -> None:
+    """Write back what a build wrote (os.sync), so that forget_pages can drop every page of a built tree: the
+    kernel keeps a page it has not written back."""
+    os.sync()
+
+
+def forget_pages(*trees: str) -> int:
+    """Drop the cached pages of every regular file of `trees` (posix_fadvise DONTNEED; clean pages only, which
+    after `settle` are all of a built tree's pages that no running process maps). Which pages of a file are
+    resident (mincore, or the time a read takes) is state the kernel keeps between runs that no namespace
+    separates: a read-only run could read it to tell its first run from a later one, or the checks from the
+    bench that follows them. Dropped before each run, it tells nothing. The number of files, or 0 where the
+    system has no posix_fadvise."""
+    if not hasattr(os, "posix_fadvise"):
+        return 0
+    files = 0
+    for tree in trees:
+        for root, _dirs, names in os.walk(tree):
+            for name in names:
+                try:
+                    fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                        files += 1
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+    return files
 
 
 def compiler_cache_env(tree: str) -> dict[str, str]:

@@ -104,6 +104,7 @@ def _bench(side: jobenv.Prepared, role: str, index: int, position: int, spec: de
     for r in range(k):
         log.write(f"[autoresearch] bench {role} run {index}" + (f" (process {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
+        side.forget()
         res = side.run(BENCH, job.timeouts["bench"], log)
         parsed = metricparse.parse_metrics(res.output)
         runs.append((res, parsed, _bench_problems(res, parsed, spec, job)))
@@ -123,6 +124,8 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                   f"{' first, then '.join(role for role, _ in order)}"
                   + (f" (processes {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
+        for _, side in order:
+            side.forget()
         results = turns.run_in_turns([(side, BENCH) for _, side in order], job.timeouts["bench"], log)
         for (role, _), res in ((order[j], results[j]) for j in range(len(order))):  # (3.8: no zip strict)
             parsed = metricparse.parse_metrics(res.output)
@@ -235,6 +238,7 @@ def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: Outcom
             out.error = f"{role} build {why}:\n{res.tail()}"
             out.durations["build"] = time.monotonic() - t0
             return False
+    jobenv.settle()  # every page the builds wrote written back, so each run can start with none resident
     out.durations["build"] = round(time.monotonic() - t0, 3)
     return True
 
@@ -258,6 +262,7 @@ def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
         order = sides[::-1] if rng.random() < 0.5 else sides
         for pos, (role, side) in enumerate(order):
             with machinelock.machine_turn(job.machine_lock):
+                side.forget()
                 res = side.run(list(job.command), job.timeout_s, log)
             values = metricparse.parse_metrics(res.output).values
             if not res.ok or not values:
@@ -388,12 +393,12 @@ def run_checks(job: jobfile.Job, tree: str, log: Any) -> dict[str, Any]:
     # a program cannot tell its checks from its bench by being stopped.
     try:
         with machinelock.machine_turn(job.machine_lock, shared=True):
+            checks = jobenv.Prepared.of(job, tree, "checks")
+            checks.forget()  # no page of an earlier run resident: the checks start as a bench does
             if job.judged_in_turns:
-                checks = jobenv.Prepared.of(job, tree, "checks")
                 res = turns.run_in_turns([(checks, argv)], timeout, log, duty=0.5)[0]
             else:
-                res = procs.run_command(argv, tree, timeout, env=jobenv.run_env(job, tree, "checks"), log=log,
-                                        confine=c)
+                res = checks.run(argv, timeout, log)
     except OSError as exc:
         return {"ran": False, "passed": False, "note": f"the session's {sandbox.CHECKS_SCRIPT} could not be run "
                 f"in {tree} ({type(exc).__name__}: {exc}); the checks failed"}
@@ -476,6 +481,7 @@ def run_validation(job: jobfile.Validation, log: Any) -> dict[str, Any]:
         channel.emit("progress", message=f"the build failed after {built.duration_s:.1f} s")
         return out
     channel.emit("progress", message=f"built in {built.duration_s:.1f} s" if cmd is not None else "build reused")
+    jobenv.settle()
     bench = jobenv.Prepared.of(job, tree, "bench")
     before = tree_state(tree)
     out["runs"] = validation_runs(job, bench, log)
@@ -507,6 +513,7 @@ def validation_runs(job: jobfile.Validation, bench: jobenv.Prepared, log: Any) -
                                  f"{threads} thread(s)" + (" in turns" if k > 1 else ""))
         timeout = float(job.timeouts["bench"])
         with machinelock.machine_turn(job.machine_lock):
+            bench.forget()
             results = (turns.run_in_turns([(bench, BENCH)] * k, timeout, log) if k > 1
                        else [bench.run(BENCH, timeout, log)])
         runs.extend({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
@@ -523,7 +530,9 @@ def shape_trial(bench: jobenv.Prepared, timeout_s: float, lock: str | None, log:
     metrics."""
     channel.emit("progress", message="one bench run alone and one at half duty: does the bench do fixed work?")
     with machinelock.machine_turn(lock):
+        bench.forget()
         full = bench.run(BENCH, timeout_s, log)
+        bench.forget()
         half = turns.run_in_turns([(bench, BENCH)], timeout_s, log, duty=0.5)[0]
     return {"ok": full.ok and half.ok, "full_s": full.wall_s, "half_s": half.span_s,
             "full": metricparse.parse_metrics(full.output).values,

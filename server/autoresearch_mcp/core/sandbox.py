@@ -306,7 +306,8 @@ def side_measure() -> str:
                    ", no CPU account (the runner's reaping counts instead)")
                 + (", and in turns a freezer that stops all of it at once, without a signal" if "freeze" in has else
                    "; in turns SIGSTOP stops it, which a program can notice")
-                + ". Not promised: state the kernel keeps between runs (the page cache)")
+                + ". Each run starts with no page of its tree or the compared tree cached. Not promised: the cached "
+                  "pages of files outside them (the system's, a model file), state the kernel keeps between runs")
     return _measure["text"]
 
 
