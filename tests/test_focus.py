@@ -4,6 +4,7 @@ it only moves code or does not touch what it names; and the session's measured t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from conftest import balanced_noise, git, script_repo
 from helpers import call, error, wait_final
 
 pytestmark = pytest.mark.anyio
+needs_perf = pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
 
 OPS = """\
 static void rms_norm(float *y, const float *x, int n) {
@@ -27,9 +29,21 @@ static void softmax(float *y, const float *x, int n) {
 }
 """
 
+# The program: it runs rms_norm (never softmax) for a few tens of milliseconds, so perf sees which it runs.
+PROG = """\
+#include "ops.c"
+int main(void) {
+    static float x[4096], y[4096];
+    volatile float s = 0;
+    for (int i = 0; i < 4096; i++) x[i] = (float)(i % 7) + 1.0f;
+    for (int r = 0; r < 3000; r++) { rms_norm(y, x, 4096); s += y[r % 4096]; }
+    return s < 0;
+}
+"""
+
 # tok_s end to end (unchanged by the fused kernel, within 0.2%); with a focus, the focus' time per evaluation
-# (15% less once rms_norm is fused) and an untouched op's, in the same run.
-BENCH = (balanced_noise() + 'f=10; grep -q FUSED ops.c && f=8.5; '
+# (15% less once an op is fused) and an untouched op's, in the same run.
+BENCH = (balanced_noise() + './prog; f=10; grep -q FUSED ops.c && f=8.5; '
          "awk -v n=$n -v f=$f 'BEGIN{printf \"METRIC tok_s=%.3f\\n\", 100*n}'; "
          'if [ -n "${AUTORESEARCH_FOCUS:-}" ]; then '
          "awk -v n=$n -v f=$f -v name=\"${AUTORESEARCH_FOCUS//,/+}\" "
@@ -43,9 +57,11 @@ SOFTMAX_ONLY = OPS.replace("y[i] = x[i];\n", "y[i] = x[i]; // FUSED\n")
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    repo = script_repo(tmp_path, BENCH)
+    repo = script_repo(tmp_path, BENCH, build="cc -O0 -o prog prog.c")
     (repo / "ops.c").write_text(OPS)
-    git(repo, "add", "ops.c")
+    (repo / "prog.c").write_text(PROG)
+    (repo / ".gitignore").write_text("prog\n")
+    git(repo, "add", "ops.c", "prog.c", ".gitignore")
     git(repo, "commit", "-qm", "ops")
     return repo
 
@@ -63,6 +79,7 @@ async def launch_ops(c: Client, repo: Path, text: str, focus: list[str] | None, 
         git(repo, "checkout", "--", "ops.c")
 
 
+@needs_perf
 async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric_held(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -77,6 +94,8 @@ async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric
     assert res["layout_pct"] is not None and res["layout_pct"] < 1
     message = done["message"]
     assert "Result: focus.RMS_NORM" in message and "Focus: RMS_NORM" in message
+    # the program runs the op it was won on: perf saw it, without the focus
+    assert "Focus run by the program: " in message and "% of the program's samples in rms_norm" in message
     assert "end to end tok_s" in message and "held within 2%" in message  # both levels of evidence
     claims = next(line for line in message.splitlines() if line.startswith("Claims: "))
     assert claims.startswith("Claims: focus.RMS_NORM -1") and "98% CI" in claims  # which claim, at which level
@@ -87,6 +106,18 @@ async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric
     summary = next(e for e in listing["experiments"] if e["experiment_id"] == exp["experiment_id"])
     assert summary["focus"] == ["RMS_NORM"] and summary["focus_delta_pct"] == focus["delta_pct"]
     assert summary["claims"] == res["claims"] and listing["session_claim"].startswith("session total not yet")
+
+
+@needs_perf
+async def test_a_focus_win_on_code_the_program_never_runs_is_not_committed(repo: Path) -> None:
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        exp = await launch_ops(c, repo, SOFTMAX_ONLY, ["SOFT_MAX"], title="fuse softmax")
+        res = await wait_final(c, exp["experiment_id"])  # type: ignore[arg-type]
+        refused = await error(c, "commit_winner", experiment_id=exp["experiment_id"])
+    # the op's win is real at the op, and the program never runs softmax: no gain to it
+    assert res["verdict"] == "improved" and res["won"] == ["focus.SOFT_MAX"], res["metrics"]
+    assert "the program does not run that code" in refused and "softmax" in refused, refused
 
 
 async def test_a_change_that_only_moves_code_is_not_judged_on_a_focus(repo: Path) -> None:
@@ -124,6 +155,7 @@ async def test_a_focus_run_without_a_focus_metric_is_invalid(tmp_path: Path) -> 
     assert res["verdict"] == "invalid" and "AUTORESEARCH_FOCUS=RMS_NORM" in (res["error"] or "")
 
 
+@needs_perf
 async def test_the_session_total_measures_the_head_against_the_start_and_is_not_committable(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)

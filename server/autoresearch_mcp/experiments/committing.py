@@ -8,7 +8,7 @@ from autoresearch_mcp.core.jobs import JobMaker
 from autoresearch_mcp.core.ledger import ExperimentState
 from autoresearch_mcp.core.records import CommitRecord, HoldoutRecord
 from autoresearch_mcp.errors import RefusedError, StateError
-from autoresearch_mcp.experiments import designs, events, holdout, launching, message, readouts
+from autoresearch_mcp.experiments import designs, events, focus, holdout, launching, message, readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.models import FINAL_STATUSES, CommitResult, HoldoutSummary
@@ -22,6 +22,7 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
         head = manager.session_head()
         _refuse_uncommittable(manager, exp, head)
         title = message.one_line(title, "title") if title is not None else exp.title
+        seen = focus.seen_running(manager, exp) if focus.rests_on_focus(exp) else None
         hidden = _holdout(manager, exp)
         drift = manager.baseline_drift(exp.launch.base_commit)  # after the measurement and the holdout
         if drift:
@@ -31,7 +32,7 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
         # again at commit time: the rules may have changed since the launch (they never loosen here)
         launching.refuse_protected(manager.config,
                                    gitops.changed_paths(manager.repo, head, exp.launch.candidate_commit))
-        text = message.commit_message(manager, exp, title, hidden)
+        text = message.commit_message(manager, exp, title, hidden, focus_seen=seen)
         new = gitops.commit_tree(manager.repo, tree, head, text)
         with manager.branch_lock:
             manager.check_branch_locked()  # the holdout ran jobs too

@@ -11,11 +11,25 @@ then show what layout alone does, and the judge asks the focus to beat that (cor
 from __future__ import annotations
 
 import re
+import uuid
 from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from autoresearch_mcp import progress
+from autoresearch_mcp.core import gitops, jobfile
+from autoresearch_mcp.core.config import state_dir
+from autoresearch_mcp.core.decide import FOCUS_PREFIX
+from autoresearch_mcp.core.jobs import JobMaker
+from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import InputError, RefusedError
 
+if TYPE_CHECKING:
+    from autoresearch_mcp.core.ledger import ExperimentState
+    from autoresearch_mcp.experiments.manager import ExperimentManager
+
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 MAX_NAMES = 8
 _HUNK = re.compile(r"^@@ [^@]* @@ ?(?P<func>.*)$")
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
@@ -93,3 +107,52 @@ def check(diff: str, focus: list[str]) -> None:
             f"the change does not touch code that names {', '.join(focus)} (it edits {len(lines)} line(s) in "
             f"{shown}): a focus must be what the change acts on, or an untouched op's luck could pass for a win. "
             "Name the op or function the change edits, or launch without focus to judge it end to end")
+
+
+def rests_on_focus(exp: ExperimentState) -> bool:
+    """Whether the experiment's win is its focus alone: no end-to-end objective won with it."""
+    won = exp.analysis.won
+    return bool(exp.launch.focus) and bool(won) and all(name.startswith(FOCUS_PREFIX) for name in won)
+
+
+def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
+    """What shows the focus running in the program: the candidate's benchmark, run once under perf as a session's
+    run is (no AUTORESEARCH_FOCUS, so no op benchmark: the program alone), has samples in a function that names
+    the focus or that the change edits. A focus win on code the program never runs would otherwise be committed
+    on the op's time while the program cannot gain from it. Refused (RefusedError) when no sample is there, or
+    when perf cannot say."""
+    repo, launch = manager.repo, exp.launch
+    wanted = list(launch.focus)
+    functions = edited(gitops.diff_hunks(repo, launch.base_commit, launch.candidate_commit))[1]
+    edited_names = {m.group(1) for text in functions for m in [_CALLED.search(text)] if m}
+    profile_id = uuid.uuid4().hex[:10]
+    logs = state_dir(Path(repo.working_dir)) / "logs"
+    spec = JobMaker(repo, manager.config, manager.env).profile(
+        profile_id, launch.base_commit, gitops.tree_of(repo, launch.base_commit), launch.candidate_tree,
+        str(logs / f"focus-{profile_id}.perf.data"))
+    progress.report(f"is {', '.join(wanted)} run by the program? its benchmark once under perf, without the focus")
+    final = manager.executor.run_first(Job(f"profile-{profile_id}", launch.base_commit, launch.candidate_commit,
+                                       logs / f"focus-{profile_id}.log", spec=spec))
+    outcome: dict[str, Any] = dict(final["outcome"]) if final["event"] == "result" else {}
+    Path(str(outcome.get("perf_data") or logs / f"focus-{profile_id}.perf.data")).unlink(missing_ok=True)
+    if final["event"] != "result" or outcome.get("status") != "done":
+        failure = jobfile.failure(dict(final))
+        why = outcome.get("detail") or outcome.get("problem") or (failure.error if failure else "no profile")
+        raise RefusedError(
+            f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), and whether "
+            f"the program runs that code could not be seen here: perf could not profile its benchmark "
+            f"({str(why)[:300]}). Make perf run (profile_hotspots says how), or judge the change end to end: "
+            f"launch it again without focus")
+    total = int(outcome.get("total_samples") or 0)
+    hits = [(str(f["name"]), int(f["samples"])) for f in outcome.get("functions") or []
+            if any(mentions(str(f["name"]), n) for n in wanted) or str(f["name"]) in edited_names]
+    if not hits:
+        raise RefusedError(
+            f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), but the "
+            f"program does not run that code: of {total} samples of its benchmark (run once under perf, without "
+            f"the focus), none is in a function that names {', '.join(wanted)} or that the change edits "
+            f"({', '.join(sorted(edited_names)[:5]) or 'none found'}). An op's win the program never runs is no "
+            "gain to it: focus on an op it runs (profile_hotspots), or judge the change end to end")
+    samples = sum(n for _, n in hits)
+    names = ", ".join(name for name, _ in sorted(hits, key=lambda h: -h[1])[:3])
+    return f"{100.0 * samples / max(total, 1):.1f}% of the program's samples in {names} (perf, without the focus)"

@@ -20,9 +20,10 @@ MAX_TITLE = 200
 
 
 def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
-                   hidden: holdout.HoldoutOutcome | None = None) -> str:
+                   hidden: holdout.HoldoutOutcome | None = None, focus_seen: str | None = None) -> str:
     """A winner's commit message: title, hypothesis, sources, the result with its interval, the other metrics,
-    checks, holdout and platforms, and the trailers that tie the commit to its experiment."""
+    checks, holdout and platforms, and the trailers that tie the commit to its experiment; `focus_seen`, what
+    showed a focus-only win's code running in the program."""
     c = manager.config
     launch = exp.launch
     design = stats.load_design(launch.design)
@@ -38,6 +39,8 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
         lines.append(f"Focus: {', '.join(launch.focus)} (the op level; end to end below)"
                      + (f"; untouched controls moved at most {layout:.2f}%" if layout is not None else ""))
         lines.append("Claims: " + "; ".join(claims))
+        if focus_seen:
+            lines.append(f"Focus run by the program: {focus_seen}")
     won = exp.analysis.won
     if won and not launch.focus:
         objectives = exp.launch.objectives or [c.metric]
