@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch_mcp import resources
+from autoresearch_mcp import resources, validation
 
 EXAMPLE = resources.example_dir() / "normsoft"
 
@@ -29,6 +29,9 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(var, "Test Person")
     for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
         monkeypatch.setenv(var, "test@example.com")
+    # the machine's other work (the suite's own, a neighbour's) would change the threads a session starts from;
+    # a test that means it sets it (test_session.py)
+    monkeypatch.setattr(validation, "busy_cpus", lambda *_args, **_kw: 0.0)
 
 
 def git(repo: Path, *args: str) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
+from autoresearch_mcp import validation
 from autoresearch_mcp.app import build_server
 from conftest import git, init_repo, script_repo
 from helpers import ToolFailed
@@ -159,6 +161,32 @@ async def test_steady_default_threads_are_kept_and_recorded(tmp_path: Path, monk
     assert res["baseline"]["score"]["samples"] == [104.0, 104.0]
     assert not any("noise" in w for w in res["warnings"])
     assert json.loads((repo / ".autoresearch" / "config.json").read_text())["threads"] == 4
+
+
+async def test_threads_start_from_the_cpus_other_work_leaves_free(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fix: beside a neighbour taking one of two CPUs, two llama-bench threads spin at every barrier while
+    the neighbour holds one of their cores; two validation runs happened to agree (0.8%), the session kept 2
+    threads and its pairs' tg_tps.cpu then ranged 25-86."""
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setattr(validation, "busy_cpus", lambda *_args, **_kw: 1.3)
+    repo = script_repo(tmp_path, 'echo METRIC score=$((100 + AUTORESEARCH_THREADS))')
+    res = await start(repo, metric="score", tag="busy")
+    assert [t["threads"] for t in res["threads_tried"]] == [3] and res["settings"]["threads"] == "3"
+    assert any("1.3 of this machine's 4 CPUs were busy" in w and "from 3 thread(s), not 4" in w
+               for w in res["warnings"]), res["warnings"]
+
+
+BUSY_CPUS = validation.busy_cpus  # as it is, before each test's fixture sets it aside (conftest)
+
+
+def test_busy_cpus_are_the_busy_ticks_of_other_work_over_the_window() -> None:
+    stats = iter(["cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1\ncpu1 1\n",  # 20% busy so far
+                  "cpu  200 0 200 1000 0 0 0 0 0 0\ncpu0 1\ncpu1 1\n"])  # then 200 busy of 400: 50% of 2 CPUs
+    assert BUSY_CPUS(0.01, read=lambda: next(stats)) == pytest.approx(1.0, abs=0.05)
+    assert BUSY_CPUS(0.01, read=lambda: "no such text") == 0.0
+    assert [validation.free_threads(2, b) for b in (0.0, 0.4, 0.6, 1.4, 3.0)] == [2, 2, 1, 1, 1]
+    assert 0.0 <= BUSY_CPUS(0.05) <= (os.cpu_count() or 1)  # this machine's own /proc/stat
 
 
 async def test_a_resumed_session_reads_its_ledger_once_and_appends_through_one_object(

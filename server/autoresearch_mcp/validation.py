@@ -5,6 +5,7 @@ confinement does not promise."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,8 +139,19 @@ def validate_benchmark(
             if validated.writes:
                 validated.warnings.append(bench_writes(validated.writes, config))
         return validated
-    validated = (measure(config.threads) if config.threads is not None
-                 else steadiest_threads(measure, os.cpu_count() or 1, config))
+    if config.threads is not None:
+        validated = measure(config.threads)
+    else:
+        cpus = os.cpu_count() or 1
+        busy = busy_cpus()
+        start = free_threads(cpus, busy)
+        validated = steadiest_threads(measure, start, config)
+        if start < cpus:
+            validated.warnings.append(
+                f"{busy:.1f} of this machine's {cpus} CPUs were busy with other work as the session started, so its "
+                f"runs were tried from {start} thread(s), not {cpus}: threads that share their cores with other "
+                "work wait for each other at every step and make the runs erratic (set `threads` in "
+                f"{config_path(Path(config.repo))} and call start_session again to choose yourself)")
     validated = with_pairing(config, validated, measure_at)
     if config.read_only_runs is None:
         at = config.model_copy(update={"threads": validated.threads or config.threads,
@@ -191,6 +203,49 @@ def with_pairing(config: SessionConfig, validated: Validation,
                                shape=again.shape or validated.shape)
     validated.pairing, validated.pairing_note = pairing, why
     return validated
+
+
+BUSY_WINDOW_S = 1.0  # how long start_session looks at the machine's other work before choosing threads
+
+
+def _cpu_ticks(text: str) -> tuple[float, float, int] | None:
+    """(all ticks, idle ticks, CPUs) of /proc/stat's text: idle counts iowait; steal counts as busy (another
+    machine's work on the same host)."""
+    lines = text.splitlines()
+    fields = lines[0].split() if lines else []
+    if len(fields) < 5 or fields[0] != "cpu":
+        return None
+    ticks = [float(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal (guest is in user)
+    cpus = sum(1 for line in lines[1:] if line.startswith("cpu") and line[3:4].isdigit())
+    return sum(ticks), ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0), max(1, cpus)
+
+
+def busy_cpus(window_s: float = BUSY_WINDOW_S, read: Callable[[], str] | None = None) -> float:
+    """How many CPUs' worth of other work this machine is doing now: the busy share of /proc/stat's ticks over
+    `window_s`, this process's own CPU time left out; 0 where /proc/stat cannot be read."""
+    def ticks() -> tuple[float, float, int] | None:
+        try:
+            if read is not None:
+                return _cpu_ticks(read())
+            with open("/proc/stat") as fh:
+                return _cpu_ticks(fh.read())
+        except (OSError, ValueError):
+            return None
+
+    before, own_before, t0 = ticks(), os.times(), time.monotonic()
+    time.sleep(window_s)
+    after, own_after, elapsed = ticks(), os.times(), time.monotonic() - t0
+    if before is None or after is None or after[0] <= before[0] or elapsed <= 0:
+        return 0.0
+    share = 1.0 - (after[1] - before[1]) / (after[0] - before[0])
+    own = (own_after.user + own_after.system - own_before.user - own_before.system) / elapsed
+    return min(float(after[2]), max(0.0, share * after[2] - own))
+
+
+def free_threads(cpus: int, busy: float) -> int:
+    """The threads a session's runs start from: one per CPU not taken by other work (a CPU counts as taken from
+    half of one busy), at least one."""
+    return max(1, cpus - int(busy + 0.5))
 
 
 def steadiest_threads(measure: Callable[[int], Validation], default: int, config: SessionConfig) -> Validation:
