@@ -205,7 +205,7 @@ def with_pairing(config: SessionConfig, validated: Validation,
     return validated
 
 
-BUSY_WINDOW_S = 1.0  # how long start_session looks at the machine's other work before choosing threads
+BUSY_WINDOWS, BUSY_WINDOW_S = 4, 0.5  # how start_session looks at the machine's other work before choosing threads
 
 
 def _cpu_ticks(text: str) -> tuple[float, float, int] | None:
@@ -220,9 +220,11 @@ def _cpu_ticks(text: str) -> tuple[float, float, int] | None:
     return sum(ticks), ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0), max(1, cpus)
 
 
-def busy_cpus(window_s: float = BUSY_WINDOW_S, read: Callable[[], str] | None = None) -> float:
-    """How many CPUs' worth of other work this machine is doing now: the busy share of /proc/stat's ticks over
-    `window_s`, this process's own CPU time left out; 0 where /proc/stat cannot be read."""
+def busy_cpus(window_s: float = BUSY_WINDOW_S, windows: int = BUSY_WINDOWS,
+              read: Callable[[], str] | None = None) -> float:
+    """How many CPUs' worth of other work this machine is doing now: the busy share of /proc/stat's ticks in each
+    of `windows` windows of `window_s`, this process's own CPU time left out, at its most (a neighbour that works
+    in bursts takes a core whenever it works); 0 where /proc/stat cannot be read."""
     def ticks() -> tuple[float, float, int] | None:
         try:
             if read is not None:
@@ -232,14 +234,18 @@ def busy_cpus(window_s: float = BUSY_WINDOW_S, read: Callable[[], str] | None = 
         except (OSError, ValueError):
             return None
 
+    most = 0.0
     before, own_before, t0 = ticks(), os.times(), time.monotonic()
-    time.sleep(window_s)
-    after, own_after, elapsed = ticks(), os.times(), time.monotonic() - t0
-    if before is None or after is None or after[0] <= before[0] or elapsed <= 0:
-        return 0.0
-    share = 1.0 - (after[1] - before[1]) / (after[0] - before[0])
-    own = (own_after.user + own_after.system - own_before.user - own_before.system) / elapsed
-    return min(float(after[2]), max(0.0, share * after[2] - own))
+    for _ in range(max(1, windows)):
+        time.sleep(window_s)
+        after, own_after, t1 = ticks(), os.times(), time.monotonic()
+        if before is None or after is None or after[0] <= before[0] or t1 <= t0:
+            return most
+        share = 1.0 - (after[1] - before[1]) / (after[0] - before[0])
+        own = (own_after.user + own_after.system - own_before.user - own_before.system) / (t1 - t0)
+        most = max(most, min(float(after[2]), share * after[2] - own))
+        before, own_before, t0 = after, own_after, t1
+    return most
 
 
 def free_threads(cpus: int, busy: float) -> int:
