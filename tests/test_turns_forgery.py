@@ -17,13 +17,14 @@ from mcp import Client
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide, jobenv, jobfile, procs, sandbox, turns
 from autoresearch_mcp.core.config import config_path
-from conftest import script_repo
+from conftest import script_repo, slow_clock
 from helpers import call, error, wait_final
 
 SERVER = Path(__file__).resolve().parents[1] / "server"
 needs_groups = pytest.mark.skipif(sandbox.unavailable() is not None or "memory" in sandbox.lacking(),
                                   reason="no bubblewrap or no cgroup can be made here")
 MAIN = "src/main.c"
+OPS_CPU = "backend/cpu/ops-cpu.c"
 LOOP = "    for (int it = 0; it < iters; it++) ns_cpu_forward(x, w, y, tmp, n);\n"
 # The rows are computed in a child the program never waits for (a pipe says when it is done): the program's own
 # CPU clock, which its rows_per_s.cpu divides by, then counts none of them.
@@ -306,3 +307,24 @@ async def test_a_page_an_earlier_run_left_resident_tells_a_run_nothing(example_r
     log = Path(out["log_path"]).read_text()
     assert "normsoft: 6 rows" in log and "an earlier run's page is resident" not in log, log[-2000:]
     assert out["verdict"] != "improved", out["metrics"]["rows_per_s"]
+
+
+@needs_groups
+@pytest.mark.anyio
+async def test_in_turns_a_candidate_that_slows_the_harness_clock_is_refused(example_repo: Path) -> None:
+    """Its own clock_gettime linked into the program, whose timer then runs at a quarter of the real one: the
+    rows it claims on its own CPU clock (rows_per_s.cpu, what turns judge) four times faster, the side's group's
+    CPU time of the same runs unmoved."""
+    in_turns(example_repo)
+    before = (example_repo / OPS_CPU).read_text()
+    patch = "".join(difflib.unified_diff(before.splitlines(True), (before + slow_clock(0.25)).splitlines(True),
+                                         f"a/{OPS_CPU}", f"b/{OPS_CPU}"))
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(example_repo), metric="rows_per_s", direction="higher", tag="clock")
+        fake = await call(c, "launch_experiment", title="a faster clock", source="patch", repeats=30, patch=patch)
+        await wait_final(c, fake["experiment_id"], timeout=900)
+        faked = await call(c, "get_experiment", experiment_id=fake["experiment_id"], samples=True)
+        await error(c, "commit_winner", experiment_id=fake["experiment_id"], title="a faster clock")
+    assert faked["status"] == "done" and faked["checks"]["passed"], faked["log_tail"][-800:]
+    assert faked["metrics"]["rows_per_s"]["delta_pct"] > 100  # the claim, as its own clock makes it
+    assert faked["verdict"] != "improved" and abs(faked["metrics"][decide.HARNESS_CPU]["delta_pct"]) < 40
