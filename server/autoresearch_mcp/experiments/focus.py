@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch_mcp import progress
-from autoresearch_mcp.core import gitops, jobfile
+from autoresearch_mcp.core import gitops, jobfile, profiler
 from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.core.decide import FOCUS_PREFIX
 from autoresearch_mcp.core.jobs import JobMaker
@@ -144,8 +144,12 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
             f"({str(why)[:300]}). Make perf run (profile_hotspots says how), or judge the change end to end: "
             f"launch it again without focus")
     total = int(outcome.get("total_samples") or 0)
-    hits = [(str(f["name"]), int(f["samples"])) for f in outcome.get("functions") or []
-            if any(mentions(str(f["name"]), n) for n in wanted) or str(f["name"]) in edited_names]
+    # every function of the report's rows (the hottest thousands), beyond the few the profile keeps in full
+    seen = {(str(f["dso"]), str(f["name"])): int(f["samples"])
+            for f in [*profiler.parse_report(str(outcome.get("report") or ""))[1].values(),
+                      *(outcome.get("functions") or [])]}
+    hits = [(name, samples) for (_dso, name), samples in seen.items()
+            if samples > 0 and (any(mentions(name, n) for n in wanted) or name in edited_names)]
     if not hits:
         raise RefusedError(
             f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), but the "
