@@ -177,6 +177,7 @@ class Profile(Job):
 
     profile_id: str = ""
     data: str = ""  # where the raw perf.data goes, on the machine that runs it
+    frequency_hz: int = 999  # samples a second of CPU time (profiler.FREQUENCY_HZ; a focus check takes more)
     candidate_tree: str | None = None
 
     @property

@@ -158,7 +158,7 @@ def _source_line(path: Path, line: int) -> str:
 
 
 def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict[str, str], log: Any,
-            machine_lock: str | None, confine: sandbox.Confinement) -> dict[str, Any]:
+            machine_lock: str | None, confine: sandbox.Confinement, frequency_hz: int = FREQUENCY_HZ) -> dict[str, Any]:
     """Run the built tree's benchmark once under perf record and read the report back.
 
     perf runs outside the confinement (it writes perf.data where the job cannot) and follows the
@@ -173,7 +173,7 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
         rec = procs.run_command(
             ["bash", "./autoresearch.sh", "bench"], tree, bench_timeout_s, env=env, log=log,
             stop_signal=signal.SIGINT, grace_s=INTERRUPT_GRACE_S, confine=confine,
-            outside=[perf, "record", "--no-buildid-cache", "-F", str(FREQUENCY_HZ), "-o", str(data), "--"])
+            outside=[perf, "record", "--no-buildid-cache", "-F", str(frequency_hz), "-o", str(data), "--"])
     out: dict[str, Any] = {"status": "failed", "problem": None, "paranoid": paranoid(),
                            "bench": {"exit_code": rec.exit_code, "timed_out": rec.timed_out,
                                      "duration_s": round(rec.duration_s, 3)}}
@@ -221,7 +221,7 @@ def run_profile(job: jobfile.Profile, log: Any) -> dict[str, Any]:
         return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
     data = Path(job.data).expanduser().resolve()
     result = profile(perf, tree, data, float(job.timeouts["bench"]), env, log, job.machine_lock,
-                     sandbox.for_job(job, str(tree), "bench"))
+                     sandbox.for_job(job, str(tree), "bench"), job.frequency_hz)
     return bounded({**result, "perf": seen, "perf_data": str(data)})
 
 

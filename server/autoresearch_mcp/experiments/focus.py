@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from autoresearch_mcp.experiments.manager import ExperimentManager
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+SEEN_HZ = 19_999  # an op of 0.05% of a one-second run still gets about ten samples (perf caps the rate it allows)
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 MAX_NAMES = 8
 _HUNK = re.compile(r"^@@ [^@]* @@ ?(?P<func>.*)$")
@@ -129,7 +130,7 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
     logs = state_dir(Path(repo.working_dir)) / "logs"
     spec = JobMaker(repo, manager.config, manager.env).profile(
         profile_id, launch.base_commit, gitops.tree_of(repo, launch.base_commit), launch.candidate_tree,
-        str(logs / f"focus-{profile_id}.perf.data"))
+        str(logs / f"focus-{profile_id}.perf.data"), SEEN_HZ)
     progress.report(f"is {', '.join(wanted)} run by the program? its benchmark once under perf, without the focus")
     final = manager.executor.run_first(Job(f"profile-{profile_id}", launch.base_commit, launch.candidate_commit,
                                        logs / f"focus-{profile_id}.log", spec=spec))
