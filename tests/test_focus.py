@@ -212,3 +212,17 @@ def test_moved_lines_are_not_edits() -> None:
     assert focus.edited(diff) == ([], [])
     lines, functions = focus.edited(diff + "@@ -20 +20 @@ static void rms_norm(float *y)\n-  y[0] = 1;\n+  y[0] = 2;\n")
     assert sorted(lines) == ["y[0] = 1;", "y[0] = 2;"] and functions == ["static void rms_norm(float *y)"]
+
+
+@pytest.mark.parametrize(("symbol", "edited_name", "seen"), [
+    ("void ggml_compute_forward_rms_norm_f32<(ggml_rms_norm_fuse_op)1>(ggml_compute_params const*)",
+     "ggml_compute_forward_rms_norm_f32", True),  # a template instance, as perf demangles it
+    ("ggml_compute_forward_rms_norm", "ggml_compute_forward_rms_norm_f32", True),  # the typed variant inlined
+    ("rms_norm.constprop.0", "rms_norm", True),
+    ("ggml_compute_forward", "ggml_compute_forward_rms_norm_f32", False),  # the dispatcher of every op
+    ("ggml_compute_forward_rms_norm_mul_fused", "ggml_compute_forward_rms_norm_f32", False),
+])
+def test_a_sampled_symbol_is_an_edited_function_by_its_bare_name(symbol: str, edited_name: str, seen: bool) -> None:
+    from autoresearch_mcp.experiments import focus
+
+    assert focus.is_edited(symbol, {edited_name}) is seen

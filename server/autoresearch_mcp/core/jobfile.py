@@ -178,6 +178,7 @@ class Profile(Job):
     profile_id: str = ""
     data: str = ""  # where the raw perf.data goes, on the machine that runs it
     frequency_hz: int = 999  # samples a second of CPU time (profiler.FREQUENCY_HZ; a focus check takes more)
+    functions_only: bool = False  # a report line per function, not per source line (every function fits in it)
     candidate_tree: str | None = None
 
     @property

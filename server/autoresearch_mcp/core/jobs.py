@@ -116,12 +116,13 @@ class JobMaker:
         return jobfile.HeadCheck(**self._head(commit, content, platform))
 
     def profile(self, profile_id: str, base: str, base_tree: str, candidate_tree: str, data: str,
-                frequency_hz: int = 999) -> jobfile.Profile:
+                frequency_hz: int = 999, functions_only: bool = False) -> jobfile.Profile:
         """Build a tree (the session head's, or a candidate's) and run its benchmark once under perf, `frequency_hz`
         samples a second of CPU time, its raw perf.data written to `data` on this machine (a worker keeps its
         own)."""
         return jobfile.Profile(**self._common(base, None), profile_id=profile_id, baseline_tree=base_tree,
-                               candidate_tree=candidate_tree, data=data, frequency_hz=frequency_hz)
+                               candidate_tree=candidate_tree, data=data, frequency_hz=frequency_hz,
+                               functions_only=functions_only)
 
     def holdout(self, base: str, base_tree: str, candidate_tree: str, command: list[str], pairs: int,
                 timeout_s: float, seed: int) -> jobfile.Holdout:

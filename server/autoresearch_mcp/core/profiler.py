@@ -80,14 +80,15 @@ def paranoid() -> str:
 def parse_report(text: str) -> tuple[str, dict[tuple[str, str], dict[str, Any]]]:
     """The sampled event and, per (dso, symbol), its samples and samples per (file, line).
 
-    Reads `perf report --stdio --no-children -t <SEP> -F overhead,sample,dso,sym,srcline`.
+    Reads `perf report --stdio --no-children -t <SEP> -F overhead,sample,dso,sym,srcline` (or without srcline:
+    the functions alone).
     """
     event = re.search(r"of event '([^']+)'", text)
     functions: dict[tuple[str, str], dict[str, Any]] = {}
     for line in text.splitlines():
         if line.startswith("#") or SEPARATOR not in line:
             continue
-        fields = [f.strip() for f in line.split(SEPARATOR)]
+        fields = [f.strip() for f in line.split(SEPARATOR)] + [""]
         if len(fields) < 5:
             continue
         try:
@@ -158,7 +159,8 @@ def _source_line(path: Path, line: int) -> str:
 
 
 def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict[str, str], log: Any,
-            machine_lock: str | None, confine: sandbox.Confinement, frequency_hz: int = FREQUENCY_HZ) -> dict[str, Any]:
+            machine_lock: str | None, confine: sandbox.Confinement, frequency_hz: int = FREQUENCY_HZ,
+            functions_only: bool = False) -> dict[str, Any]:
     """Run the built tree's benchmark once under perf record and read the report back.
 
     perf runs outside the confinement (it writes perf.data where the job cannot) and follows the
@@ -182,9 +184,10 @@ def profile(perf: str, tree: Path, data: Path, bench_timeout_s: float, env: dict
                 "refused": bool(PERMISSION_HINT.search(rec.output))}
     if not rec.timed_out and rec.exit_code != 0:  # perf record exits with the benchmark's status
         return {**out, "problem": "bench", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output"}
+    fields = "overhead,sample,dso,sym" + ("" if functions_only else ",srcline")  # a line each function, or each line
     report = procs.run_command(
         [perf, "report", "-i", str(data), "--stdio", "--no-children", "--full-source-path", "-t", SEPARATOR,
-         "-F", "overhead,sample,dso,sym,srcline"], tree, REPORT_TIMEOUT_S)
+         "-F", fields], tree, REPORT_TIMEOUT_S)
     summary = summarize(report.output, tree)
     if summary["total_samples"] == 0:
         return {**out, "problem": "no_samples", "detail": rec.output.strip()[-TAIL_CHARS:] or "no output",
@@ -221,7 +224,7 @@ def run_profile(job: jobfile.Profile, log: Any) -> dict[str, Any]:
         return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
     data = Path(job.data).expanduser().resolve()
     result = profile(perf, tree, data, float(job.timeouts["bench"]), env, log, job.machine_lock,
-                     sandbox.for_job(job, str(tree), "bench"), job.frequency_hz)
+                     sandbox.for_job(job, str(tree), "bench"), job.frequency_hz, job.functions_only)
     return bounded({**result, "perf": seen, "perf_data": str(data)})
 
 

@@ -130,7 +130,7 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
     logs = state_dir(Path(repo.working_dir)) / "logs"
     spec = JobMaker(repo, manager.config, manager.env).profile(
         profile_id, launch.base_commit, gitops.tree_of(repo, launch.base_commit), launch.candidate_tree,
-        str(logs / f"focus-{profile_id}.perf.data"), SEEN_HZ)
+        str(logs / f"focus-{profile_id}.perf.data"), SEEN_HZ, functions_only=True)
     progress.report(f"is {', '.join(wanted)} run by the program? its benchmark once under perf, without the focus")
     final = manager.executor.run_first(Job(f"profile-{profile_id}", launch.base_commit, launch.candidate_commit,
                                        logs / f"focus-{profile_id}.log", spec=spec))
@@ -150,7 +150,7 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
             for f in [*profiler.parse_report(str(outcome.get("report") or ""))[1].values(),
                       *(outcome.get("functions") or [])]}
     hits = [(name, samples) for (_dso, name), samples in seen.items()
-            if samples > 0 and (any(mentions(name, n) for n in wanted) or name in edited_names)]
+            if samples > 0 and (any(mentions(name, n) for n in wanted) or is_edited(name, edited_names))]
     if not hits:
         raise RefusedError(
             f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), but the "
@@ -160,4 +160,19 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
             "gain to it: focus on an op it runs (profile_hotspots), or judge the change end to end")
     samples = sum(n for _, n in hits)
     names = ", ".join(name for name, _ in sorted(hits, key=lambda h: -h[1])[:3])
-    return f"{100.0 * samples / max(total, 1):.1f}% of the program's samples in {names} (perf, without the focus)"
+    return f"{100.0 * samples / max(total, 1):.2g}% of the program's samples in {names} (perf, without the focus)"
+
+
+def bare(symbol: str) -> str:
+    """A sampled symbol's function name: without its C++ parameters and template arguments, its namespace or
+    class, and the compiler's suffixes (foo.constprop.0, foo.cold)."""
+    head = re.split(r"[(<]", symbol.strip(), maxsplit=1)[0]
+    name = re.split(r"::|\s", head.strip())[-1]
+    return name.split(".", 1)[0]
+
+
+def is_edited(symbol: str, names: set[str]) -> bool:
+    """Whether a sampled symbol is a function the change edits: the same name, or that name less its last part
+    (a typed variant, rms_norm_f32, inlined into its dispatcher, rms_norm)."""
+    name = bare(symbol)
+    return bool(name) and any(name == n or name == n.rsplit("_", 1)[0] for n in names if n)
