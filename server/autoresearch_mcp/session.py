@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import limits, recipes, resources, safefs, validation
-from autoresearch_mcp.core import gitops, sandbox
+from autoresearch_mcp.core import decide, gitops, sandbox
 from autoresearch_mcp.core.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
@@ -308,6 +308,10 @@ def shown_settings(config: SessionConfig, shape: str | None = None, pairing: str
         out["bench"] = shape
     if pairing or config.pairing:
         out["pairing"] = pairing or str(config.pairing)
+        if config.pairing == decide.TURNS and config.turn_clock == "wall":
+            out["pairing"] += (f"; its runs keep {decide.PARALLEL_CPUS:g} CPUs or more busy, so a time or rate is "
+                               "judged over the wall time of each run's own turns, not its CPU time (turn_clock "
+                               "'wall'; 'cpu' in the config judges CPU time)")
     return {**out, **config.env}
 
 
@@ -360,6 +364,8 @@ def start_session(
     if validated.pairing is not None:  # chosen now, as the threads are
         config = plan.config = config.model_copy(update={"pairing": validated.pairing})
         common["pairing"] = validated.pairing
+    if validated.turn_clock is not None and config.pairing == decide.TURNS:
+        config = plan.config = config.model_copy(update={"turn_clock": validated.turn_clock})
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
     platform_lines = validation.validate_platforms(repo, config, head, runs_on, env) if config.platforms else []
     apply_plan(plan)

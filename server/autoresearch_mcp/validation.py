@@ -44,6 +44,7 @@ class Validation:
     shape: str | None = None  # what the run at half duty showed of the bench (bench_shape)
     pairing: str | None = None  # chosen by choose_pairing; None: the config's
     pairing_note: str | None = None  # why
+    turn_clock: str | None = None  # in turns, chosen from the runs (decide.turn_clock); None: the config's
 
 
 # A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
@@ -123,7 +124,12 @@ def validate_benchmark(
 
     def measure_at(at: SessionConfig) -> Validation:
         done = run(at)
-        validated = Validation(*judge_validation(done, at), writes=done.writes)
+        clock = None
+        if at.pairing == decide.TURNS and at.turn_clock is None:  # what its runs in turns keep busy decides
+            clock = decide.turn_clock([r.cpu_s / r.wall_s for r in done.runs if r.cpu_s and r.wall_s],
+                                      at.threads if at.threads is not None else os.cpu_count() or 1)
+            at = at.model_copy(update={"turn_clock": clock})
+        validated = Validation(*judge_validation(done, at), writes=done.writes, turn_clock=clock)
         validated.worker = done.worker
         validated.shape, more = bench_shape(done)
         validated.warnings.extend(more)
@@ -200,7 +206,7 @@ def with_pairing(config: SessionConfig, validated: Validation,
         validated = Validation(again.runs, validated.build_s + again.build_s,
                                [*validated.warnings, *(w for w in again.warnings if w not in validated.warnings)],
                                validated.threads, validated.tried, validated.writes, worker=again.worker,
-                               shape=again.shape or validated.shape)
+                               shape=again.shape or validated.shape, turn_clock=again.turn_clock)
     validated.pairing, validated.pairing_note = pairing, why
     return validated
 
@@ -299,7 +305,7 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
         warnings.append(f"the steadiest setting is still over the noise limit of {limit:g}% ({noisiest(trial)}): "
                         "expect many pairs or `noisy` verdicts; make one run longer or use a quieter machine")
     return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes,
-                      shape=kept.shape)
+                      shape=kept.shape, turn_clock=kept.turn_clock)
 
 
 WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "
@@ -383,7 +389,8 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
             directions: dict[str, str] = {
                 name: config.guards[name].direction if name in config.guards else config.direction
                 for name in judged_metrics(config)}
-            taken, turn_problems = decide.turn_values(parsed.values, judged_metrics(config), share, directions)
+            taken, turn_problems = decide.turn_values(parsed.values, judged_metrics(config), share, directions,
+                                                      wall=config.turn_clock == "wall")
             if turn_problems:
                 raise StateError(f"run {i}: {turn_problems[0]}. Pairs run in turns (config pairing "
                                  f"{decide.TURNS!r}): print each objective's and guard's CPU-time form, or set "

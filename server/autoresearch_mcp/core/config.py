@@ -295,6 +295,11 @@ class SessionConfig(BaseModel):
                           "time or rate (t_ms, items_per_s) over the wall time of the run's own turns. "
                           "start_session chooses it when unset (turns wherever each side is confined, every "
                           "judged metric can be judged so and a run lasts 0.25 s or more) and records it here")
+    turn_clock: Literal["cpu", "wall"] | None = Field(
+        None, description="in turns, what a time or rate is judged on: its CPU-time form (cpu), or its figure over "
+                          "the wall time of the run's own turns (wall: a program that runs several threads at once, "
+                          "whose gain from better balance its CPU time may not show). start_session chooses it when "
+                          "unset (wall where a run in turns kept 1.3 CPUs or more busy) and records it here")
     harness_share: dict[str, float] = Field(
         default_factory=dict, description="per improving metric: the least share (0-1) of each bench run's time "
                                           "its timed work takes; the harness's CPU and wall time of the same runs "
@@ -341,7 +346,7 @@ class SessionConfig(BaseModel):
 GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
                "default_repeats", "warmup", "holdout", "protected", "sandbox", "focus_direction", "focus_min_effect",
                "focus_tolerance_pct", "focus_default_tolerance_pct", "harness_share", "default_harness_share",
-               "focus_guard_ceiling_pct", "pairing")
+               "focus_guard_ceiling_pct", "pairing", "turn_clock")
 
 
 def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
@@ -371,7 +376,8 @@ KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs"
          "incremental",
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
          "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct", "processes_per_sample",
-         "harness_share", "default_harness_share", "focus_guard_ceiling_pct", "metric_directions", "pairing"}
+         "harness_share", "default_harness_share", "focus_guard_ceiling_pct", "metric_directions", "pairing",
+         "turn_clock"}
 
 
 def state_dir(repo_root: Path) -> Path:

@@ -97,6 +97,7 @@ class Spec:
     pairing: str = "sequential"  # how a pair's two runs share the machine: one after the other, or in turns
     shown_directions: dict[str, str] = field(default_factory=dict)  # metrics measured, not judged: shown this way
     threads: int = 1  # the threads the session runs (0: all the machine's): several, and the wall time decides
+    turn_clock: str = "cpu"  # in turns, a time or rate judged on its CPU form (cpu) or its own turns' wall (wall)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
@@ -484,23 +485,41 @@ def in_turns(values: dict[str, float], judged: list[str], scalable: bool = False
 
 
 def turn_values(values: dict[str, float], judged: list[str], own_share: float | None,
-                directions: dict[str, str]) -> tuple[dict[str, tuple[str, float]], list[str]]:
+                directions: dict[str, str], wall: bool = False) -> tuple[dict[str, tuple[str, float]], list[str]]:
     """One run's metrics as a pair in turns judges them (in_turns): judged name -> (the name printed, the factor
     its value is taken at), and what makes the run unusable. A judged time or rate printed without its CPU form is
     taken over the run's own turns: `own_share` is the share of the run's wall time that was its own turns (the
     harness's measure), so a time is scaled by it and a rate by its inverse, whether the bench did fixed work (its
     clock counted the other side's turns) or ran for a fixed time (it did its work in its own share of that time);
-    the figure as printed is kept as `<name>.wall`. The claim is still held to the harness's own measures
-    (outside_refutes)."""
+    the figure as printed is kept as `<name>.wall`. With `wall` (a session whose runs keep several CPUs busy:
+    TURN_CLOCKS), a time or rate is so taken even where its CPU form is printed, which is kept as measured. The
+    claim is still held to the harness's own measures (outside_refutes)."""
     names, problems = in_turns(values, judged, scalable=own_share is not None and own_share > 0)
     out = {n: (o, 1.0) for n, o in names.items()}
     if own_share and not problems:
         for name in judged:
-            if name in values and name + CPU_SUFFIX not in values and TIMED_NAME.search(name) \
+            if name in values and (wall or name + CPU_SUFFIX not in values) and TIMED_NAME.search(name) \
                     and not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
                 out[name] = (name, own_share if directions.get(name) == "lower" else 1 / own_share)
                 out[name + WALL_SUFFIX] = (name, 1.0)
+                if name + CPU_SUFFIX in values:
+                    out[name + CPU_SUFFIX] = (name + CPU_SUFFIX, 1.0)
     return out, problems
+
+
+# In turns, what a session judges a time or rate on (config turn_clock): its CPU form, or its figure over the wall
+# time of the run's own turns where the runs keep at least PARALLEL_CPUS busy (a multi-threaded program, whose gain
+# from balance its CPU time may not show).
+TURN_CLOCKS, PARALLEL_CPUS = ("cpu", "wall"), 1.3
+
+
+def turn_clock(cpu_per_wall: list[float], threads: int) -> str:
+    """The clock a session in turns judges times and rates on: wall where it runs several threads and its runs kept
+    PARALLEL_CPUS or more busy in their own turns (the median run), else cpu."""
+    if threads == 1 or not cpu_per_wall:
+        return "cpu"
+    ordered = sorted(cpu_per_wall)
+    return "wall" if ordered[len(ordered) // 2] >= PARALLEL_CPUS else "cpu"
 
 
 def turn_judged(values: dict[str, float], spec: Spec) -> list[str]:
@@ -526,6 +545,9 @@ def measure_of(name: str, spec: Spec) -> str:
         if name == HARNESS_WALL:
             return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
                     "from outside" + turns + per)
+        if spec.turn_clock == "wall" and name in spec.required() and TIMED_NAME.search(name):
+            return ("its figure over the wall time of its own turns, as the harness took them (the runs keep several "
+                    "CPUs busy: turn_clock 'wall')" + turns + per)
         if name in spec.required() or name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
             return (f"CPU time (the bench's {name + CPU_SUFFIX}, where it printed one; else, for a time or a rate, its "
                     "figure over the wall time of its own turns, as the harness took them)" + turns + per)

@@ -230,6 +230,7 @@ def _command(raw: dict[str, Any] | None, argv: list[str]) -> procs.CommandResult
     res = procs.CommandResult(argv, raw["exit_code"], float(raw["duration_s"]), bool(raw["timed_out"]),
                                str(raw["output"]))
     res.wall_s, res.span_s = raw.get("wall_s"), raw.get("span_s")  # in turns: its own turns, and its whole span
+    res.cpu_s = raw.get("cpu_s")
     return res
 
 

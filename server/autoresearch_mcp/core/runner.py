@@ -134,7 +134,7 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                 share = res.wall_s / res.span_s if res.wall_s and res.span_s else None
                 directions = {n: rule.direction for n, rule in spec.rules(list(parsed.values)).items()}
                 taken, problems = decide.turn_values(parsed.values, decide.turn_judged(parsed.values, spec), share,
-                                                     directions)
+                                                     directions, wall=spec.turn_clock == "wall")
                 values = {n: parsed.values[o] * f for n, (o, f) in taken.items()}
                 steps = {n: parsed.steps[o] * f for n, (o, f) in taken.items() if o in parsed.steps}
                 parsed = metricparse.ParsedMetrics(values, parsed.lines, parsed.problems, steps)
@@ -517,7 +517,8 @@ def validation_runs(job: jobfile.Validation, bench: jobenv.Prepared, log: Any) -
             results = (turns.run_in_turns([(bench, BENCH)] * k, timeout, log) if k > 1
                        else [bench.run(BENCH, timeout, log)])
         runs.extend({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
-                     "output": metricparse.kept_output(res.output), "wall_s": res.wall_s, "span_s": res.span_s}
+                     "output": metricparse.kept_output(res.output), "wall_s": res.wall_s, "span_s": res.span_s,
+                     "cpu_s": res.cpu_s}
                     for res in results)
         if any(not res.ok or job.metric not in metricparse.parse_metrics(res.output).values for res in results):
             break

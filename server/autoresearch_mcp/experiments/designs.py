@@ -34,7 +34,7 @@ def spec(config: SessionConfig, focus: list[str], session: bool = False) -> deci
                        processes_per_sample=c.processes_per_sample, pairing=c.pairing or decide.SEQUENTIAL,
                        guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
                        prove_tolerance=session, shown_directions=dict(c.metric_directions),
-                       threads=c.threads if c.threads is not None else 0)
+                       threads=c.threads if c.threads is not None else 0, turn_clock=c.turn_clock or "cpu")
 
 
 def design(config: SessionConfig, repeats: int | str, session: bool = False) -> stats.Design:
