@@ -120,6 +120,34 @@ async def test_a_focus_win_on_code_the_program_never_runs_is_not_committed(repo:
     assert "the program does not run that code" in refused and "softmax" in refused, refused
 
 
+@needs_perf
+async def test_focus_winners_kept_together_hold_the_objectives_on_their_own_evidence(tmp_path: Path) -> None:
+    """A fix: the rehearsal's three fusions, each improved on its op, were combined and measured end to end, where
+    an op's share of the run cannot show (no_change), and only one was kept."""
+    repo = script_repo(tmp_path, BENCH, build="cc -O0 -o prog prog.c")
+    (repo / "ops.c").write_text(OPS)
+    (repo / "prog.c").write_text(PROG.replace("rms_norm(y, x, 4096);", "rms_norm(y, x, 4096); softmax(y, x, 4096);"))
+    (repo / ".gitignore").write_text("prog\n")
+    git(repo, "add", "ops.c", "prog.c", ".gitignore")
+    git(repo, "commit", "-qm", "ops")
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        norm = await launch_ops(c, repo, FUSED, ["RMS_NORM"])
+        soft = await launch_ops(c, repo, SOFTMAX_ONLY, ["SOFT_MAX"], title="fuse softmax")
+        for exp in (norm, soft):
+            assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"  # type: ignore[arg-type]
+        both = await call(c, "launch_experiment", source="experiments", repeats="auto",
+                          experiment_ids=[norm["experiment_id"], soft["experiment_id"]])
+        res = await wait_final(c, both["experiment_id"])
+        done = await call(c, "commit_winner", experiment_id=both["experiment_id"])
+    tok = res["metrics"]["tok_s"]
+    assert res["verdict"] == "improved" and tok["role"] == "guard" and tok["judgement"] == "held", tok
+    message = done["message"]
+    assert "Kept together on each one's own evidence" in message
+    assert "Focus run by the program: fuse rms_norm: " in message and "; fuse softmax: " in message, message
+    assert f"(experiment {norm['experiment_id']}, on" in message and "focus.SOFT_MAX" in message
+
+
 async def test_a_change_that_only_moves_code_is_not_judged_on_a_focus(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)

@@ -98,6 +98,9 @@ class Spec:
     shown_directions: dict[str, str] = field(default_factory=dict)  # metrics measured, not judged: shown this way
     threads: int = 1  # the threads the session runs (0: all the machine's): several, and the wall time decides
     turn_clock: str = "cpu"  # in turns, a time or rate judged on its CPU form (cpu) or its own turns' wall (wall)
+    # Winners kept together that each won on its focus: their own evidence carries the win, and the combination
+    # is judged as each of them was end to end: every objective a guard, held within its tolerance (improved then)
+    carried: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
@@ -126,7 +129,7 @@ class Spec:
             elif guard is not None:
                 tolerance = math.log1p(float(guard["tolerance_pct"]) / 100)
                 out[name] = MetricRule("guard", str(guard["direction"]), tolerance, tolerance)
-            elif name in self.objective_names and self.focus:
+            elif name in self.objective_names and (self.focus or self.carried):
                 ceiling = None if self.guard_ceiling_pct is None else math.log1p(self.guard_ceiling_pct / 100)
                 out[name] = MetricRule("guard", self.direction, math.log1p(pct / 100), math.log1p(pct / 100),
                                        ceiling=ceiling)
@@ -343,6 +346,8 @@ def judge(samples: list[dict[str, Any]], spec: Spec, plan: Plan, n: int | None =
         decision.metrics[name] = Judgement(look, rule, verdict, judgement, why, claim)
     refute_by_outside(decision, samples, spec, plan, improving)
     _conclude(decision, improving, held, waiting(decision, samples, spec, plan), focus[0] if focus else spec.metric)
+    if spec.carried and not improving and decision.verdict == "inconclusive" and held and not decision.blocking:
+        decision.verdict, decision.final = "improved", True  # every objective held: the winners' evidence stands
     if focus:
         decision.disagreement = focus_disagreement(decision, focus[0], spec.objective_names)
     return decision

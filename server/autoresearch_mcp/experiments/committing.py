@@ -23,6 +23,9 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
         _refuse_uncommittable(manager, exp, head)
         title = message.one_line(title, "title") if title is not None else exp.title
         seen = focus.seen_running(manager, exp) if focus.rests_on_focus(exp) else None
+        for member_id in exp.launch.combines if (exp.launch.judging or {}).get("carried") else []:
+            member = manager.get(member_id)  # each win its own evidence carries: on code the program runs
+            seen = "; ".join(filter(None, [seen, f"{member.title}: {focus.seen_running(manager, member)}"]))
         hidden = _holdout(manager, exp)
         drift = manager.baseline_drift(exp.launch.base_commit)  # after the measurement and the holdout
         if drift:

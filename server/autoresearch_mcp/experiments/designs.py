@@ -23,9 +23,10 @@ REMEASURE = frozenset({"inconclusive", "noisy"})
 _DECIDED = frozenset({"improved", "regressed", "no_change"})
 
 
-def spec(config: SessionConfig, focus: list[str], session: bool = False) -> decide.Spec:
+def spec(config: SessionConfig, focus: list[str], session: bool = False, carried: bool = False) -> decide.Spec:
     """What a new launch is judged on: the session's metrics, guards and focus settings; the session's total
-    (`session`) also proves each objective within its tolerance."""
+    (`session`) also proves each objective within its tolerance; winners kept together that each won on its focus
+    (`carried`) hold every objective within its tolerance, as each did."""
     c = config
     return decide.Spec(c.metric, c.direction, c.min_effect, c.objective_metrics(),
                        {name: g.model_dump() for name, g in c.guards.items()}, focus, c.focus_direction,
@@ -34,7 +35,8 @@ def spec(config: SessionConfig, focus: list[str], session: bool = False) -> deci
                        processes_per_sample=c.processes_per_sample, pairing=c.pairing or decide.SEQUENTIAL,
                        guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
                        prove_tolerance=session, shown_directions=dict(c.metric_directions),
-                       threads=c.threads if c.threads is not None else 0, turn_clock=c.turn_clock or "cpu")
+                       threads=c.threads if c.threads is not None else 0, turn_clock=c.turn_clock or "cpu",
+                       carried=carried)
 
 
 def design(config: SessionConfig, repeats: int | str, session: bool = False) -> stats.Design:

@@ -154,7 +154,9 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
             if request.restore_worktree else None
         restored = saved is not None
         design = designs.design(manager.config, repeats)
-        spec = designs.spec(manager.config, focus)
+        # winners that each won on its focus alone carry their own evidence: the combination holds the objectives
+        carried = bool(together) and not focus and all(focus_.rests_on_focus(e) for e in together or [])
+        spec = designs.spec(manager.config, focus, carried=carried)
         record = LaunchRecord(
             experiment_id=exp_id, session_id=manager.config.session_id, title=title.strip(),
             hypothesis=hypothesis.strip(), sources=sources, source=source, base_commit=head,

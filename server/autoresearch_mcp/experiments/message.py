@@ -39,19 +39,22 @@ def commit_message(manager: ExperimentManager, exp: ExperimentState, title: str,
         lines.append(f"Focus: {', '.join(launch.focus)} (the op level; end to end below)"
                      + (f"; untouched controls moved at most {layout:.2f}%" if layout is not None else ""))
         lines.append("Claims: " + "; ".join(claims))
-        if focus_seen:
-            lines.append(f"Focus run by the program: {focus_seen}")
+    if focus_seen:
+        lines.append(f"Focus run by the program: {focus_seen}")
     won = exp.analysis.won
     if won and not launch.focus:
         objectives = exp.launch.objectives or [c.metric]
         lines.append(f"Won: {', '.join(won)} (objectives: {', '.join(objectives)})")
     turns = (launch.judging or {}).get("pairing") == decide.TURNS
     lines += _other_metrics(exp, lead, turns)
-    if launch.combines:
+    if launch.combines and (launch.judging or {}).get("carried"):
+        lines.append("Kept together on each one's own evidence (each improved on its focus; their changes combined "
+                     "and measured once, above: every objective held within its tolerance):")
+    elif launch.combines:
         lines.append("Kept together (each improved on its own, then their changes combined and measured once, "
                      "above):")
-        for other_id in launch.combines:
-            lines += _kept_together(manager, other_id)
+    for other_id in launch.combines:
+        lines += _kept_together(manager, other_id)
     ran = bool(outcome.checks and outcome.checks.ran)
     took = outcome.checks.duration_s if outcome.checks else None
     lines.append("Checks: " + ("passed (autoresearch.checks.sh" + (f", {took:.1f} s)" if took else ")")
