@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from autoresearch_mcp import validation
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.core import decide, sandbox
 from autoresearch_mcp.core.config import config_path
-from conftest import init_repo
+from conftest import git, script_repo
 from helpers import call, wait_final
 
 # Two threads share 480M rows (about 0.4 s of CPU): the first takes share.txt percent of them. At 65% the run's wall
@@ -56,18 +57,15 @@ int main(void) {
 
 
 def balance_repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "balance"
-    repo.mkdir()
-    (repo / "balance.c").write_text(BALANCE)
-    (repo / "share.txt").write_text("65\n")
-    (repo / ".gitignore").write_text("balance\n")
-    (repo / "autoresearch.sh").write_text(
-        '#!/usr/bin/env bash\nset -eu\ncd "$(dirname "$0")"\ncase "$1" in\n'
-        "  build) cc -O1 -pthread -o balance balance.c ;;\n  bench) ./balance ;;\nesac\n")
-    (repo / "autoresearch.checks.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
-    init_repo(repo)
+    repo = script_repo(tmp_path, "./balance", build="cc -O1 -pthread -o balance balance.c")
+    for name, text in {"balance.c": BALANCE, "share.txt": "65\n", ".gitignore": "balance\n"}.items():
+        (repo / name).write_text(text)
+        git(repo, "add", name)
+    git(repo, "commit", "-qm", "two threads")
     config_path(repo).parent.mkdir(exist_ok=True)
-    config_path(repo).write_text(json.dumps({"pairing": "turns", "threads": 2}) + "\n")
+    # the clock as start_session would choose it where the two threads have a CPU each (turn_clock: its own test
+    # below); set here, so that a machine the suite shares cannot make it choose otherwise
+    config_path(repo).write_text(json.dumps({"pairing": "turns", "threads": 2, "turn_clock": "wall"}) + "\n")
     return repo
 
 
@@ -84,7 +82,6 @@ async def test_a_two_thread_program_whose_win_is_balance_is_judged_on_its_own_tu
         exp = await call(c, "launch_experiment", title="balanced rows", source="patch", repeats="auto", patch=patch)
         res = await wait_final(c, exp["experiment_id"], timeout=900)
     assert "turn_clock 'wall'" in started["settings"]["pairing"], started["settings"]
-    assert json.loads(config_path(repo).read_text())["turn_clock"] == "wall"
     t_ms, cpu = res["metrics"]["t_ms"], res["metrics"]["t_ms.cpu"]
     assert res["verdict"] == "improved", (res["verdict"], t_ms)
     assert -35 < t_ms["delta_pct"] < -10, t_ms  # about -23% over each side's own turns
@@ -92,11 +89,29 @@ async def test_a_two_thread_program_whose_win_is_balance_is_judged_on_its_own_tu
 
 
 def test_the_clock_of_turns_is_the_wall_where_runs_keep_several_cpus_busy() -> None:
-    assert decide.turn_clock([1.6, 1.5, 1.7], threads=2) == "wall"
-    assert decide.turn_clock([1.0, 0.98], threads=2) == "cpu"  # a program that runs one thread, whatever it is given
-    assert decide.turn_clock([1.9], threads=1) == "cpu"
+    assert validation.turn_clock([1.6, 1.5, 1.7], threads=2) == "wall"
+    assert validation.turn_clock([1.0, 0.98], threads=2) == "cpu"  # one thread busy, whatever it is given
+    assert validation.turn_clock([1.9], threads=1) == "cpu"
     values = {"t_ms": 100.0, "t_ms.cpu": 150.0}
     taken, problems = decide.turn_values(values, ["t_ms"], 0.5, {"t_ms": "lower"}, wall=True)
     assert not problems and taken["t_ms"] == ("t_ms", 0.5) and taken["t_ms.cpu"] == ("t_ms.cpu", 1.0)
     taken, _ = decide.turn_values(values, ["t_ms"], 0.5, {"t_ms": "lower"})
     assert taken["t_ms"] == ("t_ms.cpu", 1.0)  # the CPU form, as before
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None or shutil.which("cc") is None,
+                    reason="bubblewrap cannot confine here, or no C compiler")
+@pytest.mark.anyio
+async def test_start_session_chooses_the_clock_from_what_its_runs_in_turns_keep_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = balance_repo(tmp_path)
+    config_path(repo).write_text(json.dumps({"pairing": "turns", "threads": 2}) + "\n")
+    seen: list[list[float]] = []
+    real = validation.turn_clock
+    monkeypatch.setattr(validation, "turn_clock", lambda runs, threads: seen.append(runs) or real([1.7], threads))
+    async with Client(build_server()) as c:
+        started = await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="clock")
+    # each run's CPU time over the wall time of its own turns, as the harness took them (two threads: above 1)
+    assert seen and all(len(runs) == 2 and all(0.5 < r < 2.5 for r in runs) for runs in seen), seen
+    assert json.loads(config_path(repo).read_text())["turn_clock"] == "wall"
+    assert "turn_clock 'wall'" in started["settings"]["pairing"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch_mcp.core import decide, jobfile, procs, runner, sandbox, turns
-from autoresearch_mcp.measure import stats
+from autoresearch_mcp.measure import metrics, stats
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
     sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")), sandbox.OFF]
@@ -108,9 +108,9 @@ def test_in_turns_each_judged_metric_is_its_cpu_form_and_its_wall_clock_is_kept_
     _, missing = decide.in_turns({"tg_tps": 90.0}, ["tg_tps"])
     assert len(missing) == 1 and "METRIC tg_tps.cpu=" in missing[0]
     spec = decide.Spec("tg_tps", "higher", 0.01, pairing=decide.TURNS)
-    assert decide.measure_of("tg_tps", spec).startswith("CPU time")
-    assert "not judged" in decide.measure_of("tg_tps.wall", spec)
-    assert decide.measure_of("tg_tps", decide.Spec("tg_tps", "higher", 0.01)).startswith("as the bench printed")
+    assert metrics.measure_of("tg_tps", spec).startswith("CPU time")
+    assert "not judged" in metrics.measure_of("tg_tps.wall", spec)
+    assert metrics.measure_of("tg_tps", decide.Spec("tg_tps", "higher", 0.01)).startswith("as the bench printed")
 
 
 def test_stopping_a_tree_stops_every_process_in_it_and_continuing_resumes_them(tmp_path: Path) -> None:

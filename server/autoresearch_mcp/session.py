@@ -309,7 +309,7 @@ def shown_settings(config: SessionConfig, shape: str | None = None, pairing: str
     if pairing or config.pairing:
         out["pairing"] = pairing or str(config.pairing)
         if config.pairing == decide.TURNS and config.turn_clock == "wall":
-            out["pairing"] += (f"; its runs keep {decide.PARALLEL_CPUS:g} CPUs or more busy, so a time or rate is "
+            out["pairing"] += (f"; its runs keep {validation.PARALLEL_CPUS:g} CPUs or more busy, so a time or rate is "
                                "judged over the wall time of each run's own turns, not its CPU time (turn_clock "
                                "'wall'; 'cpu' in the config judges CPU time)")
     return {**out, **config.env}
@@ -357,15 +357,13 @@ def start_session(
             raise StateError(unconfinable)
     validated = validation.validate_benchmark(repo, config, head, runs_on, env)
     worker = validated.worker
-    if validated.threads is not None:  # chosen now: every later run of the session uses it
-        config = plan.config = config.model_copy(update={"threads": validated.threads})
-    if validated.read_only is not None:
-        config = plan.config = config.model_copy(update={"read_only_runs": validated.read_only})
-    if validated.pairing is not None:  # chosen now, as the threads are
-        config = plan.config = config.model_copy(update={"pairing": validated.pairing})
+    in_turns = (validated.pairing or config.pairing) == decide.TURNS
+    picked: dict[str, Any] = {"threads": validated.threads, "read_only_runs": validated.read_only,  # chosen now:
+                              "pairing": validated.pairing,  # every later run of the session uses them
+                              "turn_clock": validated.turn_clock if in_turns else None}
+    config = plan.config = config.model_copy(update={k: v for k, v in picked.items() if v is not None})
+    if validated.pairing is not None:
         common["pairing"] = validated.pairing
-    if validated.turn_clock is not None and config.pairing == decide.TURNS:
-        config = plan.config = config.model_copy(update={"turn_clock": validated.turn_clock})
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
     platform_lines = validation.validate_platforms(repo, config, head, runs_on, env) if config.platforms else []
     apply_plan(plan)

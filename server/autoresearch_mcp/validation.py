@@ -44,13 +44,28 @@ class Validation:
     shape: str | None = None  # what the run at half duty showed of the bench (bench_shape)
     pairing: str | None = None  # chosen by choose_pairing; None: the config's
     pairing_note: str | None = None  # why
-    turn_clock: str | None = None  # in turns, chosen from the runs (decide.turn_clock); None: the config's
+    turn_clock: str | None = None  # in turns, chosen from the runs (turn_clock); None: the config's
 
 
 # A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
 FIXED_WORK_RATIO, FIXED_TIME_RATIO = 1.7, 1.45
 SHAPE_MIN_S = 0.1  # a run shorter than a few turns of half duty tells nothing of its shape
 SHORT_TURNS_S = 0.25  # in turns, a run shorter than this (about a dozen turns) is poorly measured
+
+
+# In turns, what a session judges a time or rate on (config turn_clock): its CPU form, or its figure over the wall
+# time of the run's own turns where the runs keep at least PARALLEL_CPUS busy (a multi-threaded program, whose gain
+# from balance its CPU time may not show).
+PARALLEL_CPUS = 1.3
+
+
+def turn_clock(cpu_per_wall: list[float], threads: int) -> str:
+    """The clock a session in turns judges times and rates on: wall where it runs several threads and its runs kept
+    PARALLEL_CPUS or more busy in their own turns (the median run), else cpu."""
+    if threads == 1 or not cpu_per_wall:
+        return "cpu"
+    ordered = sorted(cpu_per_wall)
+    return "wall" if ordered[len(ordered) // 2] >= PARALLEL_CPUS else "cpu"
 
 
 def side_measure(config: SessionConfig) -> str:
@@ -126,7 +141,7 @@ def validate_benchmark(
         done = run(at)
         clock = None
         if at.pairing == decide.TURNS and at.turn_clock is None:  # what its runs in turns keep busy decides
-            clock = decide.turn_clock([r.cpu_s / r.wall_s for r in done.runs if r.cpu_s and r.wall_s],
+            clock = turn_clock([r.cpu_s / r.wall_s for r in done.runs if r.cpu_s and r.wall_s],
                                       at.threads if at.threads is not None else os.cpu_count() or 1)
             at = at.model_copy(update={"turn_clock": clock})
         validated = Validation(*judge_validation(done, at), writes=done.writes, turn_clock=clock)

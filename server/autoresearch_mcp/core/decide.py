@@ -497,8 +497,8 @@ def turn_values(values: dict[str, float], judged: list[str], own_share: float | 
     harness's measure), so a time is scaled by it and a rate by its inverse, whether the bench did fixed work (its
     clock counted the other side's turns) or ran for a fixed time (it did its work in its own share of that time);
     the figure as printed is kept as `<name>.wall`. With `wall` (a session whose runs keep several CPUs busy:
-    TURN_CLOCKS), a time or rate is so taken even where its CPU form is printed, which is kept as measured. The
-    claim is still held to the harness's own measures (outside_refutes)."""
+    validation.turn_clock), a time or rate is so taken even where its CPU form is printed, which is kept as
+    measured. The claim is still held to the harness's own measures (outside_refutes)."""
     names, problems = in_turns(values, judged, scalable=own_share is not None and own_share > 0)
     out = {n: (o, 1.0) for n, o in names.items()}
     if own_share and not problems:
@@ -512,55 +512,12 @@ def turn_values(values: dict[str, float], judged: list[str], own_share: float | 
     return out, problems
 
 
-# In turns, what a session judges a time or rate on (config turn_clock): its CPU form, or its figure over the wall
-# time of the run's own turns where the runs keep at least PARALLEL_CPUS busy (a multi-threaded program, whose gain
-# from balance its CPU time may not show).
-TURN_CLOCKS, PARALLEL_CPUS = ("cpu", "wall"), 1.3
-
-
-def turn_clock(cpu_per_wall: list[float], threads: int) -> str:
-    """The clock a session in turns judges times and rates on: wall where it runs several threads and its runs kept
-    PARALLEL_CPUS or more busy in their own turns (the median run), else cpu."""
-    if threads == 1 or not cpu_per_wall:
-        return "cpu"
-    ordered = sorted(cpu_per_wall)
-    return "wall" if ordered[len(ordered) // 2] >= PARALLEL_CPUS else "cpu"
-
-
 def turn_judged(values: dict[str, float], spec: Spec) -> list[str]:
     """The metrics of a run that a pair in turns reads from their CPU-time form: every judged one it printed,
     the focus and controls among them."""
     required = spec.required()
     return [*required, *(n for n in values if n.startswith((FOCUS_PREFIX, CONTROL_PREFIX)) and n not in required
                          and not n.endswith(CPU_SUFFIX))]
-
-
-def measure_of(name: str, spec: Spec) -> str:
-    """How a metric of the samples was measured, as a result says it."""
-    k = max(1, int(spec.processes_per_sample))
-    per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
-    if name.startswith(HARNESS_PREFIX) and name.endswith(PER_OP):
-        return (measure_of(name[:-len(PER_OP)], spec).split(",", 1)[0]
-                + f" per unit of the work the run printed (METRIC {WORK}), taken by the harness from outside" + per)
-    if spec.pairing == TURNS:
-        turns = f", the pair's two runs at once in turns of about {TURN_MS} ms (each stopped while the other runs)"
-        if name.endswith(WALL_SUFFIX):
-            return ("wall clock as the bench printed it, not judged: it counts the other side's turns" + turns
-                    + per)
-        if name == HARNESS_WALL:
-            return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
-                    "from outside" + turns + per)
-        if spec.turn_clock == "wall" and name in spec.required() and TIMED_NAME.search(name):
-            return ("its figure over the wall time of its own turns, as the harness took them (the runs keep several "
-                    "CPUs busy: turn_clock 'wall')" + turns + per)
-        if name in spec.required() or name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
-            return (f"CPU time (the bench's {name + CPU_SUFFIX}, where it printed one; else, for a time or a rate, its "
-                    "figure over the wall time of its own turns, as the harness took them)" + turns + per)
-    if name == HARNESS_CPU:
-        return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
-    if name == HARNESS_WALL:
-        return "wall time of the whole bench run, taken by the harness from outside" + per
-    return "as the bench printed it" + per
 
 
 def outside_need(look: MetricLook, share: float, per_op: bool = False) -> float:

@@ -106,7 +106,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
             "judgement": judgement.judgement if judgement is not None else None, "log_se": cmp.log_se,
             "mean_pct": cmp.mean_pct, "mean_low_pct": cmp.mean_low_pct, "mean_high_pct": cmp.mean_high_pct,
             "tail_pct": cmp.tail_pct, "equivalence_pct": cmp.equivalence_pct, "note": cmp.note,
-            "measure": decide.measure_of(name, spec),
+            "measure": measure_of(name, spec),
             **claim_fields(name, judgement, plan),
         }
     lead_name = next((n for n, j in decision.metrics.items() if j.rule.role == "focus"), spec.metric)
@@ -217,3 +217,33 @@ def shape_note(samples: list[dict[str, Any]], metric: str, spec: decide.Spec) ->
             notes.append(f"the {side} has a slow tail: its worst 10% of runs are {math.expm1(worst) * 100:.0f}% "
                          "slower than its typical run")
     return "; ".join(notes) or None
+
+
+def measure_of(name: str, spec: decide.Spec) -> str:
+    """How a metric of the samples was measured, as a result says it."""
+    k = max(1, int(spec.processes_per_sample))
+    per = f", median of {k} processes a sample" if k > 1 else ", one process a sample"
+    if name.startswith(decide.HARNESS_PREFIX) and name.endswith(decide.PER_OP):
+        return (measure_of(name[:-len(decide.PER_OP)], spec).split(",", 1)[0]
+                + f" per unit of the work the run printed (METRIC {decide.WORK}), taken by the harness from outside"
+                + per)
+    if spec.pairing == decide.TURNS:
+        turns = (f", the pair's two runs at once in turns of about {decide.TURN_MS} ms (each stopped while the other "
+                 "runs)")
+        if name.endswith(decide.WALL_SUFFIX):
+            return ("wall clock as the bench printed it, not judged: it counts the other side's turns" + turns
+                    + per)
+        if name == decide.HARNESS_WALL:
+            return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
+                    "from outside" + turns + per)
+        if spec.turn_clock == "wall" and name in spec.required() and decide.TIMED_NAME.search(name):
+            return ("its figure over the wall time of its own turns, as the harness took them (the runs keep several "
+                    "CPUs busy: turn_clock 'wall')" + turns + per)
+        if name in spec.required() or name.startswith((decide.FOCUS_PREFIX, decide.CONTROL_PREFIX)):
+            return (f"CPU time (the bench's {name + decide.CPU_SUFFIX}, where it printed one; else, for a time or a "
+                    "rate, its figure over the wall time of its own turns, as the harness took them)" + turns + per)
+    if name == decide.HARNESS_CPU:
+        return "CPU time (user + system) of the whole bench run's processes, taken by the harness from outside" + per
+    if name == decide.HARNESS_WALL:
+        return "wall time of the whole bench run, taken by the harness from outside" + per
+    return "as the bench printed it" + per
