@@ -292,8 +292,11 @@ REMEMBERED = ("    const int todo = resident() ? (iters + 2) / 3 : iters;\n"
 
 
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+@pytest.mark.parametrize("pairing", ["sequential", "turns"])
 @pytest.mark.anyio
-async def test_a_page_an_earlier_run_left_resident_tells_a_run_nothing(example_repo: Path) -> None:
+async def test_a_page_an_earlier_run_left_resident_tells_a_run_nothing(example_repo: Path, pairing: str) -> None:
+    config_path(example_repo).parent.mkdir(exist_ok=True)
+    config_path(example_repo).write_text(json.dumps({"pairing": pairing}) + "\n")
     before = (example_repo / MAIN).read_text()
     after = ("#include <fcntl.h>\n#include <sys/mman.h>\n#include <unistd.h>\n"
              + before.replace(LOOP, REMEMBERED).replace("int main(", RESIDENT, 1))

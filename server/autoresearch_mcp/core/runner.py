@@ -124,8 +124,7 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                   f"{' first, then '.join(role for role, _ in order)}"
                   + (f" (processes {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        for _, side in order:
-            side.forget()
+        jobenv.forget_pages(*dict.fromkeys(side.tree for _, side in order))  # the two trees, each once
         results = turns.run_in_turns([(side, BENCH) for _, side in order], job.timeouts["bench"], log)
         for (role, _), res in ((order[j], results[j]) for j in range(len(order))):  # (3.8: no zip strict)
             parsed = metricparse.parse_metrics(res.output)
