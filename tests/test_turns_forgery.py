@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -331,3 +332,23 @@ async def test_in_turns_a_candidate_that_slows_the_harness_clock_is_refused(exam
     assert faked["status"] == "done" and faked["checks"]["passed"], faked["log_tail"][-800:]
     assert faked["metrics"]["rows_per_s"]["delta_pct"] > 100  # the claim, as its own clock makes it
     assert faked["verdict"] != "improved" and abs(faked["metrics"][decide.HARNESS_CPU]["delta_pct"]) < 40
+
+
+@needs_groups
+@pytest.mark.anyio
+async def test_what_a_side_can_read_of_its_place_names_neither_its_role_nor_its_commits(tmp_path: Path) -> None:
+    """Through the MCP client: each run of a pair prints its /proc/self/cgroup and mount table. A committed winner
+    could read the runner's pid from its memory cgroup's name, or the base commit from the protected store's folder
+    (issue 40: a no-op then won at -74.6%)."""
+    repo = script_repo(tmp_path, "cat /proc/self/cgroup /proc/self/mountinfo; echo METRIC score=$(cat value.txt)")
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="place")
+        exp = await call(c, "launch_experiment", title="a note", source="patch", repeats=30,
+                         patch="--- a/value.txt\n+++ b/value.txt\n@@ -1 +1,2 @@\n 100\n+a note\n")
+        out = await wait_final(c, exp["experiment_id"], timeout=600)
+    assert out["status"] == "done", out["log_tail"][-800:]
+    log = Path(out["log_path"]).read_text()
+    groups = [line for line in log.splitlines() if re.fullmatch(r"\d+:[^:]*:\S*", line)]
+    assert groups and all(line.endswith(":/") for line in groups), groups[:5]  # its cgroup namespace's root
+    for commit in (exp["base_commit"], exp["candidate_commit"]):
+        assert commit[:7] not in log.replace(f"experiment {exp['experiment_id']}", ""), commit
