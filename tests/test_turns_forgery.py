@@ -352,3 +352,38 @@ async def test_what_a_side_can_read_of_its_place_names_neither_its_role_nor_its_
     assert groups and all(line.endswith(":/") for line in groups), groups[:5]  # its cgroup namespace's root
     for commit in (exp["base_commit"], exp["candidate_commit"]):
         assert commit[:7] not in log.replace(f"experiment {exp['experiment_id']}", ""), commit
+
+
+WAITS = """import os, time
+t = time.process_time()
+while time.process_time() - t < 0.3:
+    pass
+if os.path.exists("wait.txt"):
+    time.sleep(0.3)
+c = (time.process_time() - t) * 1e3
+print(f"METRIC t_ms={c:.3f}\\nMETRIC t_ms.cpu={c:.3f}\\nMETRIC size=100\\nMETRIC size.cpu=100")
+"""
+
+
+@needs_groups
+@pytest.mark.anyio
+async def test_a_refusal_by_the_runs_own_wall_time_names_it(tmp_path: Path) -> None:
+    """A fix (issue 42): the refusal read "None harness.wall_s None: +2.83% ..." where a metric's role and verdict
+    should be."""
+    repo = script_repo(tmp_path, "python3 waits.py")
+    (repo / "waits.py").write_text(WAITS)
+    subprocess.run(["git", "add", "waits.py"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "the bench"], cwd=repo, check=True)
+    config_path(repo).parent.mkdir(exist_ok=True)
+    config_path(repo).write_text(json.dumps({"pairing": "turns", "guards": {
+        "size": {"direction": "lower", "tolerance_pct": 1}}}) + "\n")
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="waits")
+        exp = await call(c, "launch_experiment", title="waits", source="patch", repeats=30,
+                         patch="--- /dev/null\n+++ b/wait.txt\n@@ -0,0 +1 @@\n+wait\n")
+        out = await wait_final(c, exp["experiment_id"], timeout=600)
+        refusal = await error(c, "commit_winner", experiment_id=exp["experiment_id"])
+    assert out["verdict"] == "regressed" and decide.HARNESS_WALL in out["blocking"], (out["verdict"], out["blocking"],
+                                                                                      out["metrics"], out["harness"])
+    assert "the runs' own wall time (harness.wall_s, taken by the harness) regressed" in refusal, refusal
+    assert "None" not in refusal, refusal
