@@ -14,6 +14,16 @@ from autoresearch_mcp import resources, validation
 EXAMPLE = resources.example_dir() / "normsoft"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A `serial` test is in the slow tier, and runs in one xdist group: `pytest -m serial` then runs them one at a
+    time on one worker, never beside another test (scripts/test.sh runs them with `-n 0`)."""
+    for item in items:
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

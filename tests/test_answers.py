@@ -82,6 +82,7 @@ async def _experiment(c: Client, patches: Path, repo: Path) -> str:
     return str(launched["experiment_id"])
 
 
+@pytest.mark.slow
 async def test_get_experiment_leaves_samples_out_unless_asked_and_fetch_sky_logs_answers_the_same(
         example_repo: Path, patches: Path) -> None:
     calls: list[list[tuple[float, float | None, str | None]]] = []
@@ -128,6 +129,7 @@ def _size(res: Any) -> int:
         len(getattr(block, "text", "")) for block in res.content)
 
 
+@pytest.mark.slow
 async def test_get_experiment_answers_within_4000_characters_at_30_pairs_and_the_samples_come_when_asked(
         example_repo: Path, patches: Path) -> None:
     async with Client(build_server(), mode="legacy") as c:
@@ -255,6 +257,7 @@ async def _ends(*procs: psutil.Process) -> None:
             await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_a_server_whose_client_goes_away_mid_wait_exits_and_ends_its_experiment(tmp_path: Path) -> None:
     client, server, runner = await _waiting_session(tmp_path)
     try:
@@ -268,6 +271,7 @@ async def test_a_server_whose_client_goes_away_mid_wait_exits_and_ends_its_exper
         client.kill()
 
 
+@pytest.mark.slow
 async def test_a_server_given_sigterm_mid_wait_exits_and_ends_its_experiment(tmp_path: Path) -> None:
     client, server, runner = await _waiting_session(tmp_path)
     try:

@@ -120,6 +120,7 @@ def test_the_call_check_catches_what_would_fail() -> None:
     assert "expected auto" in found[2][0] and "positional" in found[3][0] and "no tool" in found[4][0]
 
 
+@pytest.mark.slow
 def test_generated_files_are_current() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--check"], capture_output=True,
                           text=True, timeout=120)

@@ -50,6 +50,7 @@ async def start(c: Client, repo: Path) -> dict[str, Any]:
     return await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="b")
 
 
+@pytest.mark.slow
 async def test_the_next_baseline_reuses_the_committed_winners_build(logged: tuple[Path, Path]) -> None:
     repo, log = logged
     async with Client(build_server()) as c:
@@ -67,6 +68,7 @@ async def test_the_next_baseline_reuses_the_committed_winners_build(logged: tupl
     assert {"build", "bench", "checks"} <= set(listing["totals"])
 
 
+@pytest.mark.slow
 async def test_a_candidate_measured_again_reuses_its_build(tmp_path: Path) -> None:
     noisy = ("awk -v v=$(cat value.txt) -v s=$RANDOM "
              "'BEGIN{srand(s); printf \"METRIC score=%.3f\\n\", v*(1+0.6*rand())}'")
@@ -94,6 +96,7 @@ async def test_builds_run_with_compiler_cache_settings_for_their_own_worktree(lo
     assert not cwd.startswith(str(repo))  # built in a worktree in the cache, never in the user's tree
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (scripts/setup.sh installs it)")
 async def test_a_candidate_in_a_fresh_worktree_reuses_cached_objects(
     example_repo: Path, patches: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -109,6 +112,7 @@ async def test_a_candidate_in_a_fresh_worktree_reuses_cached_objects(
     assert cache == {"hits": 2, "misses": 1}  # only the changed backend file is compiled again
 
 
+@pytest.mark.slow
 async def test_incremental_winners_must_be_confirmed_on_a_clean_build(logged: tuple[Path, Path]) -> None:
     repo, log = logged
     async with Client(build_server()) as c:

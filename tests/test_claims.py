@@ -119,6 +119,7 @@ def test_a_regressed_guard_says_what_its_interval_showed_not_that_the_interval_l
     assert "beyond its tolerance" not in tg["claim"]
 
 
+@pytest.mark.slow
 def test_a_clear_op_win_with_no_end_to_end_change_is_committed_within_the_budget_at_15_percent_spread() -> None:
     decisions = [experiment(-12.0, 0.0, seed) for seed in range(8)]
     within = [d for d in decisions if d.verdict == "improved" and d.n <= DESIGN.budget]

@@ -9,6 +9,7 @@ import pytest
 from autoresearch_mcp import demo
 
 
+@pytest.mark.serial
 def test_demo_runs_the_whole_loop(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NORMSOFT_ITERS", "10")  # shorter runs; the demo's server inherits the environment
     assert demo.main(delete=True) == 0

@@ -39,6 +39,7 @@ async def launch_value(c: Client, new: str, **kw: Any) -> dict[str, Any]:
                       sources=["test"], source="patch", patch=value_patch("100", new), **kw)
 
 
+@pytest.mark.slow
 async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -65,6 +66,7 @@ async def test_a_real_improvement_is_measured_and_committed_with_its_evidence(re
     assert result["verdict"] == "improved" and result["n_pairs"] == 30
 
 
+@pytest.mark.slow
 async def test_no_change_and_regression_are_refused_by_commit_winner(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -81,6 +83,7 @@ async def test_no_change_and_regression_are_refused_by_commit_winner(repo: Path)
     assert {e["verdict"] for e in listing["experiments"]} == {"no_change", "regressed"}
 
 
+@pytest.mark.slow
 async def test_auto_repeats_stop_early_on_a_clear_effect(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -90,6 +93,7 @@ async def test_auto_repeats_stop_early_on_a_clear_effect(repo: Path) -> None:
     assert res["metrics"]["score"]["n_pairs"] == 30  # the first look where an improvement can be decided
 
 
+@pytest.mark.slow
 async def test_worktree_snapshot_leaves_index_head_and_files_alone(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -105,6 +109,7 @@ async def test_worktree_snapshot_leaves_index_head_and_files_alone(repo: Path) -
         await wait_final(c, launched["experiment_id"])
 
 
+@pytest.mark.slow
 async def test_restore_worktree_resets_to_the_session_head(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -118,6 +123,7 @@ async def test_restore_worktree_resets_to_the_session_head(repo: Path) -> None:
         await wait_final(c, launched["experiment_id"])
 
 
+@pytest.mark.slow
 async def test_refusals(repo: Path) -> None:
     git(repo, "checkout", "-q", "-b", "gamed")
     with open(repo / "autoresearch.sh", "a") as fh:
@@ -142,6 +148,7 @@ async def test_refusals(repo: Path) -> None:
         await wait_final(c, first["experiment_id"])
 
 
+@pytest.mark.slow
 async def test_commit_source_and_stale_base_is_refused(repo: Path) -> None:
     git(repo, "checkout", "-q", "-b", "idea")
     (repo / "value.txt").write_text("130\n")
@@ -177,6 +184,7 @@ async def test_failing_checks_are_never_committed(repo: Path) -> None:
         ("sleep 60", "failed", None, "timed out"),
     ],
 )
+@pytest.mark.slow
 async def test_a_broken_candidate_is_reported_not_measured(
     tmp_path: Path, bench_patch: str, status: str, verdict: str | None, words: str
 ) -> None:
@@ -196,6 +204,7 @@ async def test_a_broken_candidate_is_reported_not_measured(
     assert words in (res["error"] or "")
 
 
+@pytest.mark.slow
 async def test_cancel_kills_a_running_experiment(tmp_path: Path) -> None:
     marker = tmp_path / "bench-finished"
     repo = script_repo(tmp_path, f'if [ -e slow ]; then sleep 30; touch {marker}; fi; {NOISY_VALUE}')
@@ -227,6 +236,7 @@ LATE_WIN = ('c=.runs; i=$(cat "$c" 2>/dev/null || echo 0); echo $((i+1)) > "$c";
             'awk -v i=$i \'BEGIN{printf "METRIC score=%.2f\\n", (i%2 ? 107 : 97)}\'; else echo METRIC score=110.00; fi')
 
 
+@pytest.mark.slow
 async def test_more_pairs_continue_the_same_experiment_and_are_pooled(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, LATE_WIN)
     async with Client(build_server()) as c:
@@ -253,6 +263,7 @@ async def test_more_pairs_continue_the_same_experiment_and_are_pooled(tmp_path: 
     assert "already a decision" in decided
 
 
+@pytest.mark.slow
 async def test_a_moved_head_gets_the_change_re_applied_as_a_new_experiment(tmp_path: Path) -> None:
     # the score is value x factor: a winner on factor.txt moves the head without touching value.txt
     repo = script_repo(tmp_path, balanced_noise() + "awk -v v=$(cat value.txt) -v f=$(cat factor.txt) -v n=$n "
@@ -309,6 +320,7 @@ def params_repo(tmp_path: Path, more: dict[str, str] | None = None) -> Path:
     return repo
 
 
+@pytest.mark.slow
 async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_the_moved_head(tmp_path: Path) -> None:
     # the score is the product of params.txt's lines: two wins on lines 3 and 6 of one file, each in the other's
     # context, so the second's patch no longer applies once the first is committed, and a three-way merge does
@@ -331,6 +343,7 @@ async def test_a_winner_beside_a_committed_one_in_the_same_file_is_replayed_on_t
     assert res["verdict"] == "improved", res["metrics"]["score"]
 
 
+@pytest.mark.slow
 async def test_winners_kept_together_are_measured_once_and_committed_with_each_ones_evidence(
         tmp_path: Path) -> None:
     repo = params_repo(tmp_path)
@@ -364,6 +377,7 @@ async def test_winners_kept_together_are_measured_once_and_committed_with_each_o
     assert "kept together" in after["next_step"] and both["experiment_id"] in after["next_step"]
 
 
+@pytest.mark.slow
 async def test_a_commit_offers_again_the_discards_whose_files_it_changed(tmp_path: Path) -> None:
     repo = params_repo(tmp_path, {"notes.txt": "notes\n"})
     async with Client(build_server()) as c:
@@ -382,6 +396,7 @@ async def test_a_commit_offers_again_the_discards_whose_files_it_changed(tmp_pat
     assert "params.txt" in kept["revisit"][0] and "source='experiment'" in kept["revisit"][0]
 
 
+@pytest.mark.slow
 async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_does(tmp_path: Path) -> None:
     # LATE_WIN times value x factor: a winner on factor.txt moves the head without touching value.txt
     repo = script_repo(tmp_path, LATE_WIN.replace("score=100.00", "score=$((100 * $(cat factor.txt))).00"))
@@ -407,6 +422,7 @@ async def test_the_brief_s_re_measure_call_needs_no_title_and_a_new_idea_still_d
     assert "title is missing" in untitled and "source='patch'" in untitled
 
 
+@pytest.mark.slow
 async def test_a_cancelled_experiment_runs_again_with_the_brief_s_call(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, '[ -e slow ] && sleep 0.3; echo METRIC score=100')
     async with Client(build_server()) as c:

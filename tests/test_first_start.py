@@ -58,6 +58,7 @@ async def call_until_up(c: Client, name: str, args: dict[str, Any]) -> Any:
 # --- the bootstrap in front of a server that is not up yet -------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_the_tools_are_listed_before_the_server_is_up_and_a_call_waits_for_it(mode: str, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
@@ -81,6 +82,7 @@ async def test_the_tools_are_listed_before_the_server_is_up_and_a_call_waits_for
     assert brief.messages[0].content.text == resources.brief("mcp")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 async def test_a_call_that_outwaits_the_install_says_how_long_is_left_and_works_once_it_is_done(
         tmp_path: Path) -> None:
     gate = tmp_path / "gate"
@@ -105,6 +107,7 @@ async def test_a_start_that_fails_is_reported_by_every_call(tmp_path: Path) -> N
         assert "No space left on device" in text_of(result) and "/mcp" in text_of(result)
 
 
+@pytest.mark.slow
 def test_the_snapshot_is_what_the_real_server_answers_for_every_protocol_version() -> None:
     snapshot = json.loads(bootstrap.SNAPSHOT.read_text())
     assert snapshot["versions"] == list(HANDSHAKE_PROTOCOL_VERSIONS)
@@ -152,6 +155,7 @@ def launch_params(env: dict[str, str], tmp_path: Path) -> StdioServerParameters:
     return StdioServerParameters(command="bash", args=[str(LAUNCH), "serve"], env=env, cwd=str(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 async def test_a_fresh_data_folder_lists_the_tools_at_once_and_its_tools_answer_once_installed(
         wheelhouse: Path, example_repo: Path, tmp_path: Path) -> None:

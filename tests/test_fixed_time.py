@@ -63,6 +63,7 @@ def edited(repo: Path, rel: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}", f"b/{rel}"))
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.anyio
 async def test_a_fixed_time_benchs_real_win_is_committed_and_its_forged_clock_refused(tmp_path: Path) -> None:

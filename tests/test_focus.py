@@ -79,6 +79,7 @@ async def launch_ops(c: Client, repo: Path, text: str, focus: list[str] | None, 
         git(repo, "checkout", "--", "ops.c")
 
 
+@pytest.mark.serial
 @needs_perf
 async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric_held(repo: Path) -> None:
     async with Client(build_server()) as c:
@@ -108,6 +109,7 @@ async def test_a_kernel_win_is_committed_on_its_focus_with_the_end_to_end_metric
     assert summary["claims"] == res["claims"] and listing["session_claim"].startswith("session total not yet")
 
 
+@pytest.mark.serial
 @needs_perf
 async def test_a_focus_win_on_code_the_program_never_runs_is_not_committed(repo: Path) -> None:
     async with Client(build_server()) as c:
@@ -120,6 +122,7 @@ async def test_a_focus_win_on_code_the_program_never_runs_is_not_committed(repo:
     assert "the program does not run that code" in refused and "softmax" in refused, refused
 
 
+@pytest.mark.serial
 @needs_perf
 async def test_focus_winners_kept_together_hold_the_objectives_on_their_own_evidence(tmp_path: Path) -> None:
     """A fix: the rehearsal's three fusions, each improved on its op, were combined and measured end to end, where
@@ -148,6 +151,7 @@ async def test_focus_winners_kept_together_hold_the_objectives_on_their_own_evid
     assert f"(experiment {norm['experiment_id']}, on" in message and "focus.SOFT_MAX" in message
 
 
+@pytest.mark.serial
 async def test_a_change_that_only_moves_code_is_not_judged_on_a_focus(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -159,6 +163,7 @@ async def test_a_change_that_only_moves_code_is_not_judged_on_a_focus(repo: Path
     assert res["verdict"] == "no_change"  # end to end, where layout alone would have to show
 
 
+@pytest.mark.serial
 async def test_a_focus_the_change_does_not_touch_is_refused(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -170,6 +175,7 @@ async def test_a_focus_the_change_does_not_touch_is_refused(repo: Path) -> None:
     assert "does not touch code that names RMS_NORM" in refused and "softmax" in refused
 
 
+@pytest.mark.serial
 async def test_a_focus_run_without_a_focus_metric_is_invalid(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, "echo METRIC tok_s=100.00")
     (repo / "ops.c").write_text(OPS)
@@ -183,6 +189,7 @@ async def test_a_focus_run_without_a_focus_metric_is_invalid(tmp_path: Path) -> 
     assert res["verdict"] == "invalid" and "AUTORESEARCH_FOCUS=RMS_NORM" in (res["error"] or "")
 
 
+@pytest.mark.serial
 @needs_perf
 async def test_the_session_total_measures_the_head_against_the_start_and_is_not_committable(repo: Path) -> None:
     async with Client(build_server()) as c:

@@ -138,6 +138,7 @@ async def test_what_held_an_option_like_commit_is_not_an_option(repo: Path, tmp_
 # --- 2. commit_winner never overwrites the user's untracked or ignored files ---------------------------
 
 
+@pytest.mark.slow
 async def test_commit_winner_refuses_to_replace_an_ignored_file(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, NOISY_VALUE)
     (repo / ".gitignore").write_text("secrets.env\n")
@@ -156,6 +157,7 @@ async def test_commit_winner_refuses_to_replace_an_ignored_file(tmp_path: Path) 
     assert git(repo, "rev-parse", "autoresearch/t") == head
 
 
+@pytest.mark.slow
 async def test_commit_winner_names_ignored_files_in_a_folder_the_winner_replaces(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, NOISY_VALUE)
     (repo / "data").mkdir()
@@ -200,6 +202,7 @@ async def test_start_session_refuses_an_out_of_range_baseline(tmp_path: Path) ->
     assert "out of range" in msg
 
 
+@pytest.mark.slow
 async def test_a_result_that_cannot_be_recorded_ends_the_experiment_failed(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, f"if [ -e slow ]; then sleep 2; fi; {NOISY_VALUE}")
     async with Client(build_server()) as c:
@@ -288,6 +291,7 @@ async def test_the_cap_is_stated_once_in_the_server_instructions_not_in_every_de
 # --- 6. titles are one line; evidence comes from the ledger ---------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_title_cannot_forge_a_trailer_and_the_report_counts_the_ledger(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -380,6 +384,7 @@ async def test_mixed_source_inputs_are_refused(repo: Path) -> None:
         assert "restore_worktree" in msg
 
 
+@pytest.mark.slow
 async def test_concurrent_start_sessions_are_serialized(tmp_path: Path) -> None:
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
@@ -459,6 +464,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 async def test_a_process_that_leaves_its_session_does_not_survive_the_experiment(tmp_path: Path) -> None:
     tag = sleep_tag()
     repo = script_repo(tmp_path, escaping_bench(tag, "0.2"))
@@ -487,6 +493,7 @@ async def test_start_session_validation_leaves_no_process_behind(tmp_path: Path)
 # --- 10. restore_worktree keeps everything recoverable, and refuses nested repositories --------------------------
 
 
+@pytest.mark.slow
 async def test_restore_worktree_saves_index_untracked_files_and_keeps_empty_folders(repo: Path) -> None:
     async with Client(build_server()) as c:
         await session(c, repo)
@@ -541,6 +548,7 @@ async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) 
             await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: Path) -> None:
     tag = sleep_tag()
     repo = script_repo(tmp_path, escaping_bench(tag, "60"))
@@ -557,6 +565,7 @@ async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: 
             await anyio.sleep(0.2)
 
 
+@pytest.mark.slow
 async def test_what_an_experiment_left_behind_is_killed_when_a_server_restarts(tmp_path: Path) -> None:
     tag = sleep_tag()
     repo = script_repo(tmp_path, escaping_bench(tag, "60"))

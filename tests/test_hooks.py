@@ -223,6 +223,7 @@ def test_a_guard_that_cannot_run_git_refuses(repo: Path, tmp_path: Path) -> None
     assert result.returncode == 2 and "refused to be safe" in result.stderr
 
 
+@pytest.mark.slow
 def test_session_start_prints_the_sessions_state_and_nothing_elsewhere(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -247,6 +248,7 @@ def test_session_start_prints_the_sessions_state_and_nothing_elsewhere(tmp_path:
     assert "RMS_NORM+MUL fused in CUDA" in shown.stdout and "list_experiments" in shown.stdout
 
 
+@pytest.mark.slow
 def test_after_compaction_session_start_shows_the_agreement_and_running_experiments_as_running(
         tmp_path: Path) -> None:
     repo = script_repo(tmp_path, 'while [ -e slow ] && [ ! -e go ]; do sleep 0.1; done; echo METRIC score=100')
@@ -305,6 +307,7 @@ async def tool_schemas() -> dict[str, dict[str, Any]]:
         return {t.name: t.input_schema for t in (await c.list_tools()).tools}
 
 
+@pytest.mark.slow
 def test_stop_reminds_once_while_an_experiment_runs(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, 'if [ -e slow ]; then sleep 2; fi; echo METRIC score=$((100 + RANDOM % 3))')
     seen: dict[str, subprocess.CompletedProcess[str]] = {}

@@ -71,6 +71,7 @@ def debug_example(example_repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return example_repo
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.anyio
 async def test_profile_names_the_hot_functions_and_lines_then_ranks_the_passes(debug_example: Path) -> None:
@@ -104,6 +105,7 @@ async def test_profile_names_the_hot_functions_and_lines_then_ranks_the_passes(d
                    for f in found["findings"])
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.anyio
 async def test_a_candidate_build_is_profiled_and_bad_ids_are_explained(debug_example: Path, patches: Path) -> None:
@@ -128,6 +130,7 @@ async def test_a_candidate_build_is_profiled_and_bad_ids_are_explained(debug_exa
         assert await error(client, "profile_hotspots", top=0)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_without_perf_the_error_says_how_to_install_it(
         debug_example: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -210,6 +213,7 @@ def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSky]:
         fake.down(name)
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.anyio
 async def test_on_a_cloud_worker_the_profile_runs_alone_and_find_passes_reads_the_commits_sources(

@@ -62,6 +62,7 @@ async def measured(c: Client, title: str, repeats: int = 30, **changes: tuple[st
 GUARDS = {"b": {"direction": "higher", "tolerance_pct": 5}, "mem": {"direction": "lower", "tolerance_pct": 5}}
 
 
+@pytest.mark.slow
 async def test_a_guard_that_regresses_beyond_tolerance_refuses_the_winner(repo: Path) -> None:
     async with Client(build_server()) as c:
         started = await start(c, repo, guards=GUARDS)
@@ -79,6 +80,7 @@ async def test_a_guard_that_regresses_beyond_tolerance_refuses_the_winner(repo: 
     assert "tolerance 5%" in refused
 
 
+@pytest.mark.slow
 async def test_a_winner_whose_guards_held_is_committed_naming_the_objective_that_won(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo, guards=GUARDS)
@@ -91,6 +93,7 @@ async def test_a_winner_whose_guards_held_is_committed_naming_the_objective_that
     assert json.loads(trailer.split(": ", 1)[1])["won"] == ["a"]
 
 
+@pytest.mark.slow
 async def test_a_guard_whose_interval_reaches_past_its_tolerance_is_undecided(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo, guards={"b": {"direction": "higher", "tolerance_pct": 0.001}})
@@ -101,6 +104,7 @@ async def test_a_guard_whose_interval_reaches_past_its_tolerance_is_undecided(re
     assert "guard b undecided" in refused and "more pairs" in refused
 
 
+@pytest.mark.slow
 async def test_any_objective_may_win_and_none_may_regress(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo, objectives=["a", "b"])
@@ -125,6 +129,7 @@ async def test_a_judged_metric_the_benchmark_does_not_print_is_an_error(repo: Pa
     assert "guard metric 'latency'" in msg and "METRIC a=" in msg
 
 
+@pytest.mark.slow
 async def test_checks_compare_the_candidate_with_the_baseline_build(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -171,6 +176,7 @@ def holdout_repo(repo: Path, tmp_path: Path) -> tuple[Path, Path]:
     return repo, script
 
 
+@pytest.mark.slow
 async def test_a_winner_whose_hidden_holdout_regressed_is_refused(holdout_repo: tuple[Path, Path]) -> None:
     repo, script = holdout_repo
     async with Client(build_server()) as c:
@@ -198,6 +204,7 @@ else echo 33; touch .answer 2>/dev/null || true; fi
 """
 
 
+@pytest.mark.slow
 async def test_a_candidate_that_keeps_its_answer_in_its_tree_cannot_pass_the_holdout(tmp_path: Path) -> None:
     """A fix: the holdout's runs were confined as builds (their tree writable, their protected files not
     bound), so a candidate 3x slower there passed by remembering its answer after its first run."""
@@ -222,6 +229,7 @@ async def test_a_candidate_that_keeps_its_answer_in_its_tree_cannot_pass_the_hol
     assert "hidden holdout regressed" in refused and "(a -6" in refused
 
 
+@pytest.mark.slow
 async def test_the_holdout_verdict_is_recomputed_from_the_ledger(holdout_repo: tuple[Path, Path]) -> None:
     from autoresearch_mcp.core.config import load_config
     from autoresearch_mcp.experiments import holdout
@@ -245,6 +253,7 @@ async def test_the_holdout_verdict_is_recomputed_from_the_ledger(holdout_repo: t
     assert [s["position"] for s in record["samples"] if s["role"] == "baseline"] == drawn
 
 
+@pytest.mark.slow
 async def test_a_holdout_inside_the_repository_is_refused(holdout_repo: tuple[Path, Path]) -> None:
     repo, _ = holdout_repo
     async with Client(build_server()) as c:

@@ -25,7 +25,7 @@ from autoresearch_mcp import recipes
 from autoresearch_mcp.core import builds
 from realtree import ONE_PASS, REPEATED_SCALE, TWO_PASSES
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(2700)]
 
 BUILD_TIMEOUT = 1800.0
 OPS = "ggml/src/ggml-cpu/ops.cpp"

@@ -24,6 +24,7 @@ async def start(c: Client, repo: Path) -> None:
     await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="n")
 
 
+@pytest.mark.slow
 async def test_notes_survive_restore_worktree_and_a_restart_and_never_enter_a_candidate(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with Client(build_server()) as c:
@@ -69,6 +70,7 @@ async def test_a_note_must_say_something(repo: Path) -> None:
         assert "4000" in await error(c, "add_note", text="x" * 4001)
 
 
+@pytest.mark.slow
 async def test_fetch_with_wait_s_returns_on_each_change_of_status_instead_of_polling(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)

@@ -44,6 +44,7 @@ async def started(repo: Path, metric: str) -> dict[str, object]:
         return await call(c, "start_session", repo=str(repo), metric=metric, direction="lower", tag="p")
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.anyio
 async def test_a_bench_that_prints_a_time_pairs_in_turns_by_default_and_the_choice_is_recorded(tmp_path: Path) -> None:
@@ -56,6 +57,7 @@ async def test_a_bench_that_prints_a_time_pairs_in_turns_by_default_and_the_choi
     assert {"t_ms", "t_ms.wall"} <= set(result["baseline"]), result["baseline"]  # type: ignore[arg-type]
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.anyio
 async def test_a_metric_turns_cannot_judge_pairs_one_after_the_other_and_says_how_to_change_it(
@@ -68,6 +70,7 @@ async def test_a_metric_turns_cannot_judge_pairs_one_after_the_other_and_says_ho
     assert json.loads(config_path(repo).read_text())["pairing"] == "sequential"
 
 
+@pytest.mark.serial
 @pytest.mark.anyio
 async def test_with_the_sandbox_off_pairs_run_one_after_the_other(tmp_path: Path) -> None:
     repo = repo_printing(tmp_path, "t_ms", {"sandbox": "off"})
@@ -76,6 +79,7 @@ async def test_with_the_sandbox_off_pairs_run_one_after_the_other(tmp_path: Path
     assert "sandbox off" in result["settings"]["pairing"]  # type: ignore[index]
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.anyio
 async def test_a_config_that_names_a_pairing_keeps_it(tmp_path: Path) -> None:

@@ -156,6 +156,7 @@ async def launch(client: Client, repo: Path, title: str, source: str) -> str:
 # --- the emulated aarch64 platform ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_cross
 async def test_a_winner_correct_on_both_isas_is_committed_with_both_platforms_in_its_message(
         dot_repo: Path) -> None:
@@ -185,6 +186,7 @@ async def test_a_winner_correct_on_both_isas_is_committed_with_both_platforms_in
     assert git(dot_repo, "log", "-1", "--format=%s", "autoresearch/isa") == "unroll both paths"
 
 
+@pytest.mark.slow
 @needs_cross
 async def test_a_host_winner_that_breaks_only_the_aarch64_path_is_refused_naming_the_platform(
         dot_repo: Path) -> None:
@@ -208,6 +210,7 @@ async def test_a_host_winner_that_breaks_only_the_aarch64_path_is_refused_naming
     assert git(dot_repo, "rev-parse", "autoresearch/isa") == head
 
 
+@pytest.mark.slow
 @needs_cross
 async def test_a_candidate_that_does_not_compile_for_aarch64_is_refused_as_a_build_failure(
         dot_repo: Path) -> None:
@@ -337,6 +340,7 @@ def values_patch(host: tuple[int, int], graviton: tuple[int, int]) -> str:
                    for name, (old, new) in (("host", host), ("graviton", graviton)))
 
 
+@pytest.mark.slow
 async def test_a_measured_sky_platform_confirms_a_winner_and_refuses_one_that_regresses_there(
         tmp_path: Path, fake_sky: FakeSky) -> None:
     repo = values_repo(tmp_path)
@@ -446,6 +450,7 @@ async def test_a_cancelled_platform_run_blocks_the_commit_until_it_is_checked_ag
     assert not alive, [p.cmdline() for p in alive]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
 async def test_profile_hotspots_profiles_the_measured_host_of_a_session_with_platforms(tmp_path: Path) -> None:
     repo = tmp_path / "busy"
@@ -464,6 +469,7 @@ async def test_profile_hotspots_profiles_the_measured_host_of_a_session_with_pla
     assert prof["build"] == "baseline" and prof["total_samples"] > 0
 
 
+@pytest.mark.slow
 async def test_after_kill_9_a_platform_run_is_lost_its_processes_killed_and_the_commit_refused(
         tmp_path: Path) -> None:
     repo = slow_repo(tmp_path)

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.anyio
 SLOW = "sleep 0.3; echo METRIC score=$(cat value.txt)"
 
 
+@pytest.mark.slow
 async def test_a_candidate_whose_checks_fail_is_told_while_two_experiments_still_measure(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, SLOW, checks="test ! -e wrong")
     async with Client(build_server()) as c:

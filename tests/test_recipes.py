@@ -367,6 +367,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
         server.shutdown()
 
 
+@pytest.mark.slow
 async def test_model_url_is_downloaded_once_into_the_cache(
     tree: Path, model: Path, tmp_path: Path, http_server: tuple[str, list[str]]
 ) -> None:
@@ -396,6 +397,7 @@ async def checked(c: Client, tree: Path, new: str, title: str) -> dict[str, Any]
     return await wait_final(c, exp["experiment_id"], timeout=180)
 
 
+@pytest.mark.slow
 async def test_checks_compare_the_candidate_with_the_baseline_and_name_the_figures(tree: Path, model: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, tree, recipe="llama.cpp", model=str(model))

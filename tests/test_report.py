@@ -186,6 +186,7 @@ def edit(name: str, old: str, new: str) -> str:
     return f"--- a/{name}\n+++ b/{name}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_real_session_is_reported_and_finalized_through_mcp(tmp_path: Path) -> None:
     repo = product_repo(tmp_path)

@@ -61,6 +61,7 @@ def test_the_cpu_time_of_a_whole_process_tree_is_taken_from_outside_under_bubble
     assert r["wall"] > 0
 
 
+@pytest.mark.serial
 def test_the_cpu_time_of_a_whole_process_tree_is_taken_with_the_sandbox_off(tmp_path: Path) -> None:
     r = measured(TREE, tmp_path, off=True)
     assert r["sub"] and r["exit"] == 0
@@ -160,6 +161,7 @@ def appended(repo: Path, rel: str, text: str) -> str:
                                         f"b/{rel}"))
 
 
+@pytest.mark.serial
 @pytest.mark.anyio
 async def test_a_candidate_that_fakes_the_harness_clock_is_refused_and_a_real_fusion_is_not(
     example_repo: Path, patches: Path
@@ -199,6 +201,7 @@ CYCLE = ('f=.autoresearch-count; i=$(cat "$f" 2>/dev/null || echo 0); echo $((i+
          'v=$(( i % 3 == 0 ? 100 : (i % 3 == 1 ? 300 : 200) )); echo "METRIC score=$v"')
 
 
+@pytest.mark.serial
 @pytest.mark.anyio
 async def test_each_sample_is_the_median_of_processes_per_sample_runs(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, CYCLE)

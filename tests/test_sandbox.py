@@ -80,6 +80,7 @@ def leftovers(tag: str) -> list[psutil.Process]:
 # --- 1. what a build writes after the snapshot never replaces the session's scripts --------------------------
 
 
+@pytest.mark.slow
 async def test_a_build_that_rewrites_the_benchmark_script_gets_no_false_winner(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     rewrite = "printf '#!/bin/sh\\necho METRIC score=1000\\n' > autoresearch.sh\n"
@@ -92,6 +93,7 @@ async def test_a_build_that_rewrites_the_benchmark_script_gets_no_false_winner(t
     assert won(control)
 
 
+@pytest.mark.slow
 async def test_a_build_that_deletes_the_checks_script_fails_its_checks(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     wrong = PROG.replace("ANSWER=42", "ANSWER=41")
@@ -121,6 +123,7 @@ async def test_unconfined_too_a_deleted_checks_script_never_reads_as_no_checks(t
 # --- the baseline's tree, the session, the checkout and the git directory are out of reach --------------------
 
 
+@pytest.mark.slow
 async def test_a_build_cannot_slow_the_baseline_down_by_writing_into_its_tree(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     spoil = ('for f in "${AUTORESEARCH_BASELINE_TREE:-/nonexistent}/value.txt" ../*/value.txt; do\n'
@@ -134,6 +137,7 @@ async def test_a_build_cannot_slow_the_baseline_down_by_writing_into_its_tree(tm
     assert won(control)
 
 
+@pytest.mark.slow
 async def test_a_candidate_writes_nothing_outside_its_own_tree(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     user_file = repo / "my-notes.txt"  # untracked (ignored): the user's own
@@ -177,6 +181,7 @@ def cache_entries(cache: Path) -> set[str]:
             and "tmp" not in p.relative_to(cache).parts and not p.name.endswith(".lock")}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("cc") is None, reason="needs ccache and cc")
 async def test_a_candidate_build_reads_the_compiler_cache_and_cannot_plant_entries_in_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -249,6 +254,7 @@ class Listener:
         self.path.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 async def test_a_candidate_cannot_reach_the_machines_services_through_their_sockets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,6 +285,7 @@ async def test_a_candidate_cannot_reach_the_machines_services_through_their_sock
     assert won(hostile)  # the control: the build went on and its real win was measured
 
 
+@pytest.mark.slow
 async def test_a_build_cannot_rewrite_a_protected_file_after_the_launch_checked_it(tmp_path: Path) -> None:
     # The launch refuses a change to a protected file; a build that makes the change itself, once the
     # launch has checked the snapshot, finds every protected file read-only.
@@ -336,6 +343,7 @@ MEMO = ("echo ANSWER=42\nif [ -f .memo ]; then m=2; else m=1; touch .memo 2>/dev
         "awk -v v=$(cat value.txt) -v m=$m 'BEGIN{printf \"METRIC score=%.5f\\n\", v*m}'\n")
 
 
+@pytest.mark.slow
 async def test_a_candidate_cannot_keep_state_from_one_run_to_the_next(tmp_path: Path) -> None:
     repo = quiet_repo(tmp_path)
     async with Client(build_server()) as c:
@@ -347,6 +355,7 @@ async def test_a_candidate_cannot_keep_state_from_one_run_to_the_next(tmp_path: 
     assert won(control)
 
 
+@pytest.mark.slow
 async def test_a_benchmark_that_writes_into_its_tree_is_told_and_still_measured(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)  # its bench counts runs in a file in the tree; its checks write .checked
     async with Client(build_server()) as c:
@@ -379,6 +388,7 @@ def forged_outcome() -> str:
                        "passed": True}, "stop_reason": "improved"}, separators=(",", ":"))
 
 
+@pytest.mark.slow
 async def test_a_forged_result_line_written_to_the_runners_output_is_not_believed(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     (tmp_path / "forged.json").write_text(forged_outcome())
@@ -400,6 +410,7 @@ true
     assert won(control)
 
 
+@pytest.mark.slow
 async def test_a_helper_left_behind_cannot_rewrite_the_measured_output(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     tag = f"300.{uuid.uuid4().int % 10**8:08d}"  # the helper's own sleep: how it is found afterwards
@@ -444,6 +455,7 @@ async def test_a_huge_benchmark_output_is_stored_capped_with_its_metric_lines(tm
 # Not among them: AUTORESEARCH_BASELINE_TREE, which only the checks get (they compare with the baseline's tree;
 # a bench that saw it could tell whether it is the baseline, test_sandbox_shared). A program tells the checks
 # from the bench by how it is called anyway (its arguments, its parent's command line): docs/guarantees.md.
+@pytest.mark.slow
 @pytest.mark.parametrize("tell", ['[ -n "${AUTORESEARCH_ROLE:-}" ]', '[ -n "${AUTORESEARCH_RUN:-}" ]'])
 async def test_a_program_cannot_tell_the_bench_from_the_checks(tmp_path: Path, tell: str) -> None:
     repo = hostile_repo(tmp_path)

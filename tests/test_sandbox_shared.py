@@ -100,6 +100,7 @@ x86_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the attack
 # --- 4/5. no process of the job can steer the session's scripts ---------------------------------------------
 
 
+@pytest.mark.slow
 @needs_cc
 @x86_only
 async def test_a_program_that_ptraces_its_bench_script_into_exiting_gets_no_false_winner(tmp_path: Path) -> None:
@@ -112,6 +113,7 @@ async def test_a_program_that_ptraces_its_bench_script_into_exiting_gets_no_fals
     assert won(control)
 
 
+@pytest.mark.slow
 @needs_cc
 @x86_only
 async def test_a_wrong_program_cannot_ptrace_the_checks_into_passing(tmp_path: Path) -> None:
@@ -170,6 +172,7 @@ def forget(where: str, tag: str) -> None:
             libc.syscall(250, 21, key, -4)  # KEYCTL_UNLINK from @u
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["shm", "keyring"])
 async def test_a_candidate_cannot_keep_state_in_the_kernel_between_runs(tmp_path: Path, where: str) -> None:
     repo = quiet_repo(tmp_path)
@@ -200,6 +203,7 @@ def machine_objects() -> Iterator[tuple[int, int]]:
     libc.syscall(250, 21, key, -4)
 
 
+@pytest.mark.slow
 async def test_a_candidate_cannot_remove_another_programs_kernel_objects_nor_read_the_keyring(
         tmp_path: Path, machine_objects: tuple[int, int]) -> None:
     shmid, key = machine_objects
@@ -274,6 +278,7 @@ def client(port: int, hostile: bool) -> str:
     return f"import socket\nHOSTILE = {hostile}\n" + ask + body
 
 
+@pytest.mark.serial
 async def test_a_client_cannot_leave_a_local_service_slow_for_the_baseline(tmp_path: Path) -> None:
     service = Service()
     repo = quiet_repo(tmp_path)
@@ -292,6 +297,7 @@ async def test_a_client_cannot_leave_a_local_service_slow_for_the_baseline(tmp_p
     assert won(control)
 
 
+@pytest.mark.slow
 async def test_a_session_that_opens_the_network_reaches_its_service(tmp_path: Path) -> None:
     service = Service()
     repo = quiet_repo(tmp_path)
@@ -334,6 +340,7 @@ def home_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(cache, ignore_errors=True)
 
 
+@pytest.mark.slow
 async def test_a_program_cannot_tell_the_checks_from_the_bench_by_the_machine_lock(
         tmp_path: Path, home_cache: Path) -> None:
     repo = quiet_repo(tmp_path)
@@ -397,6 +404,7 @@ def harness_repo(tmp_path: Path, files: int = 1) -> Path:
     return repo
 
 
+@pytest.mark.slow
 async def test_a_build_that_moves_the_protected_harness_aside_gets_no_false_winner(tmp_path: Path) -> None:
     repo = harness_repo(tmp_path)
     swap = ("mv harness harness.orig 2>/dev/null && mkdir harness && echo 2 > harness/scale.txt\n"
@@ -409,6 +417,7 @@ async def test_a_build_that_moves_the_protected_harness_aside_gets_no_false_winn
     assert won(control)
 
 
+@pytest.mark.slow
 async def test_every_one_of_thousands_of_protected_files_stays_as_launched(tmp_path: Path) -> None:
     repo = harness_repo(tmp_path, files=2001)
     rewrite = "echo 2 > big/f2000.txt 2>/dev/null\ntrue\n"
@@ -462,6 +471,7 @@ TELLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tell", list(TELLS))
 async def test_a_committed_winner_cannot_tell_when_it_runs_as_the_baseline(
         tell: str, home_place: Path, home_cache: Path) -> None:

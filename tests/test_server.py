@@ -46,6 +46,7 @@ def stdio(cwd: Path) -> StdioServerParameters:
                                  cwd=str(cwd), env=dict(os.environ))
 
 
+@pytest.mark.slow
 async def test_stdio_server_answers_and_reports_errors_as_tool_errors(tmp_path: Path) -> None:
     async with Client(stdio(tmp_path)) as c:
         tools = (await c.list_tools()).tools
@@ -59,6 +60,7 @@ async def test_version_flag() -> None:
     assert out.stdout.startswith("autoresearch-mcp ")
 
 
+@pytest.mark.slow
 async def test_after_kill_9_the_ledger_survives_and_interrupted_experiments_are_lost(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, 'if [ -e slow ]; then sleep 60; fi; echo METRIC score=$((100 + RANDOM % 3))')
     params = stdio(repo)

@@ -45,6 +45,7 @@ async def test_validates_the_benchmark_and_shows_raw_lines_beside_parsed_values(
     assert git(example_repo, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 async def test_resuming_the_same_tag_keeps_the_session(example_repo: Path) -> None:
     first = await start(example_repo, tag="again")
     second = await start(example_repo, tag="again")
@@ -190,6 +191,7 @@ def test_busy_cpus_are_the_busy_ticks_of_other_work_over_the_window() -> None:
     assert 0.0 <= BUSY_CPUS(0.05) <= (os.cpu_count() or 1)  # this machine's own /proc/stat
 
 
+@pytest.mark.slow
 async def test_a_resumed_session_reads_its_ledger_once_and_appends_through_one_object(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fix: the resume read the ledger two to three times (check_resume, the manager), every

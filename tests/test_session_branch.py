@@ -176,6 +176,7 @@ async def test_a_repository_without_hooks_gets_the_guard_and_loses_it_at_finaliz
     assert not hook.exists()
 
 
+@pytest.mark.slow
 async def test_the_servers_own_git_never_runs_a_planted_hook(repo: Path, tmp_path: Path) -> None:
     marker = tmp_path / "planted-hook-ran"
     for name in ("post-checkout", "pre-commit", "post-commit", "reference-transaction"):
@@ -195,6 +196,7 @@ async def test_the_servers_own_git_never_runs_a_planted_hook(repo: Path, tmp_pat
 # --- 5. the server's own check: the branch against the ledger, the baseline against its commit ---------------
 
 
+@pytest.mark.slow
 async def test_a_branch_moved_around_the_hook_stops_the_next_commit_until_it_is_put_back(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -214,6 +216,7 @@ async def test_a_branch_moved_around_the_hook_stops_the_next_commit_until_it_is_
     assert git(repo, "rev-parse", "autoresearch/t~1") == head
 
 
+@pytest.mark.slow
 async def test_a_ref_written_by_hand_while_a_job_runs_fails_that_job(repo: Path, tmp_path: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -237,6 +240,7 @@ async def test_a_ref_written_by_hand_while_a_job_runs_fails_that_job(repo: Path,
     assert git(repo, "rev-parse", "autoresearch/t~1") == head
 
 
+@pytest.mark.slow
 async def test_a_baseline_changed_while_a_job_runs_fails_that_job_and_is_rebuilt(repo: Path, tmp_path: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo)
@@ -288,6 +292,7 @@ async def test_a_config_changed_behind_the_server_is_refused_on_resume_and_a_del
 # --- 7. a crash inside commit_winner ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_commit_the_crash_left_unrecorded_is_counted_after_a_restart(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with Client(build_server()) as c:
@@ -312,6 +317,7 @@ async def test_a_commit_the_crash_left_unrecorded_is_counted_after_a_restart(
         exp_id, moved, head, "faster value")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forgery", ["other files", "not a winner"])
 async def test_a_forged_trailer_never_counts(repo: Path, monkeypatch: pytest.MonkeyPatch, forgery: str) -> None:
     async with Client(build_server()) as c:

@@ -113,6 +113,7 @@ async def test_a_top_level_ref_named_like_the_session_branch_is_refused_and_drif
         await call(c, "list_experiments")
 
 
+@pytest.mark.slow
 async def test_an_earlier_sessions_branch_made_a_symbolic_ref_is_drift(repo: Path) -> None:
     async with Client(build_server()) as c:
         await start(c, repo, tag="old")

@@ -285,6 +285,7 @@ def test_on_a_worker_a_job_sees_neither_its_job_file_nor_the_machine_lock(tmp_pa
 # --- scheduling --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_job_at_a_time_runs_on_each_worker(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 0.05; echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
     fake, events = FakeSky(tmp_path / "vms"), Events()
@@ -297,6 +298,7 @@ def test_one_job_at_a_time_runs_on_each_worker(tmp_path: Path, pool: MakePool) -
     assert sorted(op for op, _ in fake.calls) == ["exec"] * 3 + ["launch"] * 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
 def test_a_profile_waits_for_the_running_experiment_and_goes_before_the_queued_ones(
         tmp_path: Path, pool: MakePool) -> None:
@@ -600,6 +602,7 @@ def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, p
     assert readouts.list_experiments(manager, None).cost_usd == pytest.approx(fetched.cost_usd, abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_sky_session_runs_through_the_mcp_tools_and_releases_its_workers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: MakePool) -> None:
@@ -721,6 +724,7 @@ def test_skypilots_cost_report_is_taken_when_it_says_more(tmp_path: Path, pool: 
 # --- polling ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_init_answer_is_checked_again_before_the_worker_is_called_lost(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 0.5; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
@@ -731,6 +735,7 @@ def test_an_init_answer_is_checked_again_before_the_worker_is_called_lost(tmp_pa
     assert [op for op, _ in fake.calls] == ["launch"]  # never downed, never relaunched
 
 
+@pytest.mark.slow
 def test_a_cluster_that_stays_init_is_lost_after_a_refreshed_look(tmp_path: Path, pool: MakePool) -> None:
     repo = bench_repo(tmp_path, "sleep 0.5; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
@@ -744,6 +749,7 @@ def test_a_cluster_that_stays_init_is_lost_after_a_refreshed_look(tmp_path: Path
     assert [op for op, _ in fake.calls if op != "cancel"] == ["launch", "down", "launch"]
 
 
+@pytest.mark.slow
 def test_the_job_is_not_polled_while_its_pairs_are_measured(tmp_path: Path) -> None:
     repo = bench_repo(tmp_path, "sleep 0.3; echo METRIC t=1")
     fake, events = FakeSky(tmp_path / "vms"), Events()
@@ -761,6 +767,7 @@ def test_the_job_is_not_polled_while_its_pairs_are_measured(tmp_path: Path) -> N
             fake.down(name)
 
 
+@pytest.mark.slow
 def test_while_pairs_run_one_request_a_tick_and_the_status_only_now_and_then(tmp_path: Path) -> None:
     from autoresearch_mcp.executors.sky_pool import STATUS_EVERY
 

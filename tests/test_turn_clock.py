@@ -71,6 +71,7 @@ def balance_repo(tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(sandbox.unavailable() is not None or shutil.which("cc") is None,
                     reason="bubblewrap cannot confine here, or no C compiler")
+@pytest.mark.serial
 @pytest.mark.anyio
 async def test_a_two_thread_program_whose_win_is_balance_is_judged_on_its_own_turns_wall_time(
         tmp_path: Path) -> None:
@@ -101,6 +102,7 @@ def test_the_clock_of_turns_is_the_wall_where_runs_keep_several_cpus_busy() -> N
 
 @pytest.mark.skipif(sandbox.unavailable() is not None or shutil.which("cc") is None,
                     reason="bubblewrap cannot confine here, or no C compiler")
+@pytest.mark.serial
 @pytest.mark.anyio
 async def test_start_session_chooses_the_clock_from_what_its_runs_in_turns_keep_busy(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,7 @@ def in_turns(repo: Path) -> None:
     config_path(repo).write_text(json.dumps({"pairing": "turns"}) + "\n")
 
 
+@pytest.mark.serial
 @needs_groups
 @pytest.mark.anyio
 async def test_work_done_in_a_process_nobody_waits_for_is_counted_and_the_claim_refused(
@@ -79,6 +80,7 @@ async def test_work_done_in_a_process_nobody_waits_for_is_counted_and_the_claim_
     assert fused["verdict"] in ("improved", "inconclusive", "noisy"), fused["metrics"]["rows_per_s"]
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.anyio
 async def test_a_metric_line_glued_to_an_open_line_makes_the_run_invalid_not_a_winner(example_repo: Path) -> None:
@@ -93,6 +95,7 @@ async def test_a_metric_line_glued_to_an_open_line_makes_the_run_invalid_not_a_w
     assert "joined to the end of other output" in (out["error"] or ""), out["error"]
 
 
+@pytest.mark.serial
 @needs_groups
 @pytest.mark.anyio
 async def test_a_build_that_fills_its_scratch_space_fails_saying_so(example_repo: Path) -> None:
@@ -141,6 +144,7 @@ def wall_clock_repo(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.anyio
 async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(tmp_path: Path) -> None:
@@ -206,6 +210,7 @@ AFTER_A_CONTINUE = ("#include <signal.h>\nstatic volatile sig_atomic_t continued
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.parametrize(("tell", "pairing"), [("only where checked", "sequential"),
                                                ("after a continue", "turns")])
+@pytest.mark.serial
 @pytest.mark.anyio
 async def test_a_program_right_only_in_its_checks_is_no_winner(example_repo: Path, tell: str, pairing: str) -> None:
     header, body = ONLY_WHERE_CHECKED if tell == "only where checked" else AFTER_A_CONTINUE
@@ -292,6 +297,7 @@ REMEMBERED = ("    const int todo = resident() ? (iters + 2) / 3 : iters;\n"
               "    for (int it = 0; it < todo; it++) ns_cpu_forward(x, w, y, tmp, n);\n")
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 @pytest.mark.parametrize("pairing", ["sequential", "turns"])
 @pytest.mark.anyio
@@ -313,6 +319,7 @@ async def test_a_page_an_earlier_run_left_resident_tells_a_run_nothing(example_r
     assert out["verdict"] != "improved", out["metrics"]["rows_per_s"]
 
 
+@pytest.mark.serial
 @needs_groups
 @pytest.mark.anyio
 async def test_in_turns_a_candidate_that_slows_the_harness_clock_is_refused(example_repo: Path) -> None:
@@ -334,6 +341,7 @@ async def test_in_turns_a_candidate_that_slows_the_harness_clock_is_refused(exam
     assert faked["verdict"] != "improved" and abs(faked["metrics"][decide.HARNESS_CPU]["delta_pct"]) < 40
 
 
+@pytest.mark.serial
 @needs_groups
 @pytest.mark.anyio
 async def test_what_a_side_can_read_of_its_place_names_neither_its_role_nor_its_commits(tmp_path: Path) -> None:
@@ -365,6 +373,7 @@ print(f"METRIC t_ms={c:.3f}\\nMETRIC t_ms.cpu={c:.3f}\\nMETRIC size=100\\nMETRIC
 """
 
 
+@pytest.mark.serial
 @needs_groups
 @pytest.mark.anyio
 async def test_a_refusal_by_the_runs_own_wall_time_names_it(tmp_path: Path) -> None:

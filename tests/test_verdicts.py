@@ -34,6 +34,7 @@ async def session(c: Client, repo: Path) -> None:
     await call(c, "start_session", repo=str(repo), metric="score", direction="higher", tag="t")
 
 
+@pytest.mark.serial
 async def test_a_no_op_under_a_periodic_disturbance_is_not_a_winner(tmp_path: Path) -> None:
     # the machine runs 0.4% faster and slower with a period of about 3.5 runs (0.1 s), whichever tree runs
     bench = CLOCK + "awk -v t=$t 'BEGIN{printf \"METRIC score=%.4f\\n\", 100*(1+0.004*sin(6.2831853*t/100))}'"
@@ -47,6 +48,7 @@ async def test_a_no_op_under_a_periodic_disturbance_is_not_a_winner(tmp_path: Pa
     assert "not 'improved'" in refused
 
 
+@pytest.mark.serial
 async def test_a_candidate_with_a_slow_tail_of_its_own_is_refused_with_the_reason(tmp_path: Path) -> None:
     # the candidate (value.txt 105) is 5% faster, but every 5th of its runs is 30% slower: slower on average
     bench = (TREE_RUN + balanced_noise() + 'v=$(cat value.txt); awk -v v=$v -v i=$i -v n=$n '
@@ -65,6 +67,7 @@ async def test_a_candidate_with_a_slow_tail_of_its_own_is_refused_with_the_reaso
     assert "not 'improved'" in refused and "average run" in refused
 
 
+@pytest.mark.serial
 async def test_a_no_op_printed_with_round_values_ends_no_change_early(tmp_path: Path) -> None:
     repo = script_repo(tmp_path, "echo METRIC score=100.00")
     async with Client(build_server()) as c:
@@ -84,6 +87,7 @@ async def test_a_fixed_count_that_cannot_decide_is_refused_at_launch(tmp_path: P
     assert "8 pairs cannot decide" in refused and "at least 30" in refused
 
 
+@pytest.mark.serial
 async def test_two_experiments_on_one_machine_take_turns_and_the_decisive_one_ends_first(tmp_path: Path) -> None:
     # value 110: a clear +10%. value 120: wobbles between 3% slower and 7% faster run after run, which
     # the budget cannot decide, so it measures all its pairs; they alternate on the machine by turns.
