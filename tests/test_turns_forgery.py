@@ -185,6 +185,7 @@ print(json.dumps([r.cpu_s for r in results]))
 """
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 def test_without_a_cgroup_each_side_in_turns_has_the_cpu_time_of_its_every_process(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", NO_GROUP, str(tmp_path)], capture_output=True, text=True,
