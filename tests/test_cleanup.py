@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import gitops, gitrun, jobenv, jobfile, ledger, procs, records, sandbox, worktrees
-from autoresearch_mcp.core.builds import BUILT_MARKER
-from autoresearch_mcp.core.port import Job
-from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.executors.local import LocalExecutor
+from autoresearch_mcp.executors.port import Job
+from autoresearch_mcp.git import gitops, gitrun, worktrees
+from autoresearch_mcp.git.worktrees import Worktrees
+from autoresearch_mcp.store import ledger, records
+from autoresearch_mcp.worker import jobenv, jobfile, procs, sandbox
+from autoresearch_mcp.worker.builds import BUILT_MARKER
 from conftest import init_repo
 
 DEPTH = 1100  # a path of 1,100 folders of five characters each: longer than PATH_MAX, deeper than rmtree recurses

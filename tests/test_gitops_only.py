@@ -1,4 +1,4 @@
-"""Git runs in one place: the gitops modules (core/gitops.py, which callers ask, and its siblings gitrun, gitread
+"""Git runs in one place: the gitops modules (git/gitops.py, which callers ask, and its siblings gitrun, gitread
 and gittrees). No other module of the package imports GitPython, builds a git command line, calls GitPython's
 command wrapper (`repo.git.x(...)`) or its object API (`repo.head`, `repo.index`...), or opens a repository
 itself; they call named gitops functions.
@@ -17,7 +17,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "server" / "autoresearch_mcp"
 # the gitops modules: gitops (what callers ask), gitrun (the runner), gitread (reading), gittrees (writing objects)
-GITOPS = {PACKAGE / "core" / f"{name}.py" for name in ("gitops", "gitrun", "gitread", "gittrees")}
+GITOPS = {PACKAGE / "git" / f"{name}.py" for name in ("gitops", "gitrun", "gitread", "gittrees")}
 # guard.py (parsing the agent's git command lines), guardrepo.py (the guard asking git with the stdlib) and
 # hooks.py (the Stop hook)
 HOOKS = {"guard.py": {"_Guard.invocation"}, "guardrepo.py": {"GitQuestions._git"}, "hooks.py": {"_session_root"}}

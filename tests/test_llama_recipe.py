@@ -23,7 +23,7 @@ from mcp import Client
 import realtree
 import tinymodel
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
 from conftest import git, init_repo
 from helpers import call, error, wait_final
 from realtree import ONE_PASS, REPEATED_SCALE, TWO_PASSES

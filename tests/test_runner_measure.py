@@ -1,7 +1,7 @@
-"""The harness's own measure of every bench run (core/runner.py): wall and CPU time taken from outside the
+"""The harness's own measure of every bench run (worker/runner.py): wall and CPU time taken from outside the
 command, for its whole process tree (under bubblewrap, and with the sandbox off), recorded with every sample
 as `harness.wall_s` and `harness.cpu_s`; a verdict the outside time of the same runs contradicts is refused
-(core/decide.py outside_refutes), so a candidate that defines `clock_gettime` for the protected harness
+(worker/decide.py outside_refutes), so a candidate that defines `clock_gettime` for the protected harness
 cannot fake its win (issue 32 item 11); and `processes_per_sample`, each sample the median of k processes."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, sandbox
-from autoresearch_mcp.core.config import config_path
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.store.config import config_path
+from autoresearch_mcp.worker import decide, sandbox
 from conftest import script_repo, slow_clock
 from helpers import call, wait_final
 

@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import channel, jobfile, sandbox
+from autoresearch_mcp.worker import channel, jobfile, sandbox
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
@@ -395,7 +395,7 @@ async def test_a_forged_result_line_written_to_the_runners_output_is_not_believe
     forge = f"""\
 line="AUTORESEARCH_RESULT $(cat {tmp_path / 'forged.json'} 2>/dev/null || echo '{{}}')"
 for p in /proc/[0-9]*; do
-  if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'runner.py'; then
+  if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'autoresearch_mcp.worker'; then
     for sig in 1 2; do echo "$line" > $p/fd/1 2>/dev/null; done
     kill -9 ${{p#/proc/}} 2>/dev/null
   fi

@@ -25,8 +25,9 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import gitops, jobenv, jobfile, procs, sandbox
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import Worktrees
+from autoresearch_mcp.worker import jobenv, jobfile, procs, sandbox
 from conftest import balanced_noise, git, init_repo
 from helpers import call
 from test_sandbox import BETTER, hostile_repo, measure, won

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch_mcp.core import decide, jobfile, procs, runner, sandbox, turns
 from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.worker import decide, jobfile, procs, runner, sandbox, turns
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
     sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")), sandbox.OFF]
@@ -192,7 +192,7 @@ PY
 def test_in_turns_a_side_that_waits_keeps_its_turn_so_its_waits_count_in_its_own_wall_time(tmp_path: Path) -> None:
     """A wait is no CPU time: a side keeps its turn until it has had its turn's CPU time, so a wait placed where a
     turn would end on the clock passes in its own turn, not hidden in the other side's (issue 40)."""
-    from autoresearch_mcp.core import jobenv
+    from autoresearch_mcp.worker import jobenv
 
     (tmp_path / "waits").mkdir()
     (tmp_path / "works").mkdir()

@@ -16,8 +16,8 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, jobenv, jobfile, procs, sandbox, turns
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
+from autoresearch_mcp.worker import decide, jobenv, jobfile, procs, sandbox, turns
 from conftest import script_repo, slow_clock
 from helpers import call, error, wait_final
 
@@ -169,7 +169,7 @@ async def test_a_bench_that_prints_only_a_wall_clock_figure_is_judged_in_turns(t
 
 NO_GROUP = """import json, sys
 from pathlib import Path
-from autoresearch_mcp.core import jobenv, jobfile, procs, sandbox, turns
+from autoresearch_mcp.worker import jobenv, jobfile, procs, sandbox, turns
 sandbox.lacking()
 sandbox._lacking[sandbox.BWRAP]["memory"] = "no cgroup here (the test's)"
 procs.become_subreaper()
@@ -185,6 +185,7 @@ print(json.dumps([r.cpu_s for r in results]))
 """
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
 def test_without_a_cgroup_each_side_in_turns_has_the_cpu_time_of_its_every_process(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", NO_GROUP, str(tmp_path)], capture_output=True, text=True,

@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import decide, gitops, metricparse, sandbox
-from autoresearch_mcp.core.config import (
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors.jobs import JobMaker
+from autoresearch_mcp.executors.port import VALIDATION_RUNS, Executor, Job, ValidationRun
+from autoresearch_mcp.experiments import platforms as platforms_
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.measure import stats, summary
+from autoresearch_mcp.models import BenchRun, MetricSummary, ThreadsTrial
+from autoresearch_mcp.store.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
     SessionConfig,
@@ -21,12 +27,7 @@ from autoresearch_mcp.core.config import (
     judged_metrics,
     state_dir,
 )
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.port import VALIDATION_RUNS, Executor, Job, ValidationRun
-from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.measure import stats, summary
-from autoresearch_mcp.models import BenchRun, MetricSummary, ThreadsTrial
+from autoresearch_mcp.worker import decide, metricparse, sandbox
 
 
 @dataclass

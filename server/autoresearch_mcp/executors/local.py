@@ -24,13 +24,13 @@ from typing import Any
 
 import psutil
 
-from autoresearch_mcp import safefs
-from autoresearch_mcp.core import channel, gitops, jobfile, procs, runner, sandbox
-from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, failed, parse_event
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp import safefs, worker
+from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, failed, parse_event
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import Worktrees
+from autoresearch_mcp.worker import channel, jobfile, procs, sandbox
 
 log = logging.getLogger(__name__)
-RUNNER = Path(runner.__file__).resolve()
 
 
 def kill_session(pid: int, started: float | None = None) -> bool:
@@ -210,7 +210,7 @@ class LocalExecutor(Executor):
         secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
         try:
             proc = subprocess.Popen(
-                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.PIPE,
+                [sys.executable, "-m", worker.__name__, str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                 env={**os.environ, procs.JOB_ENV: marker},
             )

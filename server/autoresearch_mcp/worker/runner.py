@@ -33,20 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import builds, channel, decide, jobenv, jobfile, machinelock, metricparse, procs, profiler, sandbox, turns
-else:  # run as a script (locally, or on a worker beside its siblings)
-    import builds  # type: ignore[no-redef,import-not-found]
-    import channel  # type: ignore[no-redef,import-not-found]
-    import decide  # type: ignore[no-redef,import-not-found]
-    import jobenv  # type: ignore[no-redef,import-not-found]
-    import jobfile  # type: ignore[no-redef,import-not-found]
-    import machinelock  # type: ignore[no-redef,import-not-found]
-    import metricparse  # type: ignore[no-redef,import-not-found]
-    import procs  # type: ignore[no-redef,import-not-found]
-    import profiler  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-    import turns  # type: ignore[no-redef,import-not-found]
+from . import builds, channel, decide, jobenv, jobfile, machinelock, metricparse, procs, profiler, sandbox, turns
 
 Run = tuple[procs.CommandResult, metricparse.ParsedMetrics, list[str]]  # one bench run: result, metrics, problems
 
@@ -291,7 +278,7 @@ def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
 
     plan = decide.Plan.from_dict(job.design)
     spec = decide.Spec.from_dict(job.judging)
-    # every pair's order is a coin of its own: the randomization the tests rest on (core/decide.py)
+    # every pair's order is a coin of its own: the randomization the tests rest on (worker/decide.py)
     rng = random.Random(job.seed)
     prior: list[dict[str, Any]] = list(job.prior_samples)  # earlier rounds of the same experiment
     first = len({int(s["pair"]) for s in prior})
@@ -567,7 +554,7 @@ def run(job: jobfile.Job, log: Any) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3):
-        print("usage: runner.py JOB.json [--prebuild]", file=sys.stderr)
+        print("usage: python -m autoresearch_mcp.worker JOB.json [--prebuild]", file=sys.stderr)
         return 2
     if argv[2:] == ["--prebuild"]:
         prebuild(read_job(argv[1]))
@@ -582,7 +569,3 @@ def main(argv: list[str]) -> int:
         result = run(job, log)
     print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

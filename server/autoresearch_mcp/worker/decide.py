@@ -35,10 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import metriclook
-else:  # run as a script on a worker, beside runner.py
-    import metriclook  # type: ignore[no-redef,import-not-found]
+from . import metriclook
 
 # One metric's figures, which the rule reads: its callers take them from here, with the rule.
 Pairs = metriclook.Pairs

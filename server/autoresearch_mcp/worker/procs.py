@@ -19,13 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import cgroups, metricparse, sandbox
-else:  # run as a script on a worker, beside runner.py
-    import cgroups  # type: ignore[no-redef,import-not-found]
-    import metricparse  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-
+from . import cgroups, metricparse, sandbox
 
 TAIL_CHARS = 4000
 

@@ -11,14 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autoresearch_mcp.core import jobfile
+    from . import jobfile
 
-if __package__:  # imported by the server
-    from . import procs, sandbox
-else:  # run as a script on a worker, beside runner.py
-    import procs  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-
+from . import procs, sandbox
 
 BASELINE_ENV = "AUTORESEARCH_BASELINE_TREE"  # the checks' baseline tree (run_env)
 

@@ -13,9 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from autoresearch_mcp import resources, safefs
-from autoresearch_mcp.core import gitops, sandbox
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import Direction, ExecutorName
+from autoresearch_mcp.worker import sandbox
 
 STATE_DIR = ".autoresearch"
 BENCH_SCRIPT, CHECKS_SCRIPT = gitops.SCRIPTS

@@ -36,12 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autoresearch_mcp.core import jobfile
+    from . import jobfile
 
-if __package__:  # imported by the server
-    from . import cgroups
-else:  # run as a script on a worker, beside runner.py and cgroups.py
-    import cgroups  # type: ignore[no-redef,import-not-found]
+from . import cgroups
 
 BWRAP = "bwrap"
 CONFINED, OFF = "confined", "off"

@@ -11,14 +11,7 @@ import signal
 import time
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import cgroups, decide, jobenv, procs
-else:  # run as a script on a worker, beside runner.py
-    import cgroups  # type: ignore[no-redef,import-not-found]
-    import decide  # type: ignore[no-redef,import-not-found]
-    import jobenv  # type: ignore[no-redef,import-not-found]
-    import procs  # type: ignore[no-redef,import-not-found]
-
+from . import cgroups, decide, jobenv, procs
 
 # the process groups of the commands running in turns, with their cgroups (thawed and killed on SIGTERM)
 running: dict[int, cgroups.Group | None] = {}
