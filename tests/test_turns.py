@@ -59,6 +59,7 @@ def switches(a: list[float], b: list[float]) -> int:
     return sum(1 for x, y in itertools.pairwise(merged) if x[1] != y[1])
 
 
+@pytest.mark.as_user
 @pytest.mark.serial
 @pytest.mark.parametrize("mode", MODES)
 def test_a_pair_in_turns_runs_its_two_sides_at_once_yet_never_together(tmp_path: Path, mode: str) -> None:
@@ -188,6 +189,7 @@ PY
 
 @pytest.mark.skipif(sandbox.unavailable() is not None or sandbox.group() is None,
                     reason="no cgroup of its own for a confined command here")
+@pytest.mark.as_user
 @pytest.mark.serial
 def test_in_turns_a_side_that_waits_keeps_its_turn_so_its_waits_count_in_its_own_wall_time(tmp_path: Path) -> None:
     """A wait is no CPU time: a side keeps its turn until it has had its turn's CPU time, so a wait placed where a

@@ -17,45 +17,6 @@ from . import cgroups, decide, jobenv, procs
 running: dict[int, cgroups.Group | None] = {}
 
 
-_HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as fh:
-                out.extend(int(c) for c in fh.read().split())
-    return out
-
-
-def _parents() -> dict[int, list[int]]:
-    """Every process's children, from each one's parent in /proc/<pid>/stat (a kernel without
-    /proc/<pid>/task/<tid>/children)."""
-    below: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/stat") as fh:
-                below.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    return below
-
-
-def _tree(pid: int) -> list[int]:
-    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children (or, where
-    the kernel has no such file, from every process's parent). A job's every process is below its command's
-    leader: confined, an orphan goes to the job's PID namespace's init."""
-    below = None if _HAS_CHILDREN else _parents()
-    out, todo, seen = [], [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        out.append(p)
-        todo.extend(_children(p) if below is None else below.get(p, []))
-    return out
-
-
 def _stopped(pid: int) -> bool:
     """Whether `pid` is stopped, gone or a zombie (it runs no more)."""
     try:
@@ -72,7 +33,7 @@ def hold(pid: int, stop: bool, rounds: int = 200) -> bool:
     walked, and a stopped one cannot (a process in an uninterruptible wait stops when it leaves it)."""
     for _ in range(rounds):
         pending = False
-        for p in _tree(pid):
+        for p in procs.tree(pid):
             if stop and _stopped(p):
                 continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -92,11 +53,14 @@ _fallbacks = {"n": 0}  # turns stopped with SIGSTOP although the side has a free
 
 
 def _pause(s: procs.Started, stop: bool) -> bool:
-    """Stop (or continue) every process of a command running in turns: its group frozen where the machine gives
-    a freezer (no signal, nothing a process sees), else SIGSTOP to its tree; whether it all is. A freeze that does
-    not complete in time (a process that stays in an uninterruptible wait, reading a model from disk) is undone
-    and the turn stops the tree with SIGSTOP instead."""
+    """Stop (or continue) every process of a command running in turns; whether it all is. Its group is frozen where
+    the machine gives a freezer (no signal, nothing a process sees); a freeze that does not complete in time (a
+    process that stays in an uninterruptible wait, reading a model from disk) is undone and the turn stops the tree
+    with SIGSTOP instead. Where no group can be made, its own init stops every process of its namespace at once
+    (nsinit.py), asked again while one is in the kernel."""
     pid = s.proc.pid
+    if s.init is not None:
+        return s.init.pause(stop)
     if not stop:
         thawed = s.group.thaw() if s.group is not None and s.group.has("freeze") else True
         if pid in _signalled or s.group is None or not s.group.has("freeze"):
@@ -121,7 +85,7 @@ PROBE_S = 0.001  # how long a side that has had its CPU time is watched: a turn 
 
 
 def _cpu(s: procs.Started) -> float | None:
-    return s.group.cpu_s() if s.group is not None and s.group.has("cpu") else None
+    return s.cpu_now()
 
 
 def _own_turn(s: procs.Started, length: float, deadline: float) -> bool:
@@ -174,8 +138,8 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
     def stop(s: procs.Started) -> None:
         nonlocal failed
         if not _pause(s, stop=True) and failed is None:
-            failed = ("a turn's stop failed: not every process of a side could be stopped in time (a process that "
-                      "forks faster than it is stopped?), so the pair's turns are not each side's own")
+            failed = ("a turn's stop failed: not every process of a side could be stopped in time (one stayed in the "
+                      "kernel, or forked faster than it was stopped), so the pair's turns are not each side's own")
     try:
         for side, argv in runs:  # each starts at its first turn; the others are stopped by then
             s = procs.Started.of(argv, side.tree, side.env, side.launch)
@@ -212,8 +176,6 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
     if _fallbacks["n"] > fallbacks:
         log.write(f"[autoresearch] {_fallbacks['n'] - fallbacks} turn(s) stopped a side with SIGSTOP: its freeze did "
                   f"not complete within {cgroups.FREEZE_WAIT_S:g} s (a process in an uninterruptible wait)\n")
-    if procs.subreaping():
-        procs.reap_orphans()  # the jobs' PID namespace inits, reparented here
     results = []
     for s in started:
         if failed is not None:
