@@ -20,8 +20,10 @@ from autoresearch_mcp.worker import decide, jobenv, jobfile, procs, sandbox, tur
 from conftest import script_repo, slow_clock
 from helpers import call, error, wait_final
 
-needs_groups = pytest.mark.skipif(sandbox.unavailable() is not None or "memory" in sandbox.lacking(),
-                                  reason="no bubblewrap or no cgroup can be made here")
+confined = pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+# a memory cgroup counts a job's scratch (its tmpfs pages); without one, the size of each tmpfs bounds it
+needs_memory_group = pytest.mark.skipif(sandbox.unavailable() is not None or "memory" in sandbox.lacking(),
+                                        reason="no bubblewrap or no memory cgroup can be made here")
 MAIN = "src/main.c"
 OPS_CPU = "backend/cpu/ops-cpu.c"
 LOOP = "    for (int it = 0; it < iters; it++) ns_cpu_forward(x, w, y, tmp, n);\n"
@@ -50,7 +52,7 @@ def in_turns(repo: Path) -> None:
 
 @pytest.mark.as_user
 @pytest.mark.serial
-@needs_groups
+@confined
 @pytest.mark.anyio
 async def test_work_done_in_a_process_nobody_waits_for_is_counted_and_the_claim_refused(
         example_repo: Path, patches: Path) -> None:
@@ -96,7 +98,7 @@ async def test_a_metric_line_glued_to_an_open_line_makes_the_run_invalid_not_a_w
 
 @pytest.mark.as_user
 @pytest.mark.serial
-@needs_groups
+@needs_memory_group
 @pytest.mark.anyio
 async def test_a_build_that_fills_its_scratch_space_fails_saying_so(example_repo: Path) -> None:
     makefile = "normsoft: $(OBJS)\n"
@@ -111,7 +113,7 @@ async def test_a_build_that_fills_its_scratch_space_fails_saying_so(example_repo
     assert "filled its scratch space" in (out["error"] or "") + out["log_tail"], (out["error"], out["log_tail"])
 
 
-@needs_groups
+@pytest.mark.skipif(sandbox.unavailable() is not None or sandbox.group() is None, reason="no cgroup here")
 def test_a_confined_command_sees_no_name_of_its_group(tmp_path: Path) -> None:
     job = jobfile.Experiment(baseline_dir=str(tmp_path), sandbox={"mode": sandbox.CONFINED})
     res = procs.run_command(["cat", "/proc/self/cgroup"], tmp_path, 60, env=jobenv.run_env(job, tmp_path),
@@ -226,7 +228,7 @@ while time.process_time() - t < 0.3:
 """
 
 
-@needs_groups
+@confined
 def test_a_side_that_forks_all_the_time_runs_only_in_its_own_turns(tmp_path: Path) -> None:
     job = jobfile.Experiment(baseline_dir=str(tmp_path), sandbox={"mode": sandbox.CONFINED})
     side = jobenv.Prepared.of(job, str(tmp_path), "bench")
@@ -293,7 +295,7 @@ async def test_a_page_an_earlier_run_left_resident_tells_a_run_nothing(example_r
 
 @pytest.mark.as_user
 @pytest.mark.serial
-@needs_groups
+@confined
 @pytest.mark.anyio
 async def test_in_turns_a_candidate_that_slows_the_harness_clock_is_refused(example_repo: Path) -> None:
     """Its own clock_gettime linked into the program, whose timer then runs at a quarter of the real one: the
@@ -316,7 +318,7 @@ async def test_in_turns_a_candidate_that_slows_the_harness_clock_is_refused(exam
 
 @pytest.mark.as_user
 @pytest.mark.serial
-@needs_groups
+@confined
 @pytest.mark.anyio
 async def test_what_a_side_can_read_of_its_place_names_neither_its_role_nor_its_commits(tmp_path: Path) -> None:
     """Through the MCP client: each run of a pair prints its /proc/self/cgroup and mount table. A committed winner
@@ -348,7 +350,7 @@ print(f"METRIC t_ms={c:.3f}\\nMETRIC t_ms.cpu={c:.3f}\\nMETRIC size=100\\nMETRIC
 
 
 @pytest.mark.serial
-@needs_groups
+@confined
 @pytest.mark.anyio
 async def test_a_refusal_by_the_runs_own_wall_time_names_it(tmp_path: Path) -> None:
     """A fix (issue 42): the refusal read "None harness.wall_s None: +2.83% ..." where a metric's role and verdict

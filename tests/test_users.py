@@ -224,3 +224,36 @@ def test_a_command_under_its_own_init_is_stopped_and_continued_whole(tmp_path: P
         started.end()
     assert started.proc.returncode == 0
     assert started.group_cpu_s is not None and started.group_cpu_s >= 0
+
+
+@CONFINED
+@pytest.mark.anyio
+async def test_where_the_server_can_make_no_group_each_runner_asks_the_users_systemd_for_a_delegated_scope(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemd itself is not on this machine: a stand-in `systemd-run` on PATH records how it is asked and runs the
+    command as `--scope` does (in place); the user manager's socket is a socket in XDG_RUNTIME_DIR."""
+    import socket
+
+    bin_dir, runtime = tmp_path / "bin", tmp_path / "run"
+    bin_dir.mkdir()
+    (runtime / "systemd").mkdir(parents=True)
+    asked = tmp_path / "asked"
+    fake = bin_dir / "systemd-run"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {asked}\nwhile [ "$1" != -- ]; do shift; done; shift; exec "$@"\n')
+    fake.chmod(0o755)
+    manager = socket.socket(socket.AF_UNIX)
+    manager.bind(str(runtime / "systemd" / "private"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setattr(cgroups, "v2_base", lambda: None)
+    monkeypatch.setitem(cgroups.V1, "memory", tmp_path / "no-v1-memory")
+    monkeypatch.setattr(cgroups, "_scope", [])
+    repo = work_repo(tmp_path)
+    try:
+        async with Client(build_server()) as c:
+            await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="scope")
+    finally:
+        manager.close()
+    lines = asked.read_text().splitlines()
+    assert lines and all(line.startswith("--user --scope --quiet --collect -p Delegate=yes --") for line in lines)
+    assert all("-m autoresearch_mcp.worker" in line for line in lines), lines

@@ -28,7 +28,7 @@ from autoresearch_mcp import safefs, worker
 from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, failed, parse_event
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.git.worktrees import Worktrees
-from autoresearch_mcp.worker import channel, jobfile, procs, sandbox
+from autoresearch_mcp.worker import cgroups, channel, jobfile, procs, sandbox
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,8 @@ class LocalExecutor(Executor):
         secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", worker.__name__, str(job_file)], stdin=subprocess.PIPE,
+                # in a delegated scope of the user's systemd where the server can make no cgroup itself
+                [*cgroups.systemd_scope(), sys.executable, "-m", worker.__name__, str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                 env={**os.environ, procs.JOB_ENV: marker},
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -334,6 +335,25 @@ def where(group: Group) -> str:
     mount = v2_mount()
     at = "/" + str(folder.relative_to(mount)) if mount is not None and mount in [folder, *folder.parents] else folder
     return f"cgroup v2 under {str(at).replace('//', '/')}"
+
+
+_scope: list[list[str]] = []
+
+
+def systemd_scope() -> list[str]:
+    """The prefix that starts a command in a scope of its own delegated by the user's systemd (`systemd-run --user
+    --scope -p Delegate=yes`, as rootless Podman gets its groups), where this process can make no group itself but a
+    user manager runs (its socket in XDG_RUNTIME_DIR); [] otherwise. The runner started so finds its own group
+    writable and makes each command's group beneath it."""
+    if not _scope:
+        runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+        tool = shutil.which("systemd-run")
+        can_make = v2_base() is not None or os.access(V1["memory"], os.W_OK)
+        usable = (os.environ.get(SETTING) != "off" and not can_make and tool is not None
+                  and os.path.exists(os.path.join(runtime, "systemd", "private")))
+        _scope.append([tool, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"]
+                      if usable and tool else [])
+    return list(_scope[0])
 
 
 _swept: dict[Path, float] = {}

@@ -542,6 +542,8 @@ HANDLERS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
 def run(job: jobfile.Job, log: Any) -> dict[str, Any]:
     """The job's result, whatever happens: its handler's, or the failure that kept it from one."""
     refused = refusal(job)
+    if refused is None and job.confined and sandbox.mode_of(job) != sandbox.OFF:
+        log.write(f"[autoresearch] how this machine measures each command: {sandbox.side_measure()}\n")
     try:
         result = (jobfile.Failure("sandbox", refused).outcome(job.experiment_id) if refused
                   else HANDLERS[job.kind](job, log))

@@ -295,7 +295,13 @@ def side_measure() -> str:
         made = None if unavailable() is not None else group()
         pages = (". Each run starts with no page of its tree or the compared tree cached. Not promised: the cached "
                  "pages of files outside them (the system's, a model file), state the kernel keeps between runs")
-        if made is None:
+        if made is None and cgroups.systemd_scope():
+            _measure["text"] = (
+                "no cgroup can be made by the server here, so each job's runner asks the user's systemd for a "
+                "delegated scope of its own (systemd-run --user --scope -p Delegate=yes) and makes each command's "
+                "cgroup there: the CPU time of every process it ran and, in turns, a freezer; what the scope allows "
+                "(a memory bound) the job's log says" + pages)
+        elif made is None:
             _measure["text"] = (
                 "no cgroup can be made here (no writable cgroup v2 group or delegated subtree, no writable v1 "
                 "hierarchy): each command runs under an init of our own in its PID namespace, which stops and "
@@ -477,9 +483,9 @@ def command(argv: list[str], c: Confinement | Launch, env: dict[str, str], into:
         args += ["--as-pid-1", "--info-fd", str(info)]
         argv = [INIT_PYTHON, "-I", "-S", "-c", NSINIT, str(asks), str(answers), "--", *argv]
         fds += [asks, answers, info]
-    if into is None:
-        return [*args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
-    return into.join([*args, "--unshare-cgroup-try", "--chdir", str(_real(c.tree)), "--", *argv]), env, fds
+    # a cgroup namespace of its own, in a group or not: it sees its group (or the one it started in) as "/"
+    argv = [*args, "--unshare-cgroup-try", "--chdir", str(_real(c.tree)), "--", *argv]
+    return (argv if into is None else into.join(argv)), env, fds
 
 
 def _real(path: str | Path) -> Path:
