@@ -42,8 +42,14 @@ def _states() -> dict[int, str]:
     return out
 
 
+def _signal_all(signum: int) -> None:
+    """`signum` to every process of the namespace but this one (none left: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signum)
+
+
 def _stop() -> bytes:
-    os.kill(-1, signal.SIGSTOP)
+    _signal_all(signal.SIGSTOP)
     deadline = time.monotonic() + STOP_WAIT_S
     while True:
         if all(state in "TtZX" for state in _states().values()):
@@ -99,17 +105,15 @@ def main(argv: list[str]) -> int:
             asked = os.read(ctl, 64)
             if not asked:  # the runner is gone: end the command
                 listening = False
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(-1, signal.SIGKILL)
+                _signal_all(signal.SIGKILL)
             for byte in asked:
                 if byte == ord("S"):
                     os.write(reply, _stop())
                 elif byte == ord("C"):
-                    os.kill(-1, signal.SIGCONT)
+                    _signal_all(signal.SIGCONT)
                     os.write(reply, b"c")
     for _ in range(100):  # what the command left running ends with it; each process is reaped here
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(-1, signal.SIGKILL)
+        _signal_all(signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             while os.waitpid(-1, 0)[0]:
                 pass
