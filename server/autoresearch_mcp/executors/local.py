@@ -28,7 +28,7 @@ from autoresearch_mcp import safefs, worker
 from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, failed, parse_event
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.git.worktrees import Worktrees
-from autoresearch_mcp.worker import cgroups, channel, jobfile, procs, sandbox
+from autoresearch_mcp.worker import cgroups, channel, jobfile, measuretrees, procs, sandbox
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +274,7 @@ class LocalExecutor(Executor):
         # nothing the experiment started outlives it, even if the runner itself was killed
         procs.kill_marked(marker)
         job_file.unlink(missing_ok=True)
+        measuretrees.sweep(self.worktrees.root, marker.split(".")[0])  # the copies a killed runner left
         # what cleaning up fails at is logged: the experiment's result is given, and stays its result
         for tree in (base, *(() if incremental else (cand,))):
             try:

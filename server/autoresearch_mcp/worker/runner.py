@@ -33,7 +33,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import builds, channel, decide, jobenv, jobfile, machinelock, metricparse, procs, profiler, sandbox, turns
+from . import (
+    builds,
+    channel,
+    decide,
+    jobenv,
+    jobfile,
+    machinelock,
+    measuretrees,
+    metricparse,
+    procs,
+    profiler,
+    sandbox,
+    turns,
+)
 
 Run = tuple[procs.CommandResult, metricparse.ParsedMetrics, list[str]]  # one bench run: result, metrics, problems
 
@@ -229,10 +242,15 @@ def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: Outcom
     return True
 
 
-def _sides(job: jobfile.Experiment | jobfile.Holdout) -> list[tuple[str, jobenv.Prepared]]:
-    """Both trees' bench commands, prepared once for all their runs."""
-    return [(role, jobenv.Prepared.of(job, str(tree), "bench"))
-            for role, tree in (("baseline", job.baseline_dir), ("candidate", job.candidate_dir))]
+def _sides(job: jobfile.Experiment | jobfile.Holdout, private_views: bool) -> list[tuple[str, jobenv.Prepared]]:
+    """Both sides' bench commands, prepared once for all their runs, each side in a fresh copy of its built tree and
+    shown a copy of the other's (measuretrees: nothing of either tells a side, and in turns, `private_views`, nothing
+    a side does to what it is shown reaches the other side), the copies' pages written back (each run drops them)."""
+    made = measuretrees.make(job.experiment_id, {"baseline": str(job.baseline_dir),
+                                                 "candidate": str(job.candidate_dir)}, private_views)
+    jobenv.settle()
+    return [(role, jobenv.Prepared.of(job, made.own[role], "bench", shown=made.view[role]))
+            for role in ("baseline", "candidate")]
 
 
 def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
@@ -242,7 +260,7 @@ def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
     out = Outcome(job.experiment_id, host=host_info())
     if not _build_both(job, log, out):
         return out
-    sides = _sides(job)
+    sides = _sides(job, private_views=False)
     rng = random.Random(job.seed)
     for i in range(job.pairs):
         order = sides[::-1] if rng.random() < 0.5 else sides
@@ -288,7 +306,7 @@ def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
     if measured:
         channel.emit("status", status="running")
     lock = job.machine_lock if measured else None
-    sides = _sides(job)
+    sides = _sides(job, private_views=spec.pairing == decide.TURNS) if measured else []
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -409,6 +427,7 @@ def _on_term(signum: int, _frame: Any) -> None:
                 os.killpg(group, signal.SIGCONT)
             procs.kill_group(group, grace_s=1.0)
     procs.kill_marked(os.environ.get(procs.JOB_ENV, ""))
+    measuretrees.remove_all()
     raise SystemExit(128 + signum)
 
 
@@ -568,6 +587,9 @@ def main(argv: list[str]) -> int:
                                    compact=True), flush=True)
         return 0
     with open_log(job.log_path) if job.log_path else contextlib.nullcontext(sys.stderr) as log:
-        result = run(job, log)
+        try:
+            result = run(job, log)
+        finally:
+            measuretrees.remove_all()
     print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
     return 0

@@ -216,7 +216,7 @@ def compared_tree(job: jobfile.Job, tree: str, phase: str) -> str | None:
     return str(_real(candidate if _real(tree) == _real(baseline) else baseline))
 
 
-def for_job(job: jobfile.Job, tree: str, phase: str = "build") -> Confinement:
+def for_job(job: jobfile.Job, tree: str, phase: str = "build", shown: str | None = None) -> Confinement:
     """The confinement of a runner job's `phase` command (build, bench, checks) in `tree`: the job's
     `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only,
     private: the user's checkout}) and the tree it compares with (compared_tree: readable). The compiler
@@ -227,7 +227,7 @@ def for_job(job: jobfile.Job, tree: str, phase: str = "build") -> Confinement:
     spec = job.sandbox
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
     baseline = job.baseline_dir
-    other = compared_tree(job, tree, phase)
+    other = shown or compared_tree(job, tree, phase)
     readable = [*spec.get("readable", []), *([other] if other else []),
                 *(spec.get("git") or [] if phase == "build" else [])]  # a build may run git (a version from it)
     cache = phase == "build" and bool(baseline) and _real(str(baseline)) == _real(tree)
