@@ -242,12 +242,12 @@ def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: Outcom
     return True
 
 
-def _sides(job: jobfile.Experiment | jobfile.Holdout, private_views: bool) -> list[tuple[str, jobenv.Prepared]]:
+def _sides(job: jobfile.Experiment | jobfile.Holdout) -> list[tuple[str, jobenv.Prepared]]:
     """Both sides' bench commands, prepared once for all their runs, each side in a fresh copy of its built tree and
-    shown a copy of the other's (measuretrees: nothing of either tells a side, and in turns, `private_views`, nothing
-    a side does to what it is shown reaches the other side), the copies' pages written back (each run drops them)."""
-    made = measuretrees.make(job.experiment_id, {"baseline": str(job.baseline_dir),
-                                                 "candidate": str(job.candidate_dir)}, private_views)
+    shown its own copy of the other's (measuretrees: nothing of either tells a side, and nothing a side does to what
+    it is shown reaches the other side), the copies' pages written back (each run drops them)."""
+    built = {"baseline": str(job.baseline_dir), "candidate": str(job.candidate_dir)}
+    made = measuretrees.make(job.experiment_id, built)
     jobenv.settle()
     return [(role, jobenv.Prepared.of(job, made.own[role], "bench", shown=made.view[role]))
             for role in ("baseline", "candidate")]
@@ -260,7 +260,7 @@ def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
     out = Outcome(job.experiment_id, host=host_info())
     if not _build_both(job, log, out):
         return out
-    sides = _sides(job, private_views=False)
+    sides = _sides(job)
     rng = random.Random(job.seed)
     for i in range(job.pairs):
         order = sides[::-1] if rng.random() < 0.5 else sides
@@ -306,7 +306,7 @@ def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
     if measured:
         channel.emit("status", status="running")
     lock = job.machine_lock if measured else None
-    sides = _sides(job, private_views=spec.pairing == decide.TURNS) if measured else []
+    sides = _sides(job) if measured else []
     t1 = time.monotonic()
     waited = 0.0
     i = first
