@@ -28,8 +28,9 @@ def edited(repo: Path, rel: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}", f"b/{rel}"))
 
 
-def committed_bench(tmp_path: Path, files: dict[str, str], bench: str, pairing: str | None = "turns") -> Path:
-    repo = script_repo(tmp_path, bench)
+def committed_bench(tmp_path: Path, files: dict[str, str], bench: str, pairing: str | None = "turns",
+                    build: str = "true") -> Path:
+    repo = script_repo(tmp_path, bench, build=build)
     for name, text in files.items():
         (repo / name).write_text(text)
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
@@ -117,13 +118,8 @@ if os.fork() == 0:
 @confined
 @pytest.mark.anyio
 async def test_a_side_that_drops_the_pages_of_the_tree_it_is_shown_slows_only_its_own_copy(tmp_path: Path) -> None:
-    repo = committed_bench(tmp_path, {"rounds.py": ROUNDS, "rounds.txt": "6\n"}, "python3 rounds.py")
-    script = (repo / "autoresearch.sh").read_text().replace("  build) true ;;",
-                                                             "  build) head -c 48M /dev/urandom > data.bin ;;")
-    (repo / "autoresearch.sh").write_text(script)
-    (repo / ".gitignore").write_text("data.bin\n")
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "data built"], cwd=repo, check=True)
+    repo = committed_bench(tmp_path, {"rounds.py": ROUNDS, "rounds.txt": "6\n", ".gitignore": "data.bin\n"},
+                           "python3 rounds.py", build="head -c 48M /dev/urandom > data.bin")
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="reach")
         evict = await call(c, "launch_experiment", title="drop the other's pages", source="patch", repeats="auto",
