@@ -90,8 +90,10 @@ job = jobfile.Experiment(baseline_dir=str(tree), sandbox={"mode": sandbox.CONFIN
 side = jobenv.Prepared.of(job, str(tree), "bench")
 burn = "python3 -c 'import time\\nt=time.process_time()\\nwhile time.process_time()-t<{}: pass'"
 # the work in a child nobody waits for, and one still running when the command ends
-argv = ["sh", "-c", "rm -f done; ( (" + burn.format(0.4) + "; touch done) & ); " + burn.format(0.1)
-        + "; while [ ! -e done ]; do sleep 0.01; done; (" + burn.format(5) + ") & sleep 0.3"]
+# and, once that is done, 0.3 s of a process that goes on running when the command ends
+argv = ["sh", "-c", "rm -f done burned; ( (" + burn.format(0.4) + "; touch done) & ); " + burn.format(0.1)
+        + "; while [ ! -e done ]; do sleep 0.01; done; (" + burn.format(0.3) + "; touch burned; " + burn.format(5)
+        + ") & while [ ! -e burned ]; do sleep 0.01; done"]
 results = turns.run_in_turns([(side, argv), (side, ["sh", "-c", burn.format(0.2)])], 60, sys.stderr)
 alone = side.run(argv, 60, sys.stderr)
 print(json.dumps([r.cpu_s for r in results] + [alone.cpu_s]))
@@ -107,9 +109,9 @@ def test_without_a_cgroup_each_side_has_the_cpu_time_of_every_process_it_ran_tho
                           timeout=300, check=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
                                                         "PYTHONPATH": str(Path(cgroups.__file__).parents[2])})
     orphaned, plain, alone = json.loads(done.stdout.strip().splitlines()[-1])
-    # 0.1 s its own, 0.4 s its orphan's, and 0.3 s of a process still running when it ended
+    # 0.1 s its own, 0.4 s its orphan's, and 0.3 s (at least) of a process still running when it ended
     for cpu in (orphaned, alone):
-        assert cpu is not None and 0.75 <= cpu < 1.6, done.stdout
+        assert cpu is not None and 0.8 <= cpu < 2.0, done.stdout
     assert plain is not None and 0.15 <= plain < 0.45, done.stdout
 
 
@@ -195,7 +197,7 @@ async def test_a_real_win_in_turns_is_committed_and_a_no_op_is_not(tmp_path: Pat
     assert won["verdict"] == "improved" and won["status"] == "done", (won["verdict"], won.get("error"), measure)
     assert -60 < won["metrics"]["t_ms"]["delta_pct"] < -40, won["metrics"]["t_ms"]
     assert committed["commit"] and "not 'improved'" in refused
-    assert flat["verdict"] in ("no_change", "inconclusive"), (flat["verdict"], flat.get("error"), measure)
+    assert flat["verdict"] in ("no_change", "inconclusive", "noisy"), (flat["verdict"], flat.get("error"), measure)
     assert os.getuid() == 0 or "init of our own" in measure or "cgroup v2" in measure
 
 
