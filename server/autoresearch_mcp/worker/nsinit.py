@@ -10,6 +10,7 @@ descriptors through /proc. It runs the command as its child and answers the runn
      kernel (a process forking meanwhile cannot escape it); answers `s` once each is seen stopped, `f` if one is not
      within the wait (it is in the kernel: a stop in it takes effect when it leaves)
   C  continue every process (SIGCONT); answers `c`
+  K  end the command: every process killed (a timeout, a cancel, a stop that failed), then counted as below
 When the command ends, every process still running is killed and reaped, and the last answer is `E <cpu_s>`: the
 CPU time (user + system) of every process the command ran, those still running at its end included.
 
@@ -112,6 +113,8 @@ def main(argv: list[str]) -> int:
                 elif byte == ord("C"):
                     _signal_all(signal.SIGCONT)
                     os.write(reply, b"c")
+                elif byte == ord("K"):  # end the command (a timeout, a cancel): every process, then the count
+                    _signal_all(signal.SIGKILL)
     for _ in range(100):  # what the command left running ends with it; each process is reaped here
         _signal_all(signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):

@@ -366,7 +366,11 @@ class Started:
 
     def end(self) -> None:
         """Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not disturb later
-        runs, nor write to the output once it is read."""
+        runs, nor write to the output once it is read. Under its own init, the init ends it first, so that what
+        it ran is still counted."""
+        if self.init is not None and not self.reaped.done.is_set():
+            self.init.end_command()
+            self.reaped.wait(1.0)
         kill_group(self.proc.pid, grace_s=0.5)
         self.reaped.wait(None)
         kill_marked(self.marker)
@@ -602,6 +606,12 @@ class Init:
             if answer == b"":
                 return False
         return False
+
+    def end_command(self) -> None:
+        """Ask the init to kill every process of the command (it then counts them and ends)."""
+        if not self.ended:
+            with contextlib.suppress(OSError):
+                os.write(self.ask_w, b"K")
 
     def final_cpu(self) -> float | None:
         """The CPU time of every process the command ran, as its init gave it when the command ended."""
