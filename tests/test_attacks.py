@@ -167,3 +167,96 @@ async def test_what_a_side_reads_of_the_age_and_order_of_its_tree_is_the_same_on
     seen = set(score["baseline"]["samples"]) | set(score["candidate"]["samples"])
     assert len(seen) == 1, (score["baseline"]["samples"][:6], score["candidate"]["samples"][:6])
     assert res["verdict"] == "no_change"
+
+
+# --- a figure whose name does not say it is a time: what it is, the harness learns from its own runs -------------
+
+# Mostly waiting (three naps), a little work, and its own wall-clock time printed as `t`: a name that says nothing.
+NAPS = r"""#include <stdio.h>
+#include <time.h>
+#include "naps.h"
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+volatile unsigned sink;
+int main(void) {
+    double t0 = now(); unsigned x = 1;
+    for (int k = 0; k < 3; k++) {
+        struct timespec nap = {0, NAP_MS * 1000000L};
+        nanosleep(&nap, NULL);
+        for (int i = 0; i < 2000000; i++) x = x * 1103515245u + 12345u;
+    }
+    sink = x;
+    printf("METRIC t=%.3f\n", (now() - t0) * 1e3);
+    return 0;
+}
+"""
+
+
+@pytest.mark.serial
+@confined
+@pytest.mark.anyio
+async def test_a_forged_clock_is_refused_though_the_figure_is_named_t_and_a_real_win_is_not(tmp_path: Path) -> None:
+    """Its own clock_gettime linked in, running at a quarter of the real one: `t` fell 75% while the run took as
+    long (it won -75%: a name that does not say time had no outside check). The harness's own runs at start show
+    `t` to be a time of each run, so it is held to the harness's time; napping half as long is a real win."""
+    from conftest import slow_clock
+
+    repo = committed_bench(tmp_path, {"naps.c": NAPS, "naps.h": "#define NAP_MS 70\n", ".gitignore": "naps\n"},
+                           "./naps", pairing=None, build="cc -O1 -o naps *.c")
+    async with Client(build_server()) as c:
+        started = await call(c, "start_session", repo=str(repo), metric="t", direction="lower", tag="naps")
+        forged = await call(c, "launch_experiment", title="a faster clock", source="patch", repeats="auto",
+                            patch="--- /dev/null\n+++ b/clock.c\n@@ -0,0 +1,"
+                                  + str(len(slow_clock(0.25).splitlines())) + " @@\n"
+                                  + "".join(f"+{line}\n" for line in slow_clock(0.25).splitlines()))
+        shorter = await call(c, "launch_experiment", title="shorter naps", source="patch", repeats="auto",
+                             patch=edited(repo, "naps.h", "#define NAP_MS 70", "#define NAP_MS 35"))
+        fake = await wait_final(c, forged["experiment_id"], timeout=900)
+        won = await wait_final(c, shorter["experiment_id"], timeout=900)
+        refused = await error(c, "commit_winner", experiment_id=forged["experiment_id"])
+        await call(c, "commit_winner", experiment_id=shorter["experiment_id"])
+    config = json.loads(config_path(repo).read_text())
+    assert config["metric_kinds"] == {"t": "time"}, (config.get("metric_kinds"), started["settings"])
+    assert fake["metrics"]["t"]["delta_pct"] < -50  # the claim, as its own clock makes it
+    assert fake["verdict"] != "improved" and "timed from outside" in refused, refused
+    assert won["verdict"] == "improved" and won["metrics"]["t"]["delta_pct"] < -25, won["metrics"]["t"]
+
+
+# --- a real win refused: a fixed-work bench that also prints the work it did ---------------------------------------
+
+# A start of its own (work it does not time), then fixed work it times; it prints the work too (METRIC ops=).
+STARTS = r"""#include <stdio.h>
+#include <time.h>
+#include "work.h"
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+volatile unsigned sink;
+int main(void) {
+    unsigned x = 1;
+    for (long i = 0; i < 60000000L; i++) x = x * 1103515245u + 12345u;  /* the start: not timed */
+    double t0 = now();
+    for (long i = 0; i < WORK; i++) x = x * 1103515245u + 12345u;
+    sink = x;
+    printf("METRIC t_ms=%.3f\nMETRIC ops=1000\n", (now() - t0) * 1e3);
+    return 0;
+}
+"""
+
+
+@pytest.mark.serial
+@confined
+@pytest.mark.anyio
+async def test_a_fixed_work_benchs_real_win_is_committed_though_it_prints_its_work(tmp_path: Path) -> None:
+    """Its timed work is a third of each run: the per-op check asked a real 60% win for -30% of the run (a share it
+    assumed, at the claim's estimate) and saw -18% (it ended inconclusive); the share start_session measures is the
+    run's own."""
+    repo = committed_bench(tmp_path, {"starts.c": STARTS, "work.h": "#define WORK 30000000L\n",
+                                      ".gitignore": "starts\n"}, "./starts", pairing=None,
+                           build="cc -O1 -o starts starts.c")
+    async with Client(build_server()) as c:
+        await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="starts")
+        real = await call(c, "launch_experiment", title="less work", source="patch", repeats="auto",
+                          patch=edited(repo, "work.h", "30000000L", "12000000L"))
+        won = await wait_final(c, real["experiment_id"], timeout=900)
+        await call(c, "commit_winner", experiment_id=real["experiment_id"])
+    share = json.loads(config_path(repo).read_text())["measured_share"]["t_ms"]
+    assert 0.15 < share < 0.6, share
+    assert won["verdict"] == "improved" and won["metrics"]["t_ms"]["delta_pct"] < -45, won["metrics"]["t_ms"]

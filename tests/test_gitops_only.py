@@ -87,7 +87,7 @@ def test_no_module_but_gitops_runs_git() -> None:
     ("def f(repo):\n    return repo.git.rev_parse('HEAD')\n", "command wrapper"),
     ("def f(self):\n    return self.repo.head.commit\n", "object API"),
     ("import git\n", "imports GitPython"),
-    ("from autoresearch_mcp.core import gitops\nr = gitops.Repo('.')\n", "opens a repository itself"),
+    ("from autoresearch_mcp.git import gitops\nr = gitops.Repo('.')\n", "opens a repository itself"),
     ("import subprocess\ncmd = 'git'\nsubprocess.run(('git', '-C', '.', 'log'))\n", "builds a git command line"),
 ])
 def test_the_check_finds_each_way_of_running_git(source: str, what: str) -> None:

@@ -34,7 +34,7 @@ needs_bwrap = pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubb
 
 def measured(command: str, tree: Path, off: bool, subreaper: bool = True) -> dict[str, Any]:
     """run_command's outside measures of `command`, in a process of its own (as the runner runs it)."""
-    code = ("import json, sys\nfrom autoresearch_mcp.core import procs, sandbox\n"
+    code = ("import json, sys\nfrom autoresearch_mcp.worker import procs, sandbox\n"
             f"sub = procs.become_subreaper() if {subreaper} else False\n"
             f"r = procs.run_command(['bash', '-c', {command!r}], {str(tree)!r}, 120, "
             f"confine=sandbox.Confinement({str(tree)!r}, off={off}))\n"

@@ -361,7 +361,9 @@ def start_session(
     in_turns = (validated.pairing or config.pairing) == decide.TURNS
     picked: dict[str, Any] = {"threads": validated.threads, "read_only_runs": validated.read_only,  # chosen now:
                               "pairing": validated.pairing,  # every later run of the session uses them
-                              "turn_clock": validated.turn_clock if in_turns else None}
+                              "turn_clock": validated.turn_clock if in_turns else None,
+                              "metric_kinds": validated.metric_kinds or None,
+                              "measured_share": validated.measured_share or None}
     config = plan.config = config.model_copy(update={k: v for k, v in picked.items() if v is not None})
     if validated.pairing is not None:
         common["pairing"] = validated.pairing

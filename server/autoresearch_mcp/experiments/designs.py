@@ -36,7 +36,7 @@ def spec(config: SessionConfig, focus: list[str], session: bool = False, carried
                        guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
                        prove_tolerance=session, shown_directions=dict(c.metric_directions),
                        threads=c.threads if c.threads is not None else 0, turn_clock=c.turn_clock or "cpu",
-                       carried=carried)
+                       carried=carried, kinds=dict(c.metric_kinds), measured_share=dict(c.measured_share))
 
 
 def design(config: SessionConfig, repeats: int | str, session: bool = False) -> stats.Design:

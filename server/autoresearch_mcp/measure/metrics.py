@@ -236,7 +236,7 @@ def measure_of(name: str, spec: decide.Spec) -> str:
         if name == decide.HARNESS_WALL:
             return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
                     "from outside" + turns + per)
-        if spec.turn_clock == "wall" and name in spec.required() and decide.TIMED_NAME.search(name):
+        if spec.turn_clock == "wall" and name in spec.required() and spec.timed(name):
             return ("its figure over the wall time of its own turns, as the harness took them (the runs keep several "
                     "CPUs busy: turn_clock 'wall')" + turns + per)
         if name in spec.required() or name.startswith((decide.FOCUS_PREFIX, decide.CONTROL_PREFIX)):

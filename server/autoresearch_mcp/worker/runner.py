@@ -133,7 +133,7 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                 share = res.wall_s / res.span_s if res.wall_s and res.span_s else None
                 directions = {n: rule.direction for n, rule in spec.rules(list(parsed.values)).items()}
                 taken, problems = decide.turn_values(parsed.values, decide.turn_judged(parsed.values, spec), share,
-                                                     directions, wall=spec.turn_clock == "wall")
+                                                     directions, wall=spec.turn_clock == "wall", timed=spec.timed)
                 values = {n: parsed.values[o] * f for n, (o, f) in taken.items()}
                 steps = {n: parsed.steps[o] * f for n, (o, f) in taken.items() if o in parsed.steps}
                 parsed = metricparse.ParsedMetrics(values, parsed.lines, parsed.problems, steps)
