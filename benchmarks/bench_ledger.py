@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autoresearch_mcp.core.ledger import Ledger
-from autoresearch_mcp.core.records import parse
+from autoresearch_mcp.store.ledger import Ledger
+from autoresearch_mcp.store.records import parse
 
 V0 = Path(__file__).resolve().parents[1] / "tests" / "data" / "ledger_v0" / "ledger.jsonl"
 COPIES = 50

@@ -42,7 +42,7 @@ from mcp import Client
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autoresearch_mcp import recipes, resources
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
 
 EXAMPLE = resources.example_dir() / "normsoft"
 SPREAD_OF = ("rows_per_s", "ms_per_row", "tg_tps", "pp_tps", "harness.cpu_s", "harness.wall_s")

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import realtree
 import tinymodel
 from autoresearch_mcp import recipes
-from autoresearch_mcp.core import builds
+from autoresearch_mcp.worker import builds
 
 FOCUSES = ["RMS_NORM", "RMS_NORM,MUL", "SOFT_MAX", "FLASH_ATTN_EXT"]
 OPS = "ggml/src/ggml-cpu/ops.cpp"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from autoresearch_mcp.core import jobenv
+from autoresearch_mcp.worker import jobenv
 
 
 def read_all(tree: Path) -> int:

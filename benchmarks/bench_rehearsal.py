@@ -41,7 +41,7 @@ from mcp import Client
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
 from bench_noise import call, git, load, neighbour, stop_neighbour
 
 OPS = "ggml/src/ggml-cpu/ops.cpp"

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.config import SessionConfig, save_config
-from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import write_report
+from autoresearch_mcp.store.config import SessionConfig, save_config
+from autoresearch_mcp.store.ledger import Ledger
+from autoresearch_mcp.worker import decide
 
 PAIRS = 30  # the first look where an improvement can be decided
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from autoresearch_mcp.core import jobenv, jobfile, procs, sandbox
+from autoresearch_mcp.worker import jobenv, jobfile, procs, sandbox
 
 
 def git(repo: Path, *args: str) -> str:
@@ -91,8 +91,8 @@ def interleaved(tree: Path, runs: int, timeout_s: float,
 
 def protected_cost(files: int, runs: int) -> None:
     """Median cost of `files` protected files in one folder, per confined command (printed)."""
-    from autoresearch_mcp.core import gitops
-    from autoresearch_mcp.core.worktrees import Worktrees
+    from autoresearch_mcp.git import gitops
+    from autoresearch_mcp.git.worktrees import Worktrees
 
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-protected-") as tmp:
         repo = Path(tmp) / "repo"

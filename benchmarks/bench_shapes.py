@@ -123,6 +123,8 @@ def win_patch(repo: Path, kind: str, win_pct: float) -> str:
     before = (repo / "cost.h").read_text()
     if kind == "balance":
         after = "#define SPLIT 50\n"  # from 75/25: the wall time of the longer thread drops by a third
+    elif win_pct == 0:
+        after = before.strip() + "  /* the same work: a no-op */\n"
     else:
         after = f"#define COST {round(KINDS[kind]['cost'] / (1 + win_pct / 100))}\n"
     return f"--- a/cost.h\n+++ b/cost.h\n@@ -1 +1 @@\n-{before.strip()}\n+{after.strip()}\n"

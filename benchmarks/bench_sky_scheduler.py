@@ -20,12 +20,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from autoresearch_mcp.core import channel, jobfile, runner
-from autoresearch_mcp.core.config import SessionConfig, SkyConfig
-from autoresearch_mcp.core.port import Job
+from autoresearch_mcp.executors.port import Job
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.store.config import SessionConfig, SkyConfig
+from autoresearch_mcp.worker import channel, jobfile, runner
 from sky_fake import FakeSky
 
 

@@ -1,4 +1,4 @@
-"""Statistics by simulation, through the very functions the runner applies (core/decide.py `judge`, after
+"""Statistics by simulation, through the very functions the runner applies (worker/decide.py `judge`, after
 every pair, as with repeats='auto') and the verdict the server records (`metrics.analyze` on the stored
 samples, for every 10th experiment; disagreements are counted).
 
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from autoresearch_mcp.core import decide
 from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.worker import decide
 
 Speeds = Callable[[random.Random, int], list[float]]  # (rng, runs) -> a speed per run, in time order
 

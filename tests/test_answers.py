@@ -21,9 +21,9 @@ from mcp import Client
 from pydantic import ValidationError
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.config import SessionConfig
 from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.store.config import SessionConfig
+from autoresearch_mcp.worker import decide
 from conftest import init_repo, script_repo
 from helpers import FINAL, call, error
 

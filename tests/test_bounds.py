@@ -26,11 +26,11 @@ from autoresearch_mcp.analysis.peaks import (
     probe_command,
 )
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import profiler
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.models import PeakFigures, Precision
 from autoresearch_mcp.settings import Settings
 from autoresearch_mcp.state import AppState
+from autoresearch_mcp.worker import profiler
 from conftest import script_repo
 
 ROOFS = Roofs(bandwidth_gb_s=100.0, gflop_s=1000.0)  # ridge point: 10 flop/byte

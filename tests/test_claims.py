@@ -4,7 +4,7 @@ what the round can resolve; a continued round measured whole; the session's tota
 baseline drift judged by an interval; the thread count chosen only on clear evidence.
 
 The experiments are run as the runner runs them: each pair's order a coin, judged after every pair with the
-runner's own rule (core/decide.py), continued as the brief says when undecided."""
+runner's own rule (worker/decide.py), continued as the brief says when undecided."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide
 from autoresearch_mcp.measure import figures, metrics, stats
+from autoresearch_mcp.worker import decide
 from conftest import script_repo
 
 DESIGN = stats.make_design("auto")

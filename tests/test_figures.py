@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoresearch_mcp.core import decide, runner
-from autoresearch_mcp.core.ledger import ExperimentState, Ledger, PlatformState
-from autoresearch_mcp.core.records import (
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.measure import figures, metrics, stats
+from autoresearch_mcp.store.ledger import ExperimentState, Ledger, PlatformState
+from autoresearch_mcp.store.records import (
     Analysis,
     ContinueRecord,
     LaunchRecord,
@@ -22,8 +23,7 @@ from autoresearch_mcp.core.records import (
     ResultRecord,
     SessionRecord,
 )
-from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.measure import figures, metrics, stats
+from autoresearch_mcp.worker import decide, runner
 
 V0 = Path(__file__).parent / "data" / "ledger_v0" / "ledger.jsonl"
 DESIGN = stats.make_design("auto")

@@ -15,8 +15,8 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, sandbox
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.worker import decide, sandbox
 from conftest import init_repo, slow_clock
 from helpers import call, error, wait_final
 

@@ -548,6 +548,7 @@ async def test_what_a_killed_runner_started_does_not_survive_it(tmp_path: Path) 
             await anyio.sleep(0.1)
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_nothing_an_experiment_started_survives_the_server_exit(tmp_path: Path) -> None:
     tag = sleep_tag()

@@ -1,4 +1,4 @@
-"""core/gitops.py: each operation against real repositories in temporary directories."""
+"""git/gitops.py: each operation against real repositories in temporary directories."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch_mcp.core import gitops, gitrun
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.git import gitops, gitrun
 from conftest import git, init_repo
 
 

@@ -1,4 +1,4 @@
-"""Git runs in one place: the gitops modules (core/gitops.py, which callers ask, and its siblings gitrun, gitread
+"""Git runs in one place: the gitops modules (git/gitops.py, which callers ask, and its siblings gitrun, gitread
 and gittrees). No other module of the package imports GitPython, builds a git command line, calls GitPython's
 command wrapper (`repo.git.x(...)`) or its object API (`repo.head`, `repo.index`...), or opens a repository
 itself; they call named gitops functions.
@@ -17,7 +17,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "server" / "autoresearch_mcp"
 # the gitops modules: gitops (what callers ask), gitrun (the runner), gitread (reading), gittrees (writing objects)
-GITOPS = {PACKAGE / "core" / f"{name}.py" for name in ("gitops", "gitrun", "gitread", "gittrees")}
+GITOPS = {PACKAGE / "git" / f"{name}.py" for name in ("gitops", "gitrun", "gitread", "gittrees")}
 # guard.py (parsing the agent's git command lines), guardrepo.py (the guard asking git with the stdlib) and
 # hooks.py (the Stop hook)
 HOOKS = {"guard.py": {"_Guard.invocation"}, "guardrepo.py": {"GitQuestions._git"}, "hooks.py": {"_session_root"}}
@@ -87,7 +87,7 @@ def test_no_module_but_gitops_runs_git() -> None:
     ("def f(repo):\n    return repo.git.rev_parse('HEAD')\n", "command wrapper"),
     ("def f(self):\n    return self.repo.head.commit\n", "object API"),
     ("import git\n", "imports GitPython"),
-    ("from autoresearch_mcp.core import gitops\nr = gitops.Repo('.')\n", "opens a repository itself"),
+    ("from autoresearch_mcp.git import gitops\nr = gitops.Repo('.')\n", "opens a repository itself"),
     ("import subprocess\ncmd = 'git'\nsubprocess.run(('git', '-C', '.', 'log'))\n", "builds a git command line"),
 ])
 def test_the_check_finds_each_way_of_running_git(source: str, what: str) -> None:

@@ -15,12 +15,12 @@ from mcp import Client
 
 from autoresearch_mcp.analysis import hotspots
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import profiler
-from autoresearch_mcp.core.config import SessionConfig
-from autoresearch_mcp.core.profiler import parse_report
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import skypilot
 from autoresearch_mcp.executors.sky_pool import SkyPool
+from autoresearch_mcp.store.config import SessionConfig
+from autoresearch_mcp.worker import profiler
+from autoresearch_mcp.worker.profiler import parse_report
 from conftest import script_repo
 from helpers import call, error, wait_final
 from sky_fake import FakeSky

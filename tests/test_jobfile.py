@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
+from autoresearch_mcp import worker
 from autoresearch_mcp.analysis.counters import run_counted
-from autoresearch_mcp.core import channel, jobfile, machinelock, runner
-from autoresearch_mcp.core.jobs import JobMaker
-
-RUNNER = Path(runner.__file__).resolve()
+from autoresearch_mcp.executors.jobs import JobMaker
+from autoresearch_mcp.worker import channel, jobfile, machinelock, runner
 
 
 def placed(job: jobfile.Job, tmp_path: Path) -> jobfile.Job:
@@ -50,7 +49,7 @@ def test_a_job_this_runner_cannot_run_ends_with_a_result_line_that_says_why(
         tmp_path: Path, change: dict[str, Any], said: str) -> None:
     job_file = tmp_path / "job.json"
     job_file.write_text(json.dumps({**jobfile.Experiment().to_dict(), **change}))
-    done = subprocess.run([sys.executable, str(RUNNER), str(job_file)], input="secret\n", capture_output=True,
+    done = subprocess.run([sys.executable, "-m", worker.__name__, str(job_file)], input="secret\n", capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     result = channel.parse_result_line(done.stdout.strip().splitlines()[-1], "secret")
@@ -108,7 +107,7 @@ def test_the_counters_job_of_analyze_bounds_waits_for_the_machines_turn(tmp_path
 def test_a_counters_job_runs_where_no_command_can_be_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """perf follows the user's own command: the counters job is not one of the confined kinds, and a machine
     without bubblewrap still counts."""
-    from autoresearch_mcp.core import sandbox
+    from autoresearch_mcp.worker import sandbox
 
     monkeypatch.setattr(sandbox, "BWRAP", "autoresearch-no-such-bwrap")
     monkeypatch.setattr(sandbox, "_probed", {})

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
 from conftest import balanced_noise, git, script_repo
 from helpers import call, error, wait_final
 
@@ -231,9 +231,9 @@ async def test_a_candidate_that_keeps_its_answer_in_its_tree_cannot_pass_the_hol
 
 @pytest.mark.slow
 async def test_the_holdout_verdict_is_recomputed_from_the_ledger(holdout_repo: tuple[Path, Path]) -> None:
-    from autoresearch_mcp.core.config import load_config
     from autoresearch_mcp.experiments import holdout
     from autoresearch_mcp.measure import stats
+    from autoresearch_mcp.store.config import load_config
 
     repo, script = holdout_repo
     async with Client(build_server()) as c:

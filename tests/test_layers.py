@@ -1,5 +1,6 @@
 """The package's layers hold: import-linter checks the contracts in pyproject.toml (the package's layers, the
-rooms of experiments/, analysis never importing experiments, and core's vocabulary below the port and the runner),
+rooms of experiments/, analysis never importing experiments, the session's storage below the port and the runner, the
+worker importing nothing else of the server),
 and no two subpackages import each other (a package-level cycle), whatever the contracts list."""
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _package_graph() -> dict[str, set[str]]:
 
 def test_no_two_parts_of_the_package_import_each_other() -> None:
     graph = _package_graph()
-    assert {"core", "measure", "executors", "experiments"} <= set(graph)
+    assert {"worker", "git", "store", "measure", "executors", "experiments"} <= set(graph)
     try:
         list(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as exc:
@@ -51,7 +52,7 @@ def test_the_layer_contract_holds() -> None:
     done = subprocess.run([lint, "--no-cache"], cwd=ROOT,  # reads pyproject.toml there
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 kept, 0 broken" in done.stdout
+    assert "5 kept, 0 broken" in done.stdout
 
 
 # --- one builder of jobs, one runner of them ----------------------------------------------------------
@@ -64,8 +65,8 @@ RECORDS = {"Job", "Experiment", "Validation", "ChecksTrial", "HeadCheck", "Holdo
 # Running a job's command: the runner's functions that build, bench or check a tree, or run a job.
 RUNS_A_JOB = {"run_command", "build_tree", "run_checks", "run_validation", "run_experiment", "run_holdout",
               "profile", "run_profile", "run_counters", "run"}
-BUILDER = {"core/jobs.py", "core/jobfile.py"}
-RUNNER_SIDE = {"core/runner.py", "core/profiler.py"}  # the runner (and the profiler beside it) read their own job
+BUILDER = {"executors/jobs.py", "worker/jobfile.py"}
+RUNNER_SIDE = {"worker/runner.py", "worker/profiler.py"}  # the runner (and the profiler beside it) read their own job
 # analyze_bounds measures this machine, with or without a session (no trees, no executor): its counters job runs
 # in the server's process, through the runner's own handler and under the machine's turn
 IN_PROCESS = {"analysis/counters.py": "runner.run"}
@@ -91,12 +92,12 @@ def test_only_core_jobs_builds_a_job() -> None:
     builds = [f"{name}:{node.lineno} ({', '.join(sorted(_keys(node) & JOB_KEYS))})"
               for name, tree in _modules() if name not in BUILDER | RUNNER_SIDE
               for node in ast.walk(tree) if _keys(node) & JOB_KEYS]
-    assert builds == [], "build the job with core/jobs.py (JobMaker) instead: " + "; ".join(builds)
+    assert builds == [], "build the job with executors/jobs.py (JobMaker) instead: " + "; ".join(builds)
 
 
 def test_only_the_runner_runs_a_job() -> None:
     """No build, bench or checks command runs outside the runner: the server's own jobs (validation, checks
-    trials, platform checks, profiles, the holdout) go through an executor, which runs runner.py."""
+    trials, platform checks, profiles, the holdout) go through an executor, which runs the worker."""
     runs = []
     for name, tree in _modules():
         if name in RUNNER_SIDE:
@@ -108,3 +109,38 @@ def test_only_the_runner_runs_a_job() -> None:
                     and IN_PROCESS.get(name) != f"{node.func.value.id}.{node.func.attr}"):
                 runs.append(f"{name}:{node.lineno} {node.func.value.id}.{node.func.attr}")
     assert runs == [], "run it as a job through the executor port instead: " + "; ".join(runs)
+
+
+# --- the worker ships whole ---------------------------------------------------------------------------------------
+
+WORKER = PACKAGE / "worker"
+
+
+def test_the_worker_imports_only_the_standard_library_and_its_own_modules() -> None:
+    outside = []
+    for path in sorted(WORKER.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            stdlib = sys.stdlib_module_names
+            outside += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] not in stdlib]
+    assert outside == []
+
+
+def test_the_worker_folder_runs_a_job_where_it_is_shipped_with_nothing_else(tmp_path: Path) -> None:
+    """The folder alone, as the SkyPilot executor ships it (sky_task.RUN_WORKER), under an interpreter that sees no
+    installed package (-I -S): a job it cannot run still ends with the result line that says why."""
+    from autoresearch_mcp.executors import sky_task
+
+    inbox = tmp_path / "inbox"
+    shutil.copytree(WORKER, inbox / sky_task.SHIPPED_AS, ignore=shutil.ignore_patterns("__pycache__"))
+    (inbox / "job.json").write_text('{"kind": "bake", "version": 1}')
+    command = sky_task.RUN_WORKER.replace('"$py" -c', f"{sys.executable} -I -S -c").replace('"$inbox"', str(inbox))
+    done = subprocess.run(f'printf "s\\n" | {command} {inbox / "job.json"}', shell=True, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "AUTORESEARCH_RESULT" in done.stdout and "a job of kind 'bake'" in done.stdout, done.stdout

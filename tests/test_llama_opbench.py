@@ -22,7 +22,7 @@ import pytest
 import realtree
 import tinymodel
 from autoresearch_mcp import recipes
-from autoresearch_mcp.core import builds
+from autoresearch_mcp.worker import builds
 from realtree import ONE_PASS, REPEATED_SCALE, TWO_PASSES
 
 pytestmark = [pytest.mark.serial, pytest.mark.timeout(2700)]

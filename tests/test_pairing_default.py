@@ -12,8 +12,8 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import sandbox
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
+from autoresearch_mcp.worker import sandbox
 from conftest import init_repo
 from helpers import call
 

@@ -21,10 +21,10 @@ from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp import hooks
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import Platform, SessionConfig, job_env, resolve
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.experiments import platforms
+from autoresearch_mcp.store.config import Platform, SessionConfig, job_env, resolve
 from conftest import git, init_repo
 from helpers import FINAL, call, error
 from sky_fake import FakeSky
@@ -563,9 +563,10 @@ def test_the_stop_hook_counts_platform_runs_and_their_cloud_workers() -> None:
 
 def test_a_fleet_cannot_confine_when_one_of_its_executors_cannot(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoresearch_mcp.core import gitops, sandbox
-    from autoresearch_mcp.core.worktrees import Worktrees
     from autoresearch_mcp.executors.local import LocalExecutor
+    from autoresearch_mcp.git import gitops
+    from autoresearch_mcp.git.worktrees import Worktrees
+    from autoresearch_mcp.worker import sandbox
 
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "x.txt").write_text("x\n")

@@ -22,8 +22,8 @@ from mcp import Client
 
 from autoresearch_mcp import recipes
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import config_path
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.store.config import config_path
 from conftest import git, init_repo
 from helpers import call, error, wait_final
 

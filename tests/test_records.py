@@ -16,10 +16,13 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.config import SessionConfig, gate_changes
-from autoresearch_mcp.core.ledger import Ledger, apply, fold
-from autoresearch_mcp.core.records import (
+from autoresearch_mcp.executors import skypilot
+from autoresearch_mcp.executors.sky_pool import SkyPool
+from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.report import write_report
+from autoresearch_mcp.store.config import SessionConfig, gate_changes
+from autoresearch_mcp.store.ledger import Ledger, apply, fold
+from autoresearch_mcp.store.records import (
     SCHEMA_VERSION,
     TYPES,
     Analysis,
@@ -28,10 +31,7 @@ from autoresearch_mcp.core.records import (
     migrate,
     parse,
 )
-from autoresearch_mcp.executors import skypilot
-from autoresearch_mcp.executors.sky_pool import SkyPool
-from autoresearch_mcp.measure import metrics, stats
-from autoresearch_mcp.report import write_report
+from autoresearch_mcp.worker import decide
 from conftest import git
 from helpers import call
 from sky_fake import FakeSky

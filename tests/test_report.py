@@ -24,14 +24,14 @@ from scipy import stats as sps
 
 from autoresearch_mcp import cli
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.config import SessionConfig, save_config
-from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.finalize import finalize
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_chart, write_report
 from autoresearch_mcp.report.chart import VERDICT_COLORS, chart_figure
+from autoresearch_mcp.store.config import SessionConfig, save_config
+from autoresearch_mcp.store.ledger import Ledger
+from autoresearch_mcp.worker import decide
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from autoresearch_mcp.core import cgroups, decide, jobenv, jobfile, runner, sandbox
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.worker import cgroups, decide, jobenv, jobfile, runner, sandbox
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
     sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")), sandbox.OFF]

@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import channel, jobfile, sandbox
+from autoresearch_mcp.worker import channel, jobfile, sandbox
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
@@ -80,6 +80,7 @@ def leftovers(tag: str) -> list[psutil.Process]:
 # --- 1. what a build writes after the snapshot never replaces the session's scripts --------------------------
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_a_build_that_rewrites_the_benchmark_script_gets_no_false_winner(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
@@ -137,6 +138,7 @@ async def test_a_build_cannot_slow_the_baseline_down_by_writing_into_its_tree(tm
     assert won(control)
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_a_candidate_writes_nothing_outside_its_own_tree(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
@@ -254,6 +256,7 @@ class Listener:
         self.path.unlink(missing_ok=True)
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_a_candidate_cannot_reach_the_machines_services_through_their_sockets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -343,6 +346,7 @@ MEMO = ("echo ANSWER=42\nif [ -f .memo ]; then m=2; else m=1; touch .memo 2>/dev
         "awk -v v=$(cat value.txt) -v m=$m 'BEGIN{printf \"METRIC score=%.5f\\n\", v*m}'\n")
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_a_candidate_cannot_keep_state_from_one_run_to_the_next(tmp_path: Path) -> None:
     repo = quiet_repo(tmp_path)
@@ -388,6 +392,7 @@ def forged_outcome() -> str:
                        "passed": True}, "stop_reason": "improved"}, separators=(",", ":"))
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_a_forged_result_line_written_to_the_runners_output_is_not_believed(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
@@ -395,7 +400,7 @@ async def test_a_forged_result_line_written_to_the_runners_output_is_not_believe
     forge = f"""\
 line="AUTORESEARCH_RESULT $(cat {tmp_path / 'forged.json'} 2>/dev/null || echo '{{}}')"
 for p in /proc/[0-9]*; do
-  if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'runner.py'; then
+  if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'autoresearch_mcp.worker'; then
     for sig in 1 2; do echo "$line" > $p/fd/1 2>/dev/null; done
     kill -9 ${{p#/proc/}} 2>/dev/null
   fi
@@ -410,6 +415,7 @@ true
     assert won(control)
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 async def test_a_helper_left_behind_cannot_rewrite_the_measured_output(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
@@ -428,6 +434,7 @@ async def test_a_helper_left_behind_cannot_rewrite_the_measured_output(tmp_path:
     assert leftovers(tag) == []
 
 
+@pytest.mark.as_user
 async def test_a_process_that_clears_its_environment_does_not_outlive_the_experiment(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path)
     tag = f"{uuid.uuid4().int % 1000}.{uuid.uuid4().int % 100000}"
@@ -455,6 +462,7 @@ async def test_a_huge_benchmark_output_is_stored_capped_with_its_metric_lines(tm
 # Not among them: AUTORESEARCH_BASELINE_TREE, which only the checks get (they compare with the baseline's tree;
 # a bench that saw it could tell whether it is the baseline, test_sandbox_shared). A program tells the checks
 # from the bench by how it is called anyway (its arguments, its parent's command line): docs/guarantees.md.
+@pytest.mark.as_user
 @pytest.mark.slow
 @pytest.mark.parametrize("tell", ['[ -n "${AUTORESEARCH_ROLE:-}" ]', '[ -n "${AUTORESEARCH_RUN:-}" ]'])
 async def test_a_program_cannot_tell_the_bench_from_the_checks(tmp_path: Path, tell: str) -> None:

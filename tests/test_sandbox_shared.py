@@ -25,8 +25,9 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import gitops, jobenv, jobfile, procs, sandbox
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import Worktrees
+from autoresearch_mcp.worker import jobenv, jobfile, procs, sandbox
 from conftest import balanced_noise, git, init_repo
 from helpers import call
 from test_sandbox import BETTER, hostile_repo, measure, won
@@ -100,6 +101,7 @@ x86_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the attack
 # --- 4/5. no process of the job can steer the session's scripts ---------------------------------------------
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 @needs_cc
 @x86_only
@@ -172,6 +174,7 @@ def forget(where: str, tag: str) -> None:
             libc.syscall(250, 21, key, -4)  # KEYCTL_UNLINK from @u
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["shm", "keyring"])
 async def test_a_candidate_cannot_keep_state_in_the_kernel_between_runs(tmp_path: Path, where: str) -> None:
@@ -471,6 +474,7 @@ TELLS = {
 }
 
 
+@pytest.mark.as_user
 @pytest.mark.slow
 @pytest.mark.parametrize("tell", list(TELLS))
 async def test_a_committed_winner_cannot_tell_when_it_runs_as_the_baseline(

@@ -197,8 +197,8 @@ async def test_a_resumed_session_reads_its_ledger_once_and_appends_through_one_o
     """A fix: the resume read the ledger two to three times (check_resume, the manager), every
     analyze_bounds read it again, and start_session and the manager appended through two objects."""
     from autoresearch_mcp.analysis.bounds import analyze_bounds
-    from autoresearch_mcp.core.ledger import Ledger
     from autoresearch_mcp.state import AppState
+    from autoresearch_mcp.store.ledger import Ledger
 
     repo = script_repo(tmp_path, 'echo "METRIC t=$(cat value.txt)"')
     await start(repo, metric="t", tag="once")

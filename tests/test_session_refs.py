@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import gitops
+from autoresearch_mcp.git import gitops
 from conftest import git, script_repo
 from helpers import call, error, wait_final
 

@@ -17,16 +17,16 @@ import anyio
 import git as gitpython
 import pytest
 
-from autoresearch_mcp.core import channel, decide, jobfile, runner, sandbox
-from autoresearch_mcp.core.config import SessionConfig, SkyConfig
-from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import sky_task
+from autoresearch_mcp.executors.port import Job
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo, SkyError
 from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler
 from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.store.config import SessionConfig, SkyConfig
+from autoresearch_mcp.worker import channel, decide, jobfile, runner, sandbox
 from conftest import git, init_repo
 from helpers import wait_final
 from sky_fake import FakeSky
@@ -215,15 +215,14 @@ def test_a_staged_workdir_is_fresh_and_the_task_is_one_experiment(tmp_path: Path
     staging = tmp_path / "stage"
     sky_task.stage(repo, job(repo, "x1", cand), staging, retired=[], secret="s3cret")
     names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
-    assert names == [f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/builds.py", "exp-x1/cgroups.py",
-                     "exp-x1/changes.tar.gz", "exp-x1/channel.py", "exp-x1/decide.py", "exp-x1/deleted",
-                     "exp-x1/job.json", "exp-x1/jobenv.py", "exp-x1/jobfile.py", "exp-x1/machinelock.py",
-                     "exp-x1/metriclook.py", "exp-x1/metricparse.py", "exp-x1/procs.py", "exp-x1/profiler.py",
-                     "exp-x1/run.sh", "exp-x1/runner.py", "exp-x1/sandbox.py", "exp-x1/scripts",
-                     "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh", "exp-x1/secret",
-                     "exp-x1/turns.py"]
-    assert (staging / "exp-x1" / "deleted").read_bytes() == b"b.txt\0"
-    assert (staging / "exp-x1" / "runner.py").read_bytes() == Path(runner.__file__).read_bytes()
+    shipped = sorted(f"exp-x1/{sky_task.SHIPPED_AS}/{p.name}" for p in sky_task.WORKER.glob("*.py"))
+    assert names == sorted([f"base-{base[:16]}.tar.gz", "exp-x1", "exp-x1/changes.tar.gz", "exp-x1/deleted",
+                            "exp-x1/job.json", "exp-x1/run.sh", "exp-x1/scripts", "exp-x1/secret",
+                            "exp-x1/scripts/autoresearch.checks.sh", "exp-x1/scripts/autoresearch.sh",
+                            f"exp-x1/{sky_task.SHIPPED_AS}", *shipped])
+    assert "exp-x1/autoresearch_worker/runner.py" in shipped and "exp-x1/autoresearch_worker/__main__.py" in shipped
+    assert (staging / "exp-x1" / sky_task.SHIPPED_AS / "runner.py").read_bytes() == \
+        Path(runner.__file__).read_bytes()
     # the session's scripts, bound over the trees on the worker; the secret, which run.sh deletes at once
     assert (staging / "exp-x1" / "scripts" / "autoresearch.sh").read_bytes() == (repo / "autoresearch.sh").read_bytes()
     assert json.loads((staging / "exp-x1" / "job.json").read_text())["sandbox"]["scripts"]["autoresearch.sh"] == \
@@ -581,10 +580,10 @@ def test_release_with_stop_keeps_the_clusters_stopped(tmp_path: Path, pool: Make
 
 
 def test_the_manager_records_each_experiments_cost_and_sums_it(tmp_path: Path, pool: MakePool) -> None:
-    from autoresearch_mcp.core.config import state_dir
-    from autoresearch_mcp.core.ledger import Ledger
     from autoresearch_mcp.experiments import launching, readouts
     from autoresearch_mcp.experiments.manager import ExperimentManager
+    from autoresearch_mcp.store.config import state_dir
+    from autoresearch_mcp.store.ledger import Ledger
 
     repo = bench_repo(tmp_path, "echo METRIC t=$(cat value.txt)", {"value.txt": "100\n"})
     git(repo, "checkout", "-q", "-b", "autoresearch/t")

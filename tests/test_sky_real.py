@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from autoresearch_mcp.analysis import hotspots
-from autoresearch_mcp.core import jobfile
-from autoresearch_mcp.core.config import SkyConfig
-from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.executors import sky_task
+from autoresearch_mcp.executors.port import Job
 from autoresearch_mcp.executors.sky_port import ClusterGone, NoCloudAccess
 from autoresearch_mcp.executors.skypilot import SdkPort
+from autoresearch_mcp.store.config import SkyConfig
+from autoresearch_mcp.worker import jobfile
 from conftest import git
 from test_sky_executor import commit, job
 
@@ -69,8 +69,8 @@ def test_a_profile_job_with_the_perf_setup_the_error_suggests_is_a_valid_task(
     assert again.to_yaml_config()["setup"] == task["setup"]
     inbox = tmp_path / "stage" / "exp-profile-0123456789"
     run = (inbox / "run.sh").read_text()
-    # the runner runs a profile as any other job (its kind names the handler), profiler.py shipped beside it
-    assert (inbox / "profiler.py").is_file() and '"$inbox/runner.py"' in run
+    # the runner runs a profile as any other job (its kind names the handler), the worker shipped whole
+    assert (inbox / sky_task.SHIPPED_AS / "profiler.py").is_file() and sky_task.RUN_WORKER in run
     for script in (task["setup"], run):
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # the shell reads it
 

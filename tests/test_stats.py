@@ -1,4 +1,4 @@
-"""The decision rule on small fixed inputs (core/decide.py through measure/stats.py): each pair's order a
+"""The decision rule on small fixed inputs (worker/decide.py through measure/stats.py): each pair's order a
 coin of its own, exact sign-flip tests whose looks add up to alpha/2, the average run and the worst runs
 beside the typical one, futility and equivalence, the printed resolution, and a focus judged against the
 untouched controls."""
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
-from autoresearch_mcp.core import decide
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure import calibrate, metrics, stats
+from autoresearch_mcp.worker import decide
 
 DESIGN = stats.make_design("auto")
 PLAN = DESIGN.plan()

@@ -14,8 +14,8 @@ from mcp import Client
 
 from autoresearch_mcp import validation
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core import decide, sandbox
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.store.config import config_path
+from autoresearch_mcp.worker import decide, sandbox
 from conftest import git, script_repo
 from helpers import call, wait_final
 

@@ -37,9 +37,9 @@ from pydantic import BaseModel, Field, ValidationError, create_model, model_vali
 from autoresearch_mcp import __version__, finalize, limits, progress, resources
 from autoresearch_mcp.analysis import bounds, hotspots, passes
 from autoresearch_mcp.analysis.diff_backends import compare_backends
-from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import AutoresearchError
 from autoresearch_mcp.experiments import committing, launching, readouts
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import (
     AddNoteResult,
     AnalyzeBoundsResult,

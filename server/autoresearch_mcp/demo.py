@@ -20,8 +20,8 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from autoresearch_mcp import resources
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import config_path
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.store.config import config_path
 
 DEADLINE_S = 1200
 # The refusals the demo exists to show are logged by the MCP SDK at INFO ("Tool 'commit_winner' failed"):

@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
-from autoresearch_mcp.core.ledger import Ledger
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.experiments import branch
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import FinalizeResult, ReviewBranch
+from autoresearch_mcp.store.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.store.ledger import Ledger
 
 RECORDS = gitops.REVIEW_REF  # + a review branch's name: the tip finalize last wrote there
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autoresearch_mcp.core.records import Record
+    from autoresearch_mcp.store.records import Record
 
 
 # --- session-start and stop (inside the installed package) --------------------------------------------
@@ -86,8 +86,8 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
     root = _session_root(event)
     if root is None:
         return None
-    from autoresearch_mcp.core.ledger import Ledger, fold
     from autoresearch_mcp.models import FINAL_STATUSES
+    from autoresearch_mcp.store.ledger import Ledger, fold
 
     # Stop runs at the end of every turn: the config is read as JSON, since the package's config model
     # would import the statistics stack (scipy) for its defaults.
@@ -119,7 +119,7 @@ def stop(event: dict[str, Any]) -> dict[str, Any] | None:
 def cloud_workers(records: list[Record] | list[dict[str, Any]], session_id: str) -> list[str]:
     """Clusters this session's experiments ran on since its last stop_workers, in order of first use
     (records, or the JSON objects of the ledger's lines)."""
-    from autoresearch_mcp.core.records import parse
+    from autoresearch_mcp.store.records import parse
 
     mine: set[str] = set()
     used: dict[str, None] = {}

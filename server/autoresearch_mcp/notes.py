@@ -12,8 +12,8 @@ import datetime as dt
 from pathlib import Path
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.store.config import state_dir
 
 NOTES_FILE = "notes.md"
 AGREED = "Agreed:"  # how the note recording the goal, constraints and budget agreed with the user starts

@@ -18,8 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import limits, recipes, resources, safefs, validation
-from autoresearch_mcp.core import decide, gitops, sandbox
-from autoresearch_mcp.core.config import (
+from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.executors.port import Executor
+from autoresearch_mcp.experiments import branch
+from autoresearch_mcp.experiments import platforms as platforms_
+from autoresearch_mcp.experiments.manager import ExperimentManager
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.measure import figures
+from autoresearch_mcp.models import Direction, ExecutorName, StartSessionResult
+from autoresearch_mcp.recipes import model_file
+from autoresearch_mcp.settings import Settings
+from autoresearch_mcp.store.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
     KEPT_ON_RESUME,
@@ -35,17 +44,9 @@ from autoresearch_mcp.core.config import (
     seed_settings,
     state_dir,
 )
-from autoresearch_mcp.core.ledger import Ledger, LedgerView
-from autoresearch_mcp.core.port import Executor
-from autoresearch_mcp.core.records import SessionRecord
-from autoresearch_mcp.errors import InputError, RefusedError, StateError
-from autoresearch_mcp.experiments import branch
-from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.experiments.manager import ExperimentManager
-from autoresearch_mcp.measure import figures
-from autoresearch_mcp.models import Direction, ExecutorName, StartSessionResult
-from autoresearch_mcp.recipes import model_file
-from autoresearch_mcp.settings import Settings
+from autoresearch_mcp.store.ledger import Ledger, LedgerView
+from autoresearch_mcp.store.records import SessionRecord
+from autoresearch_mcp.worker import decide, sandbox
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +361,9 @@ def start_session(
     in_turns = (validated.pairing or config.pairing) == decide.TURNS
     picked: dict[str, Any] = {"threads": validated.threads, "read_only_runs": validated.read_only,  # chosen now:
                               "pairing": validated.pairing,  # every later run of the session uses them
-                              "turn_clock": validated.turn_clock if in_turns else None}
+                              "turn_clock": validated.turn_clock if in_turns else None,
+                              "metric_kinds": validated.metric_kinds or None,
+                              "measured_share": validated.measured_share or None}
     config = plan.config = config.model_copy(update={k: v for k, v in picked.items() if v is not None})
     if validated.pairing is not None:
         common["pairing"] = validated.pairing

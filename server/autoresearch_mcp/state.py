@@ -15,15 +15,13 @@ import psutil
 
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
-from autoresearch_mcp.core import gitops, procs
-from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
-from autoresearch_mcp.core.ledger import Ledger
-from autoresearch_mcp.core.port import Executor
-from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import AutoresearchError, StateError
+from autoresearch_mcp.executors.port import Executor
 from autoresearch_mcp.experiments import readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.experiments.platforms import Fleet
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import Worktrees
 from autoresearch_mcp.models import (
     AddNoteResult,
     Direction,
@@ -32,6 +30,9 @@ from autoresearch_mcp.models import (
     StartSessionResult,
 )
 from autoresearch_mcp.settings import Settings
+from autoresearch_mcp.store.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.store.ledger import Ledger
+from autoresearch_mcp.worker import procs
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import decide, gitops, metricparse, sandbox
-from autoresearch_mcp.core.config import (
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors.jobs import JobMaker
+from autoresearch_mcp.executors.port import VALIDATION_RUNS, Executor, Job, ValidationRun
+from autoresearch_mcp.experiments import platforms as platforms_
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.measure import stats, summary
+from autoresearch_mcp.models import BenchRun, MetricSummary, ThreadsTrial
+from autoresearch_mcp.store.config import (
     BENCH_SCRIPT,
     CHECKS_SCRIPT,
     SessionConfig,
@@ -21,12 +27,7 @@ from autoresearch_mcp.core.config import (
     judged_metrics,
     state_dir,
 )
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.port import VALIDATION_RUNS, Executor, Job, ValidationRun
-from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.experiments import platforms as platforms_
-from autoresearch_mcp.measure import stats, summary
-from autoresearch_mcp.models import BenchRun, MetricSummary, ThreadsTrial
+from autoresearch_mcp.worker import decide, metricparse, sandbox
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Validation:
     pairing: str | None = None  # chosen by choose_pairing; None: the config's
     pairing_note: str | None = None  # why
     turn_clock: str | None = None  # in turns, chosen from the runs (turn_clock); None: the config's
+    metric_kinds: dict[str, str] = field(default_factory=dict)  # what each metric showed itself to be (metric_kinds)
+    measured_share: dict[str, float] = field(default_factory=dict)  # the share of a run each one times
 
 
 # A run at half duty that takes this much longer than one alone did fixed work; this little, ran for a fixed time.
@@ -78,6 +81,84 @@ def side_measure(config: SessionConfig) -> str:
                 "(its CPU time of every process, a freezer for turns); where it does not, the runner's reaping and "
                 "SIGSTOP")
     return sandbox.side_measure()
+
+
+UNITS_PER_S = (1.0, 1e3, 1e6, 1e9)  # a time printed in s, ms, us or ns
+
+
+def _share_of_run(seconds: list[float], walls: list[float]) -> float | None:
+    """The share of its run each of `seconds` (a time the program took, in some unit: UNITS_PER_S) is, where one unit
+    makes every one of them at most its run's wall time and at least a twentieth of it: their median (else None)."""
+    for unit in UNITS_PER_S:
+        shares = sorted(s / unit / w for s, w in zip(seconds, walls, strict=True))
+        if all(0.05 <= x <= 1.02 for x in shares):
+            return min(1.0, shares[len(shares) // 2])
+    return None
+
+
+def _times_its_run(values: list[float], walls: list[float]) -> bool:
+    return _share_of_run(values, walls) is not None
+
+
+def measured_shares(done: ValidationRun, kinds: dict[str, str]) -> dict[str, float]:
+    """The share of each run's wall time that each time or rate of `kinds` times, from start_session's own runs: a
+    time's seconds (in its unit) over the run's, or, for a rate beside the work the run did (METRIC ops=), the work
+    over the rate. The harness's own time of a run must then show a claimed change by that share (decide.Spec
+    .measured_share); a metric none of whose readings fits is left to the default share."""
+    runs = _readings(done)
+    out: dict[str, float] = {}
+    for name, kind in kinds.items():
+        seen = [(v, w) for v, w in runs if name in v and v[name] > 0]
+        if len(seen) < 2:
+            continue
+        if kind == decide.TIME:
+            share = _share_of_run([v[name] for v, _ in seen], [w for _, w in seen])
+        elif kind == decide.RATE and all(v.get(decide.WORK, 0) > 0 for v, _ in seen):
+            share = _share_of_run([v[decide.WORK] / v[name] for v, _ in seen], [w for _, w in seen])
+        else:
+            share = None
+        if share is not None:
+            out[name] = round(share, 3)
+    return out
+
+
+def _readings(done: ValidationRun) -> list[tuple[dict[str, float], float]]:
+    """Each of start_session's runs' metrics beside the wall time its program's clock spanned (in turns, the other
+    side's turns in it): the validation runs, and the shape trial's run alone."""
+    runs = [(metricparse.parse_metrics(r.output).values, float(span))
+            for r in done.runs if r.ok and (span := r.span_s or r.wall_s)]
+    shape = done.shape or {}
+    if shape.get("ok") and shape.get("full_s"):
+        runs.append((shape.get("full") or {}, float(shape["full_s"])))
+    return runs
+
+
+def metric_kinds(done: ValidationRun, config: SessionConfig) -> dict[str, str]:
+    """What each judged metric showed itself to be in start_session's own runs, whatever its name: a time of the
+    bench's work where the run at half duty (runner.shape_trial) made it at least FIXED_TIME_RATIO times higher, a
+    rate where as much lower; a time too where the runs' values differ (no clock reads the same twice), lower is
+    better and each reads as a time of its own run (a program that mostly waits: half duty cannot stretch its
+    waits); else steady (a size, a count, a score the program computes). A time or a rate is held to the harness's
+    own time of the runs (decide.Spec.timed), so a program that forges its own clock is caught whatever it calls its
+    figure; {} where the runs tell nothing."""
+    shape = done.shape or {}
+    runs = _readings(done)
+    if len(runs) < 2:
+        return {}
+    out: dict[str, str] = {}
+    for name in judged_metrics(config):
+        seen = [(float(v[name]), float(w)) for v, w in runs if name in v and w]
+        if len(seen) < 2 or not all(v > 0 for v, _ in seen):
+            continue
+        alone, halved = (shape.get("full") or {}).get(name), (shape.get("half") or {}).get(name)
+        ratio = float(halved) / float(alone) if shape.get("ok") and alone and halved else 1.0
+        lower = (config.guards[name].direction if name in config.guards else config.direction) == "lower"
+        values = [v for v, _ in seen]
+        out[name] = (decide.TIME if ratio >= FIXED_TIME_RATIO else decide.RATE if ratio <= 1 / FIXED_TIME_RATIO
+                     else decide.TIME if lower and len(set(values)) > 1 and _times_its_run(values,
+                                                                                            [w for _, w in seen])
+                     else decide.STEADY)
+    return out
 
 
 def bench_shape(done: ValidationRun) -> tuple[str | None, list[str]]:
@@ -139,12 +220,16 @@ def validate_benchmark(
 
     def measure_at(at: SessionConfig) -> Validation:
         done = run(at)
+        kinds: dict[str, str] = dict(at.metric_kinds) or metric_kinds(done, at)  # known by its runs, not its name
+        shares = dict(at.measured_share) or measured_shares(done, kinds)
+        at = at.model_copy(update={"metric_kinds": kinds, "measured_share": shares})
         clock = None
         if at.pairing == decide.TURNS and at.turn_clock is None:  # what its runs in turns keep busy decides
             clock = turn_clock([r.cpu_s / r.wall_s for r in done.runs if r.cpu_s and r.wall_s],
                                       at.threads if at.threads is not None else os.cpu_count() or 1)
             at = at.model_copy(update={"turn_clock": clock})
-        validated = Validation(*judge_validation(done, at), writes=done.writes, turn_clock=clock)
+        validated = Validation(*judge_validation(done, at), writes=done.writes, turn_clock=clock, metric_kinds=kinds,
+                               measured_share=shares)
         validated.worker = done.worker
         validated.shape, more = bench_shape(done)
         validated.warnings.extend(more)
@@ -190,7 +275,9 @@ def choose_pairing(config: SessionConfig, validated: Validation) -> tuple[str, s
         return decide.SEQUENTIAL, ("one after the other: with the sandbox off a side's processes are not its own "
                                    "(no PID namespace, no cgroup), so turns could not measure each side alone")
     values = validated.runs[0].parsed if validated.runs else {}
-    _, problems = decide.in_turns(values, judged_metrics(config), scalable=True)
+    kinds = validated.metric_kinds or dict(config.metric_kinds)
+    timed = decide.Spec(config.metric, config.direction, 0.0, kinds=kinds).timed
+    _, problems = decide.in_turns(values, judged_metrics(config), scalable=True, timed=timed)
     if problems:
         return decide.SEQUENTIAL, ("one after the other: " + problems[0].split(":", 1)[0] + "; print "
                                    "METRIC <name>.cpu=<the same, on CPU time> (or name it as a time or a rate) "
@@ -217,11 +304,13 @@ def with_pairing(config: SessionConfig, validated: Validation,
     if pairing == decide.TURNS:
         progress.report("the bench can be paired in turns: measuring the baseline again in turns")
         again = measure_at(config.model_copy(update={"threads": validated.threads or config.threads,
-                                                     "pairing": pairing}))
+                                                     "pairing": pairing, "metric_kinds": validated.metric_kinds,
+                                                     "measured_share": validated.measured_share}))
         validated = Validation(again.runs, validated.build_s + again.build_s,
                                [*validated.warnings, *(w for w in again.warnings if w not in validated.warnings)],
                                validated.threads, validated.tried, validated.writes, worker=again.worker,
-                               shape=again.shape or validated.shape, turn_clock=again.turn_clock)
+                               shape=again.shape or validated.shape, turn_clock=again.turn_clock,
+                               metric_kinds=validated.metric_kinds, measured_share=validated.measured_share)
     validated.pairing, validated.pairing_note = pairing, why
     return validated
 
@@ -320,7 +409,8 @@ def steadiest_threads(measure: Callable[[int], Validation], default: int, config
         warnings.append(f"the steadiest setting is still over the noise limit of {limit:g}% ({noisiest(trial)}): "
                         "expect many pairs or `noisy` verdicts; make one run longer or use a quieter machine")
     return Validation(kept.runs, build_s, warnings, trial.threads, [t for t, _ in tried], kept.writes,
-                      shape=kept.shape, turn_clock=kept.turn_clock)
+                      shape=kept.shape, turn_clock=kept.turn_clock, metric_kinds=kept.metric_kinds,
+                      measured_share=kept.measured_share)
 
 
 WRITE_TO_TMP = ("write to $TMPDIR instead (a private /tmp for each command), then set read_only_runs to null in "
@@ -404,8 +494,9 @@ def judge_validation(done: ValidationRun, config: SessionConfig) -> tuple[list[B
             directions: dict[str, str] = {
                 name: config.guards[name].direction if name in config.guards else config.direction
                 for name in judged_metrics(config)}
+            timed = decide.Spec(config.metric, config.direction, 0.0, kinds=dict(config.metric_kinds)).timed
             taken, turn_problems = decide.turn_values(parsed.values, judged_metrics(config), share, directions,
-                                                      wall=config.turn_clock == "wall")
+                                                      wall=config.turn_clock == "wall", timed=timed)
             if turn_problems:
                 raise StateError(f"run {i}: {turn_problems[0]}. Pairs run in turns (config pairing "
                                  f"{decide.TURNS!r}): print each objective's and guard's CPU-time form, or set "

@@ -20,8 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.git import gitops
 
 KNOWN_BACKENDS: tuple[str, ...] = (
     "cpu", "cuda", "metal", "vulkan", "opencl", "sycl", "webgpu", "wgpu", "hip", "rocm", "mps", "musa",

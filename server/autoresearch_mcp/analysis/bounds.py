@@ -13,8 +13,8 @@ from typing import Protocol
 
 from autoresearch_mcp.analysis.counters import perf_counters
 from autoresearch_mcp.analysis.peaks import cached_peaks, measure_local_peaks
-from autoresearch_mcp.core.worktrees import machine_lock
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.git.worktrees import machine_lock
 from autoresearch_mcp.models import (
     AnalyzeBoundsResult,
     BoundVerdict,

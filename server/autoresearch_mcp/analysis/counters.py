@@ -14,11 +14,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from autoresearch_mcp.core import jobfile, runner
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.procs import CommandResult
 from autoresearch_mcp.errors import ExternalError
+from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.models import CounterReport
+from autoresearch_mcp.worker import jobfile, runner
+from autoresearch_mcp.worker.procs import CommandResult
 
 EVENTS = ("task-clock", "cycles", "instructions", "cache-references", "cache-misses")
 HARDWARE_EVENTS = EVENTS[1:]

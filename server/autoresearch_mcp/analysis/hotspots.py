@@ -3,7 +3,7 @@
 The run uses the session's own build (the baseline at the session head, or an experiment's
 candidate). On this machine it runs in the worktree the experiments share, under the machine lock a
 benchmark holds; on SkyPilot workers it is one more job of the worker pool, alone on its worker like
-every job, so a profile never overlaps a measurement. Both run core/profiler.py, so both read
+every job, so a profile never overlaps a measurement. Both run worker/profiler.py, so both read
 the report with the same code; a worker keeps the raw perf.data and sends back the parsed functions
 and the top of the report. Source lines need debug info (-g); without it the functions are still
 right and the result says how to get lines.
@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import progress, safefs
-from autoresearch_mcp.core import gitops, jobfile, profiler
-from autoresearch_mcp.core.config import BENCH_SCRIPT, state_dir
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.port import Job
-from autoresearch_mcp.core.records import ProfileRecord
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.jobs import JobMaker
+from autoresearch_mcp.executors.port import Job
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import HotFunction, ProfileResult
 from autoresearch_mcp.session import Session
+from autoresearch_mcp.store.config import BENCH_SCRIPT, state_dir
+from autoresearch_mcp.store.records import ProfileRecord
+from autoresearch_mcp.worker import jobfile, profiler
 
 FEW_SAMPLES = 1000
 MAX_KEPT_SOURCES = 50

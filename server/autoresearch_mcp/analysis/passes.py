@@ -48,8 +48,8 @@ from autoresearch_mcp.analysis.csources import SourceTree
 from autoresearch_mcp.analysis.passitems import Item
 from autoresearch_mcp.analysis.passpairs import pairs, suggestion
 from autoresearch_mcp.analysis.passscan import FunctionScan, Helpers
-from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import FindPassesResult, PassFinding, PassSite, ProfileResult
 
 short_name = cs.short_name  # how a profile's symbol (perf: `ns::f<T>(int) [clone .part.0]`) names a definition

@@ -1,6 +1,6 @@
 """Measure a machine's peak memory bandwidth and peak FLOP/s: a standalone probe.
 
-Like core/runner.py, this file is self-contained (standard library, numpy only for the
+Like worker/runner.py, this file is self-contained (standard library, numpy only for the
 fallback) so that the very same bytes run here (`python3 peak_probe.py`) and on a cloud VM. Its
 last stdout line is one machine-readable line, `AUTORESEARCH_PEAKS {json}`, that
 `peaks.parse_probe_output` reads whatever the executor.

@@ -24,13 +24,13 @@ from typing import Any
 
 import psutil
 
-from autoresearch_mcp import safefs
-from autoresearch_mcp.core import channel, gitops, jobfile, procs, runner, sandbox
-from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, failed, parse_event
-from autoresearch_mcp.core.worktrees import Worktrees
+from autoresearch_mcp import safefs, worker
+from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, failed, parse_event
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import Worktrees
+from autoresearch_mcp.worker import cgroups, channel, jobfile, measuretrees, procs, sandbox
 
 log = logging.getLogger(__name__)
-RUNNER = Path(runner.__file__).resolve()
 
 
 def kill_session(pid: int, started: float | None = None) -> bool:
@@ -210,7 +210,8 @@ class LocalExecutor(Executor):
         secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
         try:
             proc = subprocess.Popen(
-                [sys.executable, str(RUNNER), str(job_file)], stdin=subprocess.PIPE,
+                # in a delegated scope of the user's systemd where the server can make no cgroup itself
+                [*cgroups.systemd_scope(), sys.executable, "-m", worker.__name__, str(job_file)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                 env={**os.environ, procs.JOB_ENV: marker},
             )
@@ -273,6 +274,7 @@ class LocalExecutor(Executor):
         # nothing the experiment started outlives it, even if the runner itself was killed
         procs.kill_marked(marker)
         job_file.unlink(missing_ok=True)
+        measuretrees.sweep(self.worktrees.root, marker.split(".")[0])  # the copies a killed runner left
         # what cleaning up fails at is logged: the experiment's result is given, and stays its result
         for tree in (base, *(() if incremental else (cand,))):
             try:

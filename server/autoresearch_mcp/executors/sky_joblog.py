@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from autoresearch_mcp.core import channel
 from autoresearch_mcp.executors.sky_port import SkyPort
+from autoresearch_mcp.worker import channel
 
 LOG_TAILS = (200, 2000, 0)  # lines asked for, in turn, until the tail reaches what was fetched before
 ANCHOR_LINES = 8

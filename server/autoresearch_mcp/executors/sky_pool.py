@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core import channel, jobfile
-from autoresearch_mcp.core.config import SessionConfig
-from autoresearch_mcp.core.port import (
+from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors import sky_task
+from autoresearch_mcp.executors.port import (
     EventSink,
     Executor,
     Interrupted,
@@ -46,8 +46,6 @@ from autoresearch_mcp.core.port import (
     failed,
     parse_event,
 )
-from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.executors import sky_task
 from autoresearch_mcp.executors.sky_joblog import fetch_log, has_result, machine_lines
 from autoresearch_mcp.executors.sky_meter import Meter, Pin
 from autoresearch_mcp.executors.sky_port import (
@@ -64,6 +62,8 @@ from autoresearch_mcp.executors.sky_port import (
 )
 from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler, Worker
 from autoresearch_mcp.measure import figures
+from autoresearch_mcp.store.config import SessionConfig
+from autoresearch_mcp.worker import channel, jobfile
 
 log = logging.getLogger(__name__)
 

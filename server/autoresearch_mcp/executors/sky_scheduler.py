@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from autoresearch_mcp.core.port import EventSink, Job
+from autoresearch_mcp.executors.port import EventSink, Job
 from autoresearch_mcp.executors.sky_port import ClusterInfo
 
 

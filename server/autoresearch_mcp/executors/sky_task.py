@@ -22,33 +22,20 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import (
-    builds,
-    cgroups,
-    channel,
-    decide,
-    gitops,
-    jobenv,
-    jobfile,
-    machinelock,
-    metriclook,
-    metricparse,
-    procs,
-    profiler,
-    runner,
-    sandbox,
-    turns,
-    worktrees,
-)
-from autoresearch_mcp.core.config import SkyConfig
-from autoresearch_mcp.core.port import Job
+from autoresearch_mcp import worker
 from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors.port import Job
 from autoresearch_mcp.executors.sky_meter import Pin
+from autoresearch_mcp.git import gitops, worktrees
+from autoresearch_mcp.store.config import SkyConfig
+from autoresearch_mcp.worker import jobfile, sandbox
 
-# The runner and its standard-library siblings: the same bytes a local job runs, shipped beside it.
-WORKER_FILES = tuple(Path(m.__file__).resolve() for m in (runner, builds, cgroups, channel, decide, jobenv, jobfile,
-                                                        machinelock, metriclook, metricparse, procs, profiler, sandbox,
-                                                        turns) if m.__file__)
+# The worker runtime, shipped whole (its folder, as the package SHIPPED_AS): the same bytes a local job runs.
+WORKER = Path(worker.__file__).resolve().parent
+SHIPPED_AS = "autoresearch_worker"
+# How run.sh starts it: the package run as a module from the job's folder, which nothing else puts on a path
+RUN_WORKER = ("\"$py\" -c 'import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+              f"runpy.run_module(\"{SHIPPED_AS}\", run_name=\"__main__\", alter_sys=True)' \"$inbox\"")
 WORK = "~/autoresearch/work"
 MACHINE_LOCK = "machine.lock"  # under WORK: every job of the worker takes its turns there
 PROFILES = "~/autoresearch/profiles"  # raw perf.data of profile jobs: kept on the worker
@@ -209,8 +196,7 @@ def stage(repo_dir: Path, job: Job, staging: Path, retired: list[str], secret: s
         raise StateError(f"could not archive {job.experiment_id}'s commits for the worker: "
                          f"{str(exc.stderr or exc).strip()[:400]}") from None
     (inbox / "deleted").write_bytes(b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in deleted))
-    for source in WORKER_FILES:  # the runner, and beside it the decision rule it applies and its other rooms
-        shutil.copyfile(source, inbox / source.name)
+    shutil.copytree(WORKER, inbox / SHIPPED_AS, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     scripts = {}
     (inbox / "scripts").mkdir()
     for name in sandbox.SCRIPTS:
@@ -279,11 +265,11 @@ fi
         return prologue + profile_part(job)
     return prologue + f"""\
 # Prebuild the baseline (once per base commit), so the compiler cache is warm for the candidate.
-"$py" "$inbox/runner.py" "$inbox/job.json" --prebuild </dev/null || true
+{RUN_WORKER} "$inbox/job.json" --prebuild </dev/null || true
 # A fresh copy of the sources (a build directory cannot move: CMake records absolute paths); the
 # compiler cache, keyed on paths relative to each tree, makes its build reuse the baseline's objects.
 {unpack_candidate(job)}set +e
-printf '%s\n' "$secret" | "$py" "$inbox/runner.py" "$inbox/job.json"
+printf '%s\n' "$secret" | {RUN_WORKER} "$inbox/job.json"
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc
@@ -308,7 +294,7 @@ def profile_part(job: Job) -> str:
     unpack = "" if job.candidate_commit == job.base_commit else unpack_candidate(job)
     return unpack + f"""\
 set +e
-printf '%s\n' "$secret" | "$py" "$inbox/runner.py" "$inbox/job.json"
+printf '%s\n' "$secret" | {RUN_WORKER} "$inbox/job.json"
 rc=$?
 rm -rf {exp} {exp}.build.lock "$inbox"
 exit $rc
@@ -317,9 +303,9 @@ exit $rc
 
 # Build the base tree (the build later experiments reuse) and bench it `validate` times, as start_session
 # does locally (runner.run_validation); one line with the raw results ends the log.
-VALIDATION_PART = """\
+VALIDATION_PART = f"""\
 set +e
-printf '%s\\n' "$secret" | "$py" "$inbox/runner.py" "$inbox/job.json"
+printf '%s\\n' "$secret" | {RUN_WORKER} "$inbox/job.json"
 rc=$?
 rm -rf "$inbox"
 exit $rc

@@ -30,15 +30,15 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import SessionConfig, state_dir
-from autoresearch_mcp.core.ledger import Ledger
-from autoresearch_mcp.core.worktrees import repo_key
 from autoresearch_mcp.executors import sky_port
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.executors.sky_port import ApiServerDown, ClusterInfo, JobInfo, SkyError
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import repo_key
 from autoresearch_mcp.measure import figures
 from autoresearch_mcp.settings import Settings
+from autoresearch_mcp.store.config import SessionConfig, state_dir
+from autoresearch_mcp.store.ledger import Ledger
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import SessionConfig
-from autoresearch_mcp.core.ledger import ExperimentState, LedgerView
-from autoresearch_mcp.core.records import CommitRecord, Record
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.experiments import platforms as platforms_
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.store.config import SessionConfig
+from autoresearch_mcp.store.ledger import ExperimentState, LedgerView
+from autoresearch_mcp.store.records import CommitRecord, Record
 
 TRAILER = "Autoresearch-Experiment"  # commit_winner's trailer naming the experiment a commit keeps
 

@@ -3,15 +3,15 @@ the current head), and moving the session branch onto it."""
 
 from __future__ import annotations
 
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import CommitRecord, HoldoutRecord
 from autoresearch_mcp.errors import RefusedError, StateError
+from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.experiments import designs, events, focus, holdout, launching, message, readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.models import FINAL_STATUSES, CommitResult, HoldoutSummary
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import CommitRecord, HoldoutRecord
 
 
 def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | None) -> CommitResult:

@@ -7,14 +7,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from autoresearch_mcp.core import decide, jobfile
-from autoresearch_mcp.core.config import Platform, SessionConfig
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import InputError
+from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.store.config import Platform, SessionConfig
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import LaunchRecord
+from autoresearch_mcp.worker import decide, jobfile
 
 # A candidate may be measured again when the earlier attempt produced no measurement, or one that
 # asked for more: more pairs, a quieter worker, or a clean build to confirm an incremental one.
@@ -36,7 +36,7 @@ def spec(config: SessionConfig, focus: list[str], session: bool = False, carried
                        guard_ceiling_pct=c.focus_guard_ceiling_pct, adaptive_equivalence=True,
                        prove_tolerance=session, shown_directions=dict(c.metric_directions),
                        threads=c.threads if c.threads is not None else 0, turn_clock=c.turn_clock or "cpu",
-                       carried=carried)
+                       carried=carried, kinds=dict(c.metric_kinds), measured_share=dict(c.measured_share))
 
 
 def design(config: SessionConfig, repeats: int | str, session: bool = False) -> stats.Design:

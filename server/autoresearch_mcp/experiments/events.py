@@ -6,16 +6,16 @@ from __future__ import annotations
 import functools
 import logging
 
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import Platform
-from autoresearch_mcp.core.ledger import ExperimentState, apply
-from autoresearch_mcp.core.port import Event, EventSink, Job, ResultEvent
-from autoresearch_mcp.core.records import Analysis, Outcome, PlatformRecord, ResultRecord, StatusRecord
+from autoresearch_mcp.executors.port import Event, EventSink, Job, ResultEvent
 from autoresearch_mcp.experiments import designs
 from autoresearch_mcp.experiments import platforms as platforms_
 from autoresearch_mcp.experiments.manager import ExperimentManager
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import FINAL_STATUSES
+from autoresearch_mcp.store.config import Platform
+from autoresearch_mcp.store.ledger import ExperimentState, apply
+from autoresearch_mcp.store.records import Analysis, Outcome, PlatformRecord, ResultRecord, StatusRecord
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ end. That is only honest for code the change really edits: a change that only mo
 can speed one function up by luck of alignment, and the same is true of any function the change does not
 touch. So a focus is refused unless the change edits, beyond moving lines, code that names it (a changed
 line, or the function a changed line is in); the untouched controls the benchmark times beside the focus
-then show what layout alone does, and the judge asks the focus to beat that (core/decide.py).
+then show what layout alone does, and the judge asks the focus to beat that (worker/decide.py).
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch_mcp import progress
-from autoresearch_mcp.core import gitops, jobfile, profiler
-from autoresearch_mcp.core.config import state_dir
-from autoresearch_mcp.core.decide import FOCUS_PREFIX
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.port import Job
 from autoresearch_mcp.errors import InputError, RefusedError
+from autoresearch_mcp.executors.jobs import JobMaker
+from autoresearch_mcp.executors.port import Job
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.store.config import state_dir
+from autoresearch_mcp.worker import jobfile, profiler
+from autoresearch_mcp.worker.decide import FOCUS_PREFIX
 
 if TYPE_CHECKING:
-    from autoresearch_mcp.core.ledger import ExperimentState
     from autoresearch_mcp.experiments.manager import ExperimentManager
+    from autoresearch_mcp.store.ledger import ExperimentState
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 SEEN_HZ = 19_999  # an op of 0.05% of a one-second run still gets about ten samples (perf caps the rate it allows)

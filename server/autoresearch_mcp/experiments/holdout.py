@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import decide, jobfile
-from autoresearch_mcp.core.config import Holdout
-from autoresearch_mcp.core.jobs import JobMaker
-from autoresearch_mcp.core.port import Executor, Job
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.jobs import JobMaker
+from autoresearch_mcp.executors.port import Executor, Job
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.store.config import Holdout
+from autoresearch_mcp.worker import decide, jobfile
 
 
 @dataclass

@@ -9,18 +9,18 @@ import uuid
 from dataclasses import dataclass, field
 
 from autoresearch_mcp import recipes
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import Platform, SessionConfig
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.port import Job
-from autoresearch_mcp.core.records import ContinueRecord, LaunchRecord
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.executors.port import Job
 from autoresearch_mcp.experiments import designs, events
 from autoresearch_mcp.experiments import focus as focus_
 from autoresearch_mcp.experiments.manager import ExperimentManager, platforms_running
 from autoresearch_mcp.experiments.message import one_line
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import FINAL_STATUSES, LaunchResult
+from autoresearch_mcp.store.config import Platform, SessionConfig
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import ContinueRecord, LaunchRecord
 
 MAX_TOGETHER_TITLE = 120
 

@@ -15,17 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autoresearch_mcp import limits, progress
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import SessionConfig, state_dir
-from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView
-from autoresearch_mcp.core.port import Executor, Interrupted, Released
-from autoresearch_mcp.core.records import PlatformRecord, ProfileRecord, Record, StatusRecord, WorkersRecord
-from autoresearch_mcp.core.worktrees import Worktrees
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.port import Executor, Interrupted, Released
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.git.worktrees import Worktrees
 from autoresearch_mcp.measure import figures
 from autoresearch_mcp.models import FINAL_STATUSES, CancelResult
+from autoresearch_mcp.store.config import SessionConfig, state_dir
+from autoresearch_mcp.store.ledger import ExperimentState, Ledger, LedgerView
+from autoresearch_mcp.store.records import PlatformRecord, ProfileRecord, Record, StatusRecord, WorkersRecord
 
 log = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ import re
 import unicodedata
 from typing import Any
 
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import Comparison, LaunchRecord
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.experiments import branch, holdout, readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import stats
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import Comparison, LaunchRecord
+from autoresearch_mcp.worker import decide
 
 _TRAILER_LIKE = re.compile(r"^(\s*)(autoresearch-[\w-]*\s*:)", re.IGNORECASE | re.MULTILINE)
 MAX_TITLE = 200

@@ -23,12 +23,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core.config import Platform
-from autoresearch_mcp.core.ledger import PlatformState
-from autoresearch_mcp.core.port import EventSink, Executor, Interrupted, Job, Released, ValidationRun
-from autoresearch_mcp.core.records import Comparison
 from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, Released, ValidationRun
 from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, PlatformResult
+from autoresearch_mcp.store.config import Platform
+from autoresearch_mcp.store.ledger import PlatformState
+from autoresearch_mcp.store.records import Comparison
 
 log = logging.getLogger(__name__)
 

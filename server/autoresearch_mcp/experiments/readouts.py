@@ -8,9 +8,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core.decide import HARNESS_PREFIX, SETTLED, WORK
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import Comparison
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.experiments import designs
 from autoresearch_mcp.experiments import platforms as platforms_
@@ -25,6 +22,9 @@ from autoresearch_mcp.models import (
     ListExperimentsResult,
     MetricSummary,
 )
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import Comparison
+from autoresearch_mcp.worker.decide import HARNESS_PREFIX, SETTLED, WORK
 
 MAX_TAIL_LINES = 400
 MAX_WAIT_S = 600.0

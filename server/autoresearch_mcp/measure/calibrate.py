@@ -1,7 +1,7 @@
 """The sequential designs: where an experiment may decide and with which exact boundaries.
 
 `python -m autoresearch_mcp.measure.calibrate` writes `design_constants.json` beside this file;
-`stats.make_design` reads it, and the runner applies it (core/decide.py).
+`stats.make_design` reads it, and the runner applies it (worker/decide.py).
 
 Each design is a list of looks (pair counts at which `improved` or `regressed` may be decided) up to its
 budget, then the looks of rounds that continue an undecided experiment up to twice the budget. Each side

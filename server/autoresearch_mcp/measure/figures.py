@@ -4,7 +4,7 @@ the ledger's records, each in one place.
 Like pyperf, the records keep the raw values (every sample, every validation run, every cost) and
 every summary here is recomputed from them: the baseline mean, the per-run noise, the session's cost,
 the best experiment, the pairs an experiment measured, and its comparisons and verdict (through the
-same `metrics.analyze` the manager judges with). The runner on a worker (core/runner.py, standard
+same `metrics.analyze` the manager judges with). The runner on a worker (worker/runner.py, standard
 library only) keeps its own look at the pairs; the two agree on the same samples (test_figures.py).
 """
 
@@ -14,10 +14,10 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import Analysis, LaunchRecord, Outcome, ProfileRecord, SessionRecord
 from autoresearch_mcp.measure import metrics, stats
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import Analysis, LaunchRecord, Outcome, ProfileRecord, SessionRecord
+from autoresearch_mcp.worker import decide
 
 # --- the baseline ----------------------------------------------------------------------------------
 

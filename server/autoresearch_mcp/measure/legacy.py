@@ -1,4 +1,4 @@
-"""The decision rules of designs recorded before the randomized rule (core/decide.py): the balanced-block
+"""The decision rules of designs recorded before the randomized rule (worker/decide.py): the balanced-block
 Wilcoxon design (`bounds` calibrated by simulation) and the earlier t-test design, kept so that experiments
 measured with them are still read and recomputed as they were judged. Nothing new is judged with them.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from autoresearch_mcp.core import decide
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure.summary import Comparison, pct, summarize
+from autoresearch_mcp.worker import decide
 
 POWER = 0.8
 

@@ -1,7 +1,7 @@
 """From a runner outcome (raw samples) to per-metric comparisons and the experiment's verdict.
 
 Everything here is recomputed from the stored samples, so a report can redo it at any time, and with the
-runner's own rule (core/decide.py `judge`), so the server always reaches what the runner decided.
+runner's own rule (worker/decide.py `judge`), so the server always reaches what the runner decided.
 
 Several metrics can be judged at once. Objectives (default: the primary metric) are what a winner may
 improve; guards are metrics it must not regress beyond their tolerance. With a focus (what the change acts
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from autoresearch_mcp.core import decide, metricparse
-from autoresearch_mcp.core.records import LaunchRecord
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.measure import legacy, stats, summary
+from autoresearch_mcp.store.records import LaunchRecord
+from autoresearch_mcp.worker import decide, metricparse
 
 MEASURED = "measured"  # the look of a metric that is measured but not judged (it gets no verdict)
 
@@ -236,7 +236,7 @@ def measure_of(name: str, spec: decide.Spec) -> str:
         if name == decide.HARNESS_WALL:
             return ("wall time of the whole bench run's own turns (the other side's left out), taken by the harness "
                     "from outside" + turns + per)
-        if spec.turn_clock == "wall" and name in spec.required() and decide.TIMED_NAME.search(name):
+        if spec.turn_clock == "wall" and name in spec.required() and spec.timed(name):
             return ("its figure over the wall time of its own turns, as the harness took them (the runs keep several "
                     "CPUs busy: turn_clock 'wall')" + turns + per)
         if name in spec.required() or name.startswith((decide.FOCUS_PREFIX, decide.CONTROL_PREFIX)):

@@ -1,6 +1,6 @@
 """Statistics of paired A/B benchmark runs: the design of an experiment and the figures of one metric.
 
-The decision rule itself lives in core/decide.py (standard library only), which the runner applies while
+The decision rule itself lives in worker/decide.py (standard library only), which the runner applies while
 it adds pairs and the server applies again to the stored samples; this module builds the design it
 applies (measure/calibrate.py tabulates the exact boundaries in design_constants.json) and adds what needs
 scipy: exact p-values, summaries. Designs recorded before the randomized rule are read by measure/legacy.py.
@@ -16,12 +16,12 @@ from typing import Any
 
 from scipy import stats as sps
 
-from autoresearch_mcp.core import decide
-from autoresearch_mcp.core.config import DEFAULT_ALPHA, DEFAULT_MAX_PAIRS, DEFAULT_MIN_EFFECT, DEFAULT_NOISE_LIMIT
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure import calibrate, legacy
 from autoresearch_mcp.measure.summary import Comparison as Comparison  # the figures of one metric
 from autoresearch_mcp.measure.summary import pct as pct
+from autoresearch_mcp.store.config import DEFAULT_ALPHA, DEFAULT_MAX_PAIRS, DEFAULT_MIN_EFFECT, DEFAULT_NOISE_LIMIT
+from autoresearch_mcp.worker import decide
 
 POWER = 0.8  # the power `pairs_needed` plans for
 SESSION_PAIRS = 200  # the first round of a session's total (source='session'): the largest design

@@ -8,7 +8,6 @@ totals, each experiment's figures recomputed from its samples (`measured`); `cha
 from __future__ import annotations
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.models import ReportResult
 from autoresearch_mcp.report.accounting import (
@@ -25,6 +24,7 @@ from autoresearch_mcp.report.accounting import (
 from autoresearch_mcp.report.chart import render_chart
 from autoresearch_mcp.report.page import render_html
 from autoresearch_mcp.report.text import TSV_COLUMNS, summarize, tsv_text
+from autoresearch_mcp.store.config import state_dir
 
 __all__ = [
     "COLORS", "DISCARDED", "FAILED", "KEPT", "RUNNING", "TSV_COLUMNS", "KeptCommit", "Row", "SessionData", "load",

@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import notes as session_notes
-from autoresearch_mcp.core import gitops
-from autoresearch_mcp.core.config import SessionConfig, load_config, state_dir
-from autoresearch_mcp.core.ledger import ExperimentState, Ledger, LedgerView
-from autoresearch_mcp.core.records import LaunchRecord, ProfileRecord
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.measure import figures, stats
 from autoresearch_mcp.models import FINAL_STATUSES
 from autoresearch_mcp.report.measured import RECORDED, SAMPLES, Measured, measure
+from autoresearch_mcp.store.config import SessionConfig, load_config, state_dir
+from autoresearch_mcp.store.ledger import ExperimentState, Ledger, LedgerView
+from autoresearch_mcp.store.records import LaunchRecord, ProfileRecord
 
 # Outcome classes of an experiment, and their colors in the chart and on the page.
 KEPT, DISCARDED, FAILED, RUNNING = "kept", "discarded", "failed", "running"

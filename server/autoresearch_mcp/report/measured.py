@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoresearch_mcp.core.config import SessionConfig
-from autoresearch_mcp.core.ledger import ExperimentState
-from autoresearch_mcp.core.records import Analysis
 from autoresearch_mcp.measure import figures, stats
+from autoresearch_mcp.store.config import SessionConfig
+from autoresearch_mcp.store.ledger import ExperimentState
+from autoresearch_mcp.store.records import Analysis
 
 # Where an experiment's figures come from.
 SAMPLES, RECORDED, NONE = "samples", "recorded", "none"

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from autoresearch_mcp.core.config import state_dir
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.measure.figures import experiment_cost
 from autoresearch_mcp.report.accounting import DISCARDED, FAILED, KEPT, RUNNING, Row, SessionData
 from autoresearch_mcp.report.format import pct, short
 from autoresearch_mcp.report.measured import RECORDED, SAMPLES
+from autoresearch_mcp.store.config import state_dir
 
 if TYPE_CHECKING:
     import jinja2

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from autoresearch_mcp.core import gitops
 from autoresearch_mcp.errors import ExternalError, InputError
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import ForkCommit, ForkFile, ForkSurvey, SurveyForksResult
 from autoresearch_mcp.research.http import Clock, HttpClient, shared_client
 from autoresearch_mcp.settings import Settings

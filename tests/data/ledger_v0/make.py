@@ -30,10 +30,10 @@ from mcp import Client
 
 import autoresearch_mcp
 from autoresearch_mcp.app import build_server
-from autoresearch_mcp.core.config import config_path
 from autoresearch_mcp.executors import skypilot
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.report import write_report
+from autoresearch_mcp.store.config import config_path
 from helpers import call
 from sky_fake import FakeSky
 

@@ -9,7 +9,7 @@ or that does not fit its model is skipped with a warning, never fatal: an older 
 newer ledger keeps what it understands.
 
 The runner's outcome (its result line: samples, checks, build, host...) is typed where the server reads it,
-its other fields kept as they came (`extra="allow"`): the runner (core/runner.py) stays standard library
+its other fields kept as they came (`extra="allow"`): the runner (worker/runner.py) stays standard library
 only. The manager's analysis (per-metric comparisons, verdict) is typed in full; a field a later version adds
 is kept the same way.
 """
@@ -114,7 +114,7 @@ class Comparison(_Open):
     tail_pct: float | None = None  # the worst runs' change
     equivalence_pct: float | None = None  # no_change: no change beyond +-this
     note: str | None = None  # why noisy, or why a metric whose typical run improved is not improved
-    measure: str | None = None  # how the metric was measured (core/decide.py `measure_of`)
+    measure: str | None = None  # how the metric was measured (worker/decide.py `measure_of`)
     # a guard's (or a session total objective's) claim (measure/metrics.py `claim_fields`): the worst change its
     # one-sided bounds leave (+ is better), the margin it was judged against, their level, and the claim in a line
     bound_pct: float | None = None
@@ -211,7 +211,7 @@ class LaunchRecord(_OfExperiment):
     guards: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> direction, tolerance_pct
     reapplies: str | None = None  # the experiment whose change this one re-applied on a newer head
     focus: list[str] = Field(default_factory=list)  # what the change acts on (AUTORESEARCH_FOCUS)
-    judging: dict[str, Any] = Field(default_factory=dict)  # core/decide.py Spec: everything a verdict is judged on
+    judging: dict[str, Any] = Field(default_factory=dict)  # worker/decide.py Spec: everything a verdict is judged on
     combines: list[str] = Field(default_factory=list)  # the winners whose changes this one keeps together
 
 

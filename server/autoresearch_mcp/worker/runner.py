@@ -33,20 +33,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import builds, channel, decide, jobenv, jobfile, machinelock, metricparse, procs, profiler, sandbox, turns
-else:  # run as a script (locally, or on a worker beside its siblings)
-    import builds  # type: ignore[no-redef,import-not-found]
-    import channel  # type: ignore[no-redef,import-not-found]
-    import decide  # type: ignore[no-redef,import-not-found]
-    import jobenv  # type: ignore[no-redef,import-not-found]
-    import jobfile  # type: ignore[no-redef,import-not-found]
-    import machinelock  # type: ignore[no-redef,import-not-found]
-    import metricparse  # type: ignore[no-redef,import-not-found]
-    import procs  # type: ignore[no-redef,import-not-found]
-    import profiler  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-    import turns  # type: ignore[no-redef,import-not-found]
+from . import (
+    builds,
+    channel,
+    decide,
+    jobenv,
+    jobfile,
+    machinelock,
+    measuretrees,
+    metricparse,
+    procs,
+    profiler,
+    sandbox,
+    turns,
+)
 
 Run = tuple[procs.CommandResult, metricparse.ParsedMetrics, list[str]]  # one bench run: result, metrics, problems
 
@@ -133,7 +133,7 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                 share = res.wall_s / res.span_s if res.wall_s and res.span_s else None
                 directions = {n: rule.direction for n, rule in spec.rules(list(parsed.values)).items()}
                 taken, problems = decide.turn_values(parsed.values, decide.turn_judged(parsed.values, spec), share,
-                                                     directions, wall=spec.turn_clock == "wall")
+                                                     directions, wall=spec.turn_clock == "wall", timed=spec.timed)
                 values = {n: parsed.values[o] * f for n, (o, f) in taken.items()}
                 steps = {n: parsed.steps[o] * f for n, (o, f) in taken.items() if o in parsed.steps}
                 parsed = metricparse.ParsedMetrics(values, parsed.lines, parsed.problems, steps)
@@ -243,9 +243,14 @@ def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: Outcom
 
 
 def _sides(job: jobfile.Experiment | jobfile.Holdout) -> list[tuple[str, jobenv.Prepared]]:
-    """Both trees' bench commands, prepared once for all their runs."""
-    return [(role, jobenv.Prepared.of(job, str(tree), "bench"))
-            for role, tree in (("baseline", job.baseline_dir), ("candidate", job.candidate_dir))]
+    """Both sides' bench commands, prepared once for all their runs, each side in a fresh copy of its built tree and
+    shown its own copy of the other's (measuretrees: nothing of either tells a side, and nothing a side does to what
+    it is shown reaches the other side), the copies' pages written back (each run drops them)."""
+    built = {"baseline": str(job.baseline_dir), "candidate": str(job.candidate_dir)}
+    made = measuretrees.make(job.experiment_id, built)
+    jobenv.settle()
+    return [(role, jobenv.Prepared.of(job, made.own[role], "bench", shown=made.view[role]))
+            for role in ("baseline", "candidate")]
 
 
 def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
@@ -291,7 +296,7 @@ def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
 
     plan = decide.Plan.from_dict(job.design)
     spec = decide.Spec.from_dict(job.judging)
-    # every pair's order is a coin of its own: the randomization the tests rest on (core/decide.py)
+    # every pair's order is a coin of its own: the randomization the tests rest on (worker/decide.py)
     rng = random.Random(job.seed)
     prior: list[dict[str, Any]] = list(job.prior_samples)  # earlier rounds of the same experiment
     first = len({int(s["pair"]) for s in prior})
@@ -301,7 +306,7 @@ def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
     if measured:
         channel.emit("status", status="running")
     lock = job.machine_lock if measured else None
-    sides = _sides(job)
+    sides = _sides(job) if measured else []
     t1 = time.monotonic()
     waited = 0.0
     i = first
@@ -422,6 +427,7 @@ def _on_term(signum: int, _frame: Any) -> None:
                 os.killpg(group, signal.SIGCONT)
             procs.kill_group(group, grace_s=1.0)
     procs.kill_marked(os.environ.get(procs.JOB_ENV, ""))
+    measuretrees.remove_all()
     raise SystemExit(128 + signum)
 
 
@@ -555,6 +561,8 @@ HANDLERS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
 def run(job: jobfile.Job, log: Any) -> dict[str, Any]:
     """The job's result, whatever happens: its handler's, or the failure that kept it from one."""
     refused = refusal(job)
+    if refused is None and job.confined and sandbox.mode_of(job) != sandbox.OFF:
+        log.write(f"[autoresearch] how this machine measures each command: {sandbox.side_measure()}\n")
     try:
         result = (jobfile.Failure("sandbox", refused).outcome(job.experiment_id) if refused
                   else HANDLERS[job.kind](job, log))
@@ -567,7 +575,7 @@ def run(job: jobfile.Job, log: Any) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3):
-        print("usage: runner.py JOB.json [--prebuild]", file=sys.stderr)
+        print("usage: python -m autoresearch_mcp.worker JOB.json [--prebuild]", file=sys.stderr)
         return 2
     if argv[2:] == ["--prebuild"]:
         prebuild(read_job(argv[1]))
@@ -579,10 +587,9 @@ def main(argv: list[str]) -> int:
                                    compact=True), flush=True)
         return 0
     with open_log(job.log_path) if job.log_path else contextlib.nullcontext(sys.stderr) as log:
-        result = run(job, log)
+        try:
+            result = run(job, log)
+        finally:
+            measuretrees.remove_all()
     print(channel.machine_line(channel.RESULT_PREFIX, result, compact=True), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

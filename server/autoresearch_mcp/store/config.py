@@ -13,9 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from autoresearch_mcp import resources, safefs
-from autoresearch_mcp.core import gitops, sandbox
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import Direction, ExecutorName
+from autoresearch_mcp.worker import sandbox
 
 STATE_DIR = ".autoresearch"
 BENCH_SCRIPT, CHECKS_SCRIPT = gitops.SCRIPTS
@@ -300,6 +301,17 @@ class SessionConfig(BaseModel):
                           "the wall time of the run's own turns (wall: a program that runs several threads at once, "
                           "whose gain from better balance its CPU time may not show). start_session chooses it when "
                           "unset (wall where a run in turns kept 1.3 CPUs or more busy) and records it here")
+    metric_kinds: dict[str, Literal["time", "rate", "steady"]] = Field(
+        default_factory=dict, description="what each metric showed itself to be in start_session's own runs (one "
+                                          "alone, one at half duty): a time of the bench's work (twice as long at "
+                                          "half duty), a rate (half as high) or steady; a time or a rate is held to "
+                                          "the harness's own time of the runs whatever its name. start_session "
+                                          "records it")
+    measured_share: dict[str, float] = Field(
+        default_factory=dict, description="the share of each run's wall time that each time or rate times, as "
+                                          "start_session's own runs showed it (its seconds over the run's): the "
+                                          "harness's time of the runs must show a claimed change by that share "
+                                          "(harness_share, set by hand, overrides it). start_session records it")
     harness_share: dict[str, float] = Field(
         default_factory=dict, description="per improving metric: the least share (0-1) of each bench run's time "
                                           "its timed work takes; the harness's CPU and wall time of the same runs "
@@ -346,7 +358,8 @@ class SessionConfig(BaseModel):
 GATE_FIELDS = ("metric", "direction", "objectives", "guards", "alpha", "min_effect", "noise_limit", "max_pairs",
                "default_repeats", "warmup", "holdout", "protected", "sandbox", "focus_direction", "focus_min_effect",
                "focus_tolerance_pct", "focus_default_tolerance_pct", "harness_share", "default_harness_share",
-               "focus_guard_ceiling_pct", "pairing", "turn_clock")
+               "focus_guard_ceiling_pct", "pairing", "turn_clock", "metric_kinds",
+               "measured_share")
 
 
 def gate_changes(config: SessionConfig, recorded: dict[str, Any]) -> list[str]:
@@ -377,7 +390,7 @@ KEPT_ON_RESUME = {"protected", "min_effect", "noise_limit", "alpha", "max_pairs"
          "keep_builds", "recipe", "objectives", "guards", "holdout", "model", "model_url", "sandbox", "focus_direction",
          "focus_min_effect", "focus_tolerance_pct", "focus_default_tolerance_pct", "processes_per_sample",
          "harness_share", "default_harness_share", "focus_guard_ceiling_pct", "metric_directions", "pairing",
-         "turn_clock"}
+         "turn_clock", "metric_kinds", "measured_share"}
 
 
 def state_dir(repo_root: Path) -> Path:

@@ -11,11 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-if __package__:  # imported by the server
-    from . import decide
-else:  # run as a script on a worker, beside runner.py
-    import decide  # type: ignore[no-redef,import-not-found]
-
+from . import decide
 
 METRIC_RE = re.compile(r"^\s*METRIC\s+([A-Za-z_][A-Za-z0-9_.\-/:+]*)\s*=\s*(\S+)\s*$")
 

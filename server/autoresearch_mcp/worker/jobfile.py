@@ -1,12 +1,12 @@
 """A runner job's file: one typed, versioned record per kind of job, and the typed failure every reader uses.
 
-Standard library only (shipped beside the runner): the server builds a record (core/jobs.py), an executor places
+Standard library only (shipped beside the runner): the server builds a record (executors/jobs.py), an executor places
 it (`placed`: where its trees, its log and the machine's lock are) and writes `to_dict()` as job.json; the runner
 reads it back with `read` and runs the handler its `kind` names. A field no kind declares is refused when the file
 is read, so nothing can be added to a job on its way (an executor places and runs records; it adds no field).
 
-A new kind of job is one record here, one builder method (core/jobs.py `JobMaker`) and one entry in the runner's
-table (core/runner.py `HANDLERS`).
+A new kind of job is one record here, one builder method (executors/jobs.py `JobMaker`) and one entry in the runner's
+table (worker/runner.py `HANDLERS`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class JobFileError(ValueError):
 
 
 class SandboxSpec(TypedDict, total=False):
-    """How a job's commands are confined (core/sandbox.py reads it; core/jobs.py builds it)."""
+    """How a job's commands are confined (worker/sandbox.py reads it; executors/jobs.py builds it)."""
 
     mode: str  # the session's `sandbox` setting: confined or off
     frozen: list[str]  # the protected files of the tree (relative paths), bound read-only over themselves

@@ -11,56 +11,10 @@ import signal
 import time
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import cgroups, decide, jobenv, procs
-else:  # run as a script on a worker, beside runner.py
-    import cgroups  # type: ignore[no-redef,import-not-found]
-    import decide  # type: ignore[no-redef,import-not-found]
-    import jobenv  # type: ignore[no-redef,import-not-found]
-    import procs  # type: ignore[no-redef,import-not-found]
-
+from . import cgroups, decide, jobenv, procs
 
 # the process groups of the commands running in turns, with their cgroups (thawed and killed on SIGTERM)
 running: dict[int, cgroups.Group | None] = {}
-
-
-_HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as fh:
-                out.extend(int(c) for c in fh.read().split())
-    return out
-
-
-def _parents() -> dict[int, list[int]]:
-    """Every process's children, from each one's parent in /proc/<pid>/stat (a kernel without
-    /proc/<pid>/task/<tid>/children)."""
-    below: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/stat") as fh:
-                below.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    return below
-
-
-def _tree(pid: int) -> list[int]:
-    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children (or, where
-    the kernel has no such file, from every process's parent). A job's every process is below its command's
-    leader: confined, an orphan goes to the job's PID namespace's init."""
-    below = None if _HAS_CHILDREN else _parents()
-    out, todo, seen = [], [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        out.append(p)
-        todo.extend(_children(p) if below is None else below.get(p, []))
-    return out
 
 
 def _stopped(pid: int) -> bool:
@@ -79,7 +33,7 @@ def hold(pid: int, stop: bool, rounds: int = 200) -> bool:
     walked, and a stopped one cannot (a process in an uninterruptible wait stops when it leaves it)."""
     for _ in range(rounds):
         pending = False
-        for p in _tree(pid):
+        for p in procs.tree(pid):
             if stop and _stopped(p):
                 continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -99,11 +53,14 @@ _fallbacks = {"n": 0}  # turns stopped with SIGSTOP although the side has a free
 
 
 def _pause(s: procs.Started, stop: bool) -> bool:
-    """Stop (or continue) every process of a command running in turns: its group frozen where the machine gives
-    a freezer (no signal, nothing a process sees), else SIGSTOP to its tree; whether it all is. A freeze that does
-    not complete in time (a process that stays in an uninterruptible wait, reading a model from disk) is undone
-    and the turn stops the tree with SIGSTOP instead."""
+    """Stop (or continue) every process of a command running in turns; whether it all is. Its group is frozen where
+    the machine gives a freezer (no signal, nothing a process sees); a freeze that does not complete in time (a
+    process that stays in an uninterruptible wait, reading a model from disk) is undone and the turn stops the tree
+    with SIGSTOP instead. Where no group can be made, its own init stops every process of its namespace at once
+    (nsinit.py), asked again while one is in the kernel."""
     pid = s.proc.pid
+    if s.init is not None:
+        return s.init.pause(stop)
     if not stop:
         thawed = s.group.thaw() if s.group is not None and s.group.has("freeze") else True
         if pid in _signalled or s.group is None or not s.group.has("freeze"):
@@ -128,32 +85,44 @@ PROBE_S = 0.001  # how long a side that has had its CPU time is watched: a turn 
 
 
 def _cpu(s: procs.Started) -> float | None:
-    return s.group.cpu_s() if s.group is not None and s.group.has("cpu") else None
+    return s.cpu_now()
 
 
-def _own_turn(s: procs.Started, length: float, deadline: float) -> bool:
-    """One turn of a side: the CPU for `length` seconds of its CPU time (all its processes', from its group), kept
-    while it waits, up to TURN_WAIT_CAP_S; whether it ended. The turn ends once the side has had that CPU time and
-    runs (it ran through the turn, or it is seen using the CPU for a moment), never while it waits: a wait then
-    passes in the side's own turn, where its wall time counts, wherever the side places it. Where the side has no
-    group counting its CPU time the turn is `length` of wall time."""
+def _own_turn(s: procs.Started, length: float, deadline: float, min_wall: float = 0.0) -> tuple[bool, float]:
+    """One turn of a side: the CPU for `length` seconds of its CPU time (all its processes', from its group or its
+    init), kept while it waits, up to TURN_WAIT_CAP_S, and at least `min_wall` of wall time (the other side's last
+    turn); whether it ended, and how long the turn took before `min_wall` held it (its own length). The turn ends
+    once the side has had that CPU time and runs (it ran through the turn, or it is seen using the CPU for a moment),
+    never while it waits: a wait then passes in the side's own turn, where its wall time counts, wherever the side
+    places it. Where the side has no CPU count the turn is `length` of wall time."""
     t0, cpu0 = time.monotonic(), _cpu(s)
     if s.reaped.wait(length):
-        return True
+        return True, time.monotonic() - t0
     if cpu0 is None:
-        return False
+        took = time.monotonic() - t0
+        return (min_wall > took and s.reaped.wait(min_wall - took)), took
+    natural: float | None = None
     while True:
         now, used = time.monotonic(), (_cpu(s) or cpu0) - cpu0
-        if now - t0 >= TURN_WAIT_CAP_S or now >= deadline or used >= TURN_CPU_SHARE * (now - t0):
-            return False  # it ran through its turn (or waited as long as a side may keep one)
+        if now - t0 >= TURN_WAIT_CAP_S or now >= deadline:
+            return False, now - t0 if natural is None else natural  # it waited as long as a side may keep a turn
         if used < TURN_CPU_SHARE * length:
             if s.reaped.wait(max(length - used, PROBE_S)):  # the CPU time it has not had yet
-                return True
+                return True, time.monotonic() - t0
             continue
-        if s.reaped.wait(PROBE_S):
-            return True
-        if (_cpu(s) or cpu0) - cpu0 - used >= PROBE_S / 2:
-            return False  # it is running: its turn ends here, not in a wait
+        running = used >= TURN_CPU_SHARE * (now - t0)  # it ran through its turn
+        if not running:
+            if s.reaped.wait(PROBE_S):
+                return True, time.monotonic() - t0
+            running = (_cpu(s) or cpu0) - cpu0 - used >= PROBE_S / 2
+        if not running:
+            continue  # in a wait: its turn goes on
+        elapsed = time.monotonic() - t0
+        natural = elapsed if natural is None else natural
+        if elapsed >= min_wall:
+            return False, natural  # it is running: its turn ends here, not in a wait
+        if s.reaped.wait(min(min_wall - elapsed, max(0.0, deadline - time.monotonic()))):
+            return True, natural
 
 
 def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float, log: Any,
@@ -178,20 +147,32 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
     def turn() -> float:
         return decide.TURN_MS / 1000 * _turn_rng.uniform(0.5, 1.5)
 
-    def stop(s: procs.Started) -> None:
+    # the wall length of each side's last turn, its stop included: the other side's next turn lasts at least as long,
+    # so each side has the same share of every stretch of the pair, however long one side makes its turns
+    lengths: dict[int, float] = {}
+
+    def stop(s: procs.Started, natural: float) -> None:
+        """End a side's turn. The time its stop takes is its own: a stop completes once each of its processes has
+        left the kernel (one long system call, a 160 MB read, holds it there), and that time the side held the
+        machine, whether or not its clock shows it, so it counts in the side's own turns, never in neither side's;
+        and the other side's next turn is as long."""
         nonlocal failed
-        if not _pause(s, stop=True) and failed is None:
-            failed = ("a turn's stop failed: not every process of a side could be stopped in time (a process that "
-                      "forks faster than it is stopped?), so the pair's turns are not each side's own")
+        t = time.monotonic()
+        stopped = _pause(s, stop=True)
+        s.own_s += time.monotonic() - t
+        lengths[s.proc.pid] = natural + time.monotonic() - t
+        if not stopped and failed is None:
+            failed = ("a turn's stop failed: not every process of a side could be stopped in time (one stayed in the "
+                      "kernel, or forked faster than it was stopped), so the pair's turns are not each side's own")
     try:
         for side, argv in runs:  # each starts at its first turn; the others are stopped by then
             s = procs.Started.of(argv, side.tree, side.env, side.launch)
             started.append(s)
             running[s.proc.pid] = s.group
-            ended = _own_turn(s, turn(), deadline)
+            ended, natural = _own_turn(s, turn(), deadline, max(lengths.values(), default=0.0))
             s.own_s += time.monotonic() - s.start
             if not ended:
-                stop(s)
+                stop(s, natural)
         while failed is None:
             alive = [s for s in started if not s.reaped.done.is_set()]
             if not alive:
@@ -202,11 +183,14 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
             for s in alive:
                 _pause(s, stop=False)
                 t = time.monotonic()
-                ended = (s.reaped.wait(max(0.0, deadline - t)) if len(alive) == 1 and not duty
-                         else _own_turn(s, turn(), deadline))
+                others = [lengths.get(o.proc.pid, 0.0) for o in alive if o is not s]
+                if len(alive) == 1 and not duty:
+                    ended, natural = s.reaped.wait(max(0.0, deadline - t)), 0.0
+                else:
+                    ended, natural = _own_turn(s, turn(), deadline, max(others, default=0.0))
                 s.own_s += time.monotonic() - t
                 if not ended:
-                    stop(s)
+                    stop(s, natural)
                     if len(alive) == 1 and duty:
                         time.sleep(turn() * (1 / duty - 1))  # the turns of a side that is not there
                 if failed is not None:
@@ -219,8 +203,6 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
     if _fallbacks["n"] > fallbacks:
         log.write(f"[autoresearch] {_fallbacks['n'] - fallbacks} turn(s) stopped a side with SIGSTOP: its freeze did "
                   f"not complete within {cgroups.FREEZE_WAIT_S:g} s (a process in an uninterruptible wait)\n")
-    if procs.subreaping():
-        procs.reap_orphans()  # the jobs' PID namespace inits, reparented here
     results = []
     for s in started:
         if failed is not None:

@@ -9,14 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import jobenv, machinelock, procs, sandbox
-else:  # run as a script on a worker, beside runner.py
-    import jobenv  # type: ignore[no-redef,import-not-found]
-    import machinelock  # type: ignore[no-redef,import-not-found]
-    import procs  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-
+from . import jobenv, machinelock, procs, sandbox
 
 BUILT_MARKER = ".autoresearch-built"
 

@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import metriclook
-else:  # run as a script on a worker, beside runner.py
-    import metriclook  # type: ignore[no-redef,import-not-found]
+from . import metriclook
 
 # One metric's figures, which the rule reads: its callers take them from here, with the rule.
 Pairs = metriclook.Pairs
@@ -101,10 +99,24 @@ class Spec:
     # Winners kept together that each won on its focus: their own evidence carries the win, and the combination
     # is judged as each of them was end to end: every objective a guard, held within its tolerance (improved then)
     carried: bool = False
+    # What start_session's own runs showed each metric to be (a run alone, one at half duty): "time" (a time of the
+    # work: twice as long at half duty), "rate" (half as high), else "steady". A time or a rate is held to the
+    # harness's own time of the runs whatever its name says (`timed`).
+    kinds: dict[str, str] = field(default_factory=dict)
+    # The share of each run's wall time that a time or a rate times, as start_session's own runs showed it (its
+    # seconds over the run's): the harness's time must show a claimed change by that share, at the claim's estimate
+    measured_share: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Spec:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def timed(self, name: str) -> bool:
+        """Whether `name` is a time or a rate of the bench's work: so start_session's own runs showed it, or its name
+        says it (TIMED_NAME); a focus or control metric is the op benchmark's own."""
+        if name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
+            return False
+        return self.kinds.get(name) in (TIME, RATE) or bool(TIMED_NAME.search(name))
 
     @property
     def objective_names(self) -> list[str]:
@@ -446,10 +458,10 @@ HARNESS_WALL, HARNESS_CPU = "harness.wall_s", "harness.cpu_s"  # seconds per sam
 # The work a run says it did (`METRIC ops=<items, iterations, bytes>`): the harness's outside measures per unit of
 # it (harness.*_per_op) are what a claim is held to, so a bench that runs for a fixed time can be checked too.
 WORK, PER_OP = "ops", "_per_op"
-PER_OP_SHARE = 0.5  # the least share of a run's time per unit of work that is the work's (outside_refutes)
 SETTLE_PAIRS = 10  # a refutation by the outside measure that more pairs cannot change ends the experiment from here
 # A metric whose name says it is a time or a rate of the bench's work (ms_per_row, rows_per_s, tg_tps,
 # latency_us): the one kind outside_refutes checks unless the session's harness_share names it.
+TIME, RATE, STEADY = "time", "rate", "steady"  # what a metric showed itself to be (Spec.kinds)
 TIMED_NAME = re.compile(r"(?:^|[._/-])(?:s|ms|us|ns|sec|secs|seconds|time|latency|tps|fps|qps|rps|throughput)$"
                         r"|_per_(?:s|sec|second)$|(?:^|[._/-])per_s$", re.IGNORECASE)
 
@@ -462,7 +474,8 @@ TURN_MS = 20  # a side's turn on the CPU: far shorter than a neighbour's burst, 
 CPU_SUFFIX, WALL_SUFFIX = ".cpu", ".wall"  # <name>.cpu: the bench's <name> measured on CPU time
 
 
-def in_turns(values: dict[str, float], judged: list[str], scalable: bool = False) -> tuple[dict[str, str], list[str]]:
+def in_turns(values: dict[str, float], judged: list[str], scalable: bool = False,
+             timed: Callable[[str], bool] | None = None) -> tuple[dict[str, str], list[str]]:
     """The names of one run's metrics as a pair in turns judges them (judged name -> the name the bench printed),
     and what makes the run unusable so.
 
@@ -476,7 +489,8 @@ def in_turns(values: dict[str, float], judged: list[str], scalable: bool = False
     problems = []
     for name in judged:
         if name + CPU_SUFFIX not in values:
-            if not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)) and not (scalable and TIMED_NAME.search(name)):
+            is_timed = timed(name) if timed is not None else bool(TIMED_NAME.search(name))
+            if not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)) and not (scalable and is_timed):
                 problems.append(f"metric {name!r} has no {name + CPU_SUFFIX!r} beside it: a pair in turns judges "
                                 f"{name} on CPU time (a stopped side's wall clock runs on), so the bench must print "
                                 f"METRIC {name + CPU_SUFFIX}=<{name} measured on CPU time>, or name it as a time "
@@ -490,7 +504,8 @@ def in_turns(values: dict[str, float], judged: list[str], scalable: bool = False
 
 
 def turn_values(values: dict[str, float], judged: list[str], own_share: float | None,
-                directions: dict[str, str], wall: bool = False) -> tuple[dict[str, tuple[str, float]], list[str]]:
+                directions: dict[str, str], wall: bool = False,
+                timed: Callable[[str], bool] | None = None) -> tuple[dict[str, tuple[str, float]], list[str]]:
     """One run's metrics as a pair in turns judges them (in_turns): judged name -> (the name printed, the factor
     its value is taken at), and what makes the run unusable. A judged time or rate printed without its CPU form is
     taken over the run's own turns: `own_share` is the share of the run's wall time that was its own turns (the
@@ -499,11 +514,12 @@ def turn_values(values: dict[str, float], judged: list[str], own_share: float | 
     the figure as printed is kept as `<name>.wall`. With `wall` (a session whose runs keep several CPUs busy:
     validation.turn_clock), a time or rate is so taken even where its CPU form is printed, which is kept as
     measured. The claim is still held to the harness's own measures (outside_refutes)."""
-    names, problems = in_turns(values, judged, scalable=own_share is not None and own_share > 0)
+    names, problems = in_turns(values, judged, scalable=own_share is not None and own_share > 0, timed=timed)
     out = {n: (o, 1.0) for n, o in names.items()}
+    is_timed = timed if timed is not None else (lambda n: bool(TIMED_NAME.search(n)))
     if own_share and not problems:
         for name in judged:
-            if name in values and (wall or name + CPU_SUFFIX not in values) and TIMED_NAME.search(name) \
+            if name in values and (wall or name + CPU_SUFFIX not in values) and is_timed(name) \
                     and not name.startswith((FOCUS_PREFIX, CONTROL_PREFIX)):
                 out[name] = (name, own_share if directions.get(name) == "lower" else 1 / own_share)
                 out[name + WALL_SUFFIX] = (name, 1.0)
@@ -520,17 +536,18 @@ def turn_judged(values: dict[str, float], spec: Spec) -> list[str]:
                          and not n.endswith(CPU_SUFFIX))]
 
 
-def outside_need(look: MetricLook, share: float, per_op: bool = False) -> float:
+def outside_need(look: MetricLook, share: float, measured: bool = False) -> float:
     """The least change (log, of the run time) the outside measure must show for `look`'s claimed change, where
-    the timed work is `share` of each run: the least change the claim's interval allows, or, per unit of the work
-    the runs did (`per_op`, where the outside measure is of the same work), its estimate."""
-    claimed = look.estimate if per_op else look.low
+    the timed work is `share` of each run, whatever the bench's shape: its estimate where the share was measured
+    (start_session's own runs: Spec.measured_share), else, the share a guess, the least change the claim's interval
+    allows."""
+    claimed = look.estimate if measured else look.low
     assert claimed is not None
     return -math.log1p(share * math.expm1(-claimed)) if share > 0 else 0.0
 
 
 def outside_settled(look: MetricLook, share: float, wall: MetricLook | None, cpu: MetricLook | None,
-                    per_op: bool = False, threads: int = 1) -> bool:
+                    measured: bool = False, threads: int = 1) -> bool:
     """Whether a refutation (outside_refutes) is one more pairs cannot change: at SETTLE_PAIRS or more, the outside
     measure that decides (the CPU time for one thread where there is one; the wall time for several threads, whose
     win may be better balance at the same CPU time) shows at most half the change the claim needs, its interval
@@ -539,12 +556,12 @@ def outside_settled(look: MetricLook, share: float, wall: MetricLook | None, cpu
     if look.n < SETTLE_PAIRS or look.low is None or look.estimate is None or o is None or o.estimate is None \
             or o.high is None:
         return False
-    need = outside_need(look, share, per_op)
+    need = outside_need(look, share, measured)
     return o.high < need and o.estimate <= need / 2
 
 
 def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook | None,
-                    cpu: MetricLook | None, per: str = "") -> str | None:
+                    cpu: MetricLook | None, per: str = "", measured: bool = False) -> str | None:
     """Why the outside time of the same runs contradicts `name`'s improvement (look: oriented, at a look), or None.
 
     A metric that times (or counts the rate of) work inside the bench runs cannot get better while those runs,
@@ -581,7 +598,7 @@ def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook 
                     "the harness's measure moved the other way")
     if share <= 0:
         return None
-    need = outside_need(look, share, bool(per))
+    need = outside_need(look, share, measured)
     ok_cpu = shown(cpu) and cpu is not None and cpu.high is not None and cpu.high >= need
     ok_wall = faster and wall is not None and wall.high is not None and wall.high >= need
     if ok_cpu or ok_wall or not shown(cpu):
@@ -590,7 +607,9 @@ def outside_refutes(name: str, look: MetricLook, share: float, wall: MetricLook 
     return (f"{claim}, but the same runs timed from outside took {pct(cpu.estimate)} CPU time{per} {bounds(cpu)}"
             + (f" and {pct(wall.estimate)} wall time{per} {bounds(wall)}" if shown(wall) and wall is not None
                and wall.estimate is not None else "")
-            + f": work that is at least {share:.0%} of each run (harness_share) would have made them at least "
+            + f": work that is {'' if measured else 'at least '}{share:.0%} of each run ("
+            + ("as start_session's runs measured it" if measured else "harness_share")
+            + ") would have made them at least "
             f"{pct(need)}; the harness's measure does not show the claimed change"
             + ("" if per else f" (a bench that runs for a fixed time takes as long whatever the code does: let it "
                f"print the work it did, METRIC {WORK}=<items, iterations or bytes>, and the harness compares its "
@@ -617,19 +636,23 @@ def refute_by_outside(decision: Decision, samples: list[dict[str, Any]], spec: S
             j.verdict == "undecided" and j.look.estimate is not None and j.look.estimate >= j.rule.min_effect))
         if j is None or not claimed or name.startswith(HARNESS_PREFIX):
             continue
+        # the same for every shape of bench, per unit of work or not: the share the user set, else the one
+        # start_session measured, else the default
+        measured = name not in spec.harness_share and name in spec.measured_share
         if name in spec.harness_share:
             share = float(spec.harness_share[name])
-        elif TIMED_NAME.search(name) and not name.startswith(FOCUS_PREFIX):
-            # per unit of the work the runs did, the outside time is the timed work's own, but for a start
-            share = max(spec.default_harness_share, PER_OP_SHARE) if per else spec.default_harness_share
+        elif measured:
+            share = float(spec.measured_share[name])
+        elif spec.timed(name):
+            share = spec.default_harness_share
         else:
             continue  # not a time or a rate of the runs (a score, a size), or an op benchmark's fixed budget
         why = outside_refutes(name, j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU],
-                              " per op" if per else "")
+                              " per op" if per else "", measured)
         if why is not None:
             j.verdict, j.judgement, j.reason = "undecided", "held", why
             decision.problems.append(why)
-            if outside_settled(j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU], bool(per), spec.threads):
+            if outside_settled(j.look, share, outside[HARNESS_WALL], outside[HARNESS_CPU], measured, spec.threads):
                 decision.settled.append(name)
 
 

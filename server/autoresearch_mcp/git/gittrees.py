@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoresearch_mcp.core.gitrun import GitError, Repo, git
 from autoresearch_mcp.errors import InputError, RefusedError
+from autoresearch_mcp.git.gitrun import GitError, Repo, git
 
 _BOT = {"GIT_AUTHOR_NAME": "autoresearch", "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
         "GIT_COMMITTER_NAME": "autoresearch", "GIT_COMMITTER_EMAIL": "autoresearch@localhost"}

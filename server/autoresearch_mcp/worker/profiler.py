@@ -21,15 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import builds, jobenv, jobfile, machinelock, procs, sandbox
-else:  # run on a worker, beside runner.py and its siblings
-    import builds  # type: ignore[no-redef,import-not-found]
-    import jobenv  # type: ignore[no-redef,import-not-found]
-    import jobfile  # type: ignore[no-redef,import-not-found]
-    import machinelock  # type: ignore[no-redef,import-not-found]
-    import procs  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
+from . import builds, jobenv, jobfile, machinelock, procs, sandbox
 
 FREQUENCY_HZ = 999
 SEPARATOR = "\x1f"

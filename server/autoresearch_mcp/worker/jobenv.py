@@ -11,19 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autoresearch_mcp.core import jobfile
+    from . import jobfile
 
-if __package__:  # imported by the server
-    from . import procs, sandbox
-else:  # run as a script on a worker, beside runner.py
-    import procs  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-
+from . import procs, sandbox
 
 BASELINE_ENV = "AUTORESEARCH_BASELINE_TREE"  # the checks' baseline tree (run_env)
 
 
-def run_env(job: jobfile.Job | None, tree: str | os.PathLike[str], phase: str = "build") -> dict[str, str]:
+def run_env(job: jobfile.Job | None, tree: str | os.PathLike[str], phase: str = "build",
+            shown: str | None = None) -> dict[str, str]:
     """The one environment of a job's `phase` commands (build, bench, checks) in `tree`: nothing in it tells a
     baseline from a candidate, nor a bench from a check. The compiler cache's variables, the job's `env` (the
     platform's, the recipe's model), its threads and, for the checks and the bench, the tree to compare with
@@ -33,7 +29,7 @@ def run_env(job: jobfile.Job | None, tree: str | os.PathLike[str], phase: str = 
     env.update(compiler_cache_env(str(tree)))
     env.update(job.env if job is not None else {})
     env["AUTORESEARCH_THREADS"] = str((job.threads if job is not None else None) or os.cpu_count() or 1)
-    other = sandbox.compared_tree(job, str(tree), phase) if job is not None else None
+    other = shown or (sandbox.compared_tree(job, str(tree), phase) if job is not None else None)
     if other is not None:
         env[BASELINE_ENV] = other
     return env
@@ -50,9 +46,11 @@ class Prepared:
     launch: sandbox.Launch
 
     @classmethod
-    def of(cls, job: jobfile.Job, tree: str, phase: str) -> Prepared:
-        env = run_env(job, tree, phase)
-        return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase), env))
+    def of(cls, job: jobfile.Job, tree: str, phase: str, shown: str | None = None) -> Prepared:
+        """`shown`: the tree the commands are shown (AUTORESEARCH_BASELINE_TREE) where it is not the job's other tree
+        (a pair measured in copies: measuretrees.py)."""
+        env = run_env(job, tree, phase, shown)
+        return cls(str(tree), env, sandbox.launch(sandbox.for_job(job, tree, phase, shown), env))
 
     def run(self, argv: list[str], timeout_s: float, log: Any) -> procs.CommandResult:
         return procs.run_command(argv, self.tree, timeout_s, env=self.env, log=log, confine=self.launch)

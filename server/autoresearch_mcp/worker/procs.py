@@ -19,13 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__:  # imported by the server
-    from . import cgroups, metricparse, sandbox
-else:  # run as a script on a worker, beside runner.py
-    import cgroups  # type: ignore[no-redef,import-not-found]
-    import metricparse  # type: ignore[no-redef,import-not-found]
-    import sandbox  # type: ignore[no-redef,import-not-found]
-
+from . import cgroups, metricparse, sandbox
 
 TAIL_CHARS = 4000
 
@@ -131,6 +125,7 @@ def kill_marked(job: str, rounds: int = 5) -> int:
 
 
 SCRATCH_POLL_S = 0.02  # how often a running command's scratch is read (one small file of its group)
+MEMORY_POLL_S = 0.05  # how often the memory of a command no memory cgroup counts is read (its processes' statm)
 
 
 _current_pgid: int | None = None
@@ -263,20 +258,56 @@ class Started:
     its leader reaped by another; `end` kills whatever of it is left and closes its output."""
 
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], marker: str, capture: Capture, read_fd: int,
-                 launch: sandbox.Launch | None, before: Any, group: cgroups.Group | None) -> None:
+                 launch: sandbox.Launch | None, before: Any, group: cgroups.Group | None,
+                 init: Init | None = None) -> None:
         self.proc, self.argv, self.marker, self.capture, self.read_fd = proc, argv, marker, capture, read_fd
-        self.launch, self.before, self.group = launch, before, group
+        self.launch, self.before, self.group, self.init = launch, before, group, init
         self.start = time.monotonic()
         self.own_s = 0.0  # in turns: the wall time of its own turns
         self.problem: str | None = None
-        self.group_cpu_s: float | None = None  # its group's CPU time, or its PID namespace init's (_init_cpu_s)
-        self.info_fd: int | None = None  # where bubblewrap wrote its init's pid
+        self.group_cpu_s: float | None = None  # its group's CPU time, or that its init gives (nsinit.py)
         self.stop = threading.Event()
         self.reader = threading.Thread(target=_drain, args=(read_fd, capture, self.stop), daemon=True)
         self.reader.start()
         self.reaped = _Reaper(proc, self.start)
         if group is not None and group.has("memory"):
             threading.Thread(target=self._bound_scratch, daemon=True).start()
+        elif init is not None or group is not None:  # no memory cgroup: the runner watches what it uses
+            threading.Thread(target=self._watch_memory, daemon=True).start()
+
+    def pids(self) -> list[int]:
+        """Every process of the command now (its group's, or its PID namespace's below its init)."""
+        if self.group is not None:
+            return self.group.pids()
+        if self.init is not None and self.init.pid():
+            return [p for p in tree(self.init.pid() or 0) if p != self.init.pid()]
+        return []
+
+    def cpu_now(self) -> float | None:
+        """The CPU time of every process of the command so far, read from outside it (a turn's measure)."""
+        if self.group is not None and self.group.has("cpu"):
+            return self.group.cpu_s()
+        if self.init is not None:
+            return self.init.cpu_now()
+        return None
+
+    def _watch_memory(self) -> None:
+        """End the command once its processes' own memory together reaches the job's bound (sandbox.memory_limit):
+        where no memory cgroup counts it, the runner reads it every MEMORY_POLL_S (its private /tmp and /run are
+        bounded by their own size)."""
+        limit = sandbox.memory_limit()
+        while limit and not self.reaped.wait(MEMORY_POLL_S):
+            used = private_bytes(self.pids())
+            if used >= limit:
+                self.problem = (f"the job reached its memory limit ({limit / 2**20:.0f} MiB for its processes, "
+                                "watched by the runner: no memory cgroup can be made here): the command was ended")
+                if self.group is not None:
+                    self.group.kill()
+                for pid in (self.init.pid() if self.init is not None else None, self.proc.pid):
+                    if pid:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                return
 
     def _bound_scratch(self) -> None:
         """End the command once its scratch (its private /tmp and /run, its shared memory: memory the kernel
@@ -302,13 +333,16 @@ class Started:
         marker = env.setdefault(JOB_ENV, f"cmd-{os.getpid()}-{_command_count}-{time.time_ns()}")
         fds: list[int] = []
         launch = None if confine is None else sandbox.launch(confine, env)
-        group, info = None, None
-        if launch is not None:
-            # a group of its own where one can be made: its CPU time, its freezer, its kill, its memory bound
-            group = None if launch.confinement.off or "memory" in sandbox.lacking() else sandbox.group()
-            if not launch.confinement.off and _subreaper and (group is None or not group.has("cpu")):
-                info = os.pipe()  # where no group counts it: the job's init, waited for by its pid (_init_cpu_s)
-            argv, env, fds = sandbox.command(argv, launch, env, into=group, info_fd=info[1] if info else None)
+        group, init = None, None
+        if launch is not None and not launch.confinement.off:
+            # a group of its own where one can be made: its CPU time, its freezer, its kill, its memory bound; where
+            # none stops and counts it, an init of our own in its PID namespace (nsinit.py)
+            group = sandbox.group()
+            if group is None or not (group.has("cpu") and group.has("freeze")):
+                init = Init.new()
+            argv, env, fds = sandbox.command(argv, launch, env, into=group, init=init.far_ends() if init else None)
+        elif launch is not None:
+            argv, env, fds = sandbox.command(argv, launch, env)
         argv = [*(outside or []), *argv]
         read_fd, write_fd = os.pipe()
         before = resource.getrusage(resource.RUSAGE_CHILDREN) if _subreaper else None
@@ -319,8 +353,8 @@ class Started:
             )
         except BaseException:
             os.close(read_fd)
-            if info is not None:
-                os.close(info[0])
+            if init is not None:
+                init.close()
             if group is not None:
                 group.remove()
             raise
@@ -328,13 +362,15 @@ class Started:
             os.close(write_fd)
             for fd in fds:
                 os.close(fd)
-        started = cls(proc, argv, marker, Capture(), read_fd, launch, before, group)
-        started.info_fd = info[0] if info else None
-        return started
+        return cls(proc, argv, marker, Capture(), read_fd, launch, before, group, init)
 
     def end(self) -> None:
         """Leftovers of the group (a backgrounded helper, a leader that ignored SIGTERM) must not disturb later
-        runs, nor write to the output once it is read."""
+        runs, nor write to the output once it is read. Under its own init, the init ends it first, so that what
+        it ran is still counted."""
+        if self.init is not None and not self.reaped.done.is_set():
+            self.init.end_command()
+            self.reaped.wait(1.0)
         kill_group(self.proc.pid, grace_s=0.5)
         self.reaped.wait(None)
         kill_marked(self.marker)
@@ -346,10 +382,10 @@ class Started:
                 self.problem = (f"the job reached its memory limit ({limit / 2**20:.0f} MiB for its processes and its "
                                 "memory-backed files together)")
             self.group.remove()
-        if self.info_fd is not None:
-            self.group_cpu_s = self.group_cpu_s if self.group_cpu_s is not None else _init_cpu_s(self.info_fd)
-            os.close(self.info_fd)
-            self.info_fd = None
+        if self.init is not None:
+            if self.group_cpu_s is None:
+                self.group_cpu_s = self.init.final_cpu()
+            self.init.close()
         self.stop.set()
         self.reader.join()
         os.close(self.read_fd)
@@ -417,27 +453,183 @@ def reap_orphans() -> bool:
             time.sleep(0.002)
 
 
-def _init_cpu_s(info_fd: int) -> float | None:
-    """The CPU time of a confined command's every process, from its PID namespace's init: bubblewrap wrote the
-    init's pid to `info_fd`, and its outer process leaves the init to this process (a subreaper) to reap; the init
-    reaped each process of the job (an orphan too), so its rusage holds them all. None where it cannot be had."""
-    try:
-        os.set_blocking(info_fd, False)
-        pid = int(json.loads(os.read(info_fd, 65536).decode() or "{}").get("child-pid") or 0)
-    except (OSError, ValueError, AttributeError):
-        return None
-    deadline = time.monotonic() + ORPHANS_WAIT_S
-    while pid > 0:
+# --- the processes of a command, read from /proc --------------------------------------------------------------
+
+_HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(c) for c in fh.read().split())
+    return out
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, from each one's parent in /proc/<pid>/stat (a kernel without
+    /proc/<pid>/task/<tid>/children)."""
+    below: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/stat") as fh:
+                below.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    return below
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it (parents first), read from /proc/<pid>/task/<tid>/children (or, where
+    the kernel has no such file, from every process's parent). A confined job's every process is below its PID
+    namespace's init: an orphan goes to it."""
+    below = None if _HAS_CHILDREN else _parents()
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        out.append(p)
+        todo.extend(_children(p) if below is None else below.get(p, []))
+    return out
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def private_bytes(pids: list[int]) -> int:
+    """The memory of `pids` that is theirs (resident, less what is shared with others: /proc/<pid>/statm)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm") as fh:
+            fields = fh.read().split()
+            total += (int(fields[1]) - int(fields[2])) * _PAGE
+    return total
+
+
+def _run_time_s(pid: int) -> float:
+    """The CPU time every thread of `pid` has had so far (schedstat's nanoseconds; 0 where it cannot be read)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+    return total / 1e9
+
+
+class Init:
+    """The runner's end of a command's own init (nsinit.py): two pipes (asks, answers), and the init's pid as
+    bubblewrap reports it (`--info-fd`)."""
+
+    ANSWER_WAIT_S = 2.0  # an answer the init owes: it is never stopped, so only a machine stalled this long is late
+    STOP_TRIES = 10  # a stop that did not complete (a process in the kernel) is asked again, not the pair lost
+
+    def __init__(self, ask_w: int, ask_r: int, answer_r: int, answer_w: int, info_r: int, info_w: int) -> None:
+        self.ask_w, self.answer_r, self.info_r = ask_w, answer_r, info_r
+        self._far = (ask_r, answer_w, info_w)
+        self._pid: int | None = None
+        self._buffer = b""
+        self.ended = False
+
+    @classmethod
+    def new(cls) -> Init:
+        ask_r, ask_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        info_r, info_w = os.pipe()
+        return cls(ask_w, ask_r, answer_r, answer_w, info_r, info_w)
+
+    def far_ends(self) -> tuple[int, int, int]:
+        """The descriptors the sandbox hands on: the init's asks and answers, and bubblewrap's info (closed here once
+        the command has started, with the others the command inherits)."""
+        return self._far
+
+    def pid(self) -> int | None:
+        """The init's pid (outside its namespace), once bubblewrap has said it."""
+        if self._pid is None:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.set_blocking(self.info_r, False)
+                data = os.read(self.info_r, 65536).decode()
+                self._pid = int(json.loads(data or "{}").get("child-pid") or 0) or None
+        return self._pid
+
+    def cpu_now(self) -> float | None:
+        """The CPU time of every process of the command so far, from outside: each live one's threads, and what the
+        init has reaped (its children's time, in clock ticks)."""
+        init = self.pid()
+        if init is None:
+            return None
         try:
-            got, _, usage = os.wait4(pid, os.WNOHANG)
-        except ChildProcessError:  # not ours (this process is no subreaper), or reaped already
+            with open(f"/proc/{init}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            reaped = (int(fields[13]) + int(fields[14])) / _TICK
+        except (OSError, ValueError, IndexError):
             return None
-        if got:
-            return usage.ru_utime + usage.ru_stime
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.002)
-    return None
+        return reaped + sum(_run_time_s(p) for p in tree(init) if p != init)
+
+    def _answer(self, wait_s: float) -> bytes:
+        """The next answer (s, f or c), or E once the command has ended; b"" if none came in time."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for byte in self._buffer:
+                if byte in b"sfcE":
+                    if byte != ord("E"):
+                        self._buffer = self._buffer.replace(bytes([byte]), b"", 1)
+                    else:
+                        self.ended = True
+                    return bytes([byte])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b""
+            ready, _, _ = select.select([self.answer_r], [], [], left)
+            if ready:
+                chunk = os.read(self.answer_r, 4096)
+                if not chunk:
+                    self.ended = True
+                    return b"E"
+                self._buffer += chunk
+
+    def pause(self, stop: bool) -> bool:
+        """Stop (or continue) every process of the command at once; whether it all is. A stop that did not
+        complete (a process in an uninterruptible wait) is asked again, up to STOP_TRIES times."""
+        for _ in range(self.STOP_TRIES if stop else 1):
+            if self.ended:
+                return True
+            try:
+                os.write(self.ask_w, b"S" if stop else b"C")
+            except OSError:  # the init has ended with its command: nothing is left to stop
+                self.ended = True
+                return True
+            answer = self._answer(self.ANSWER_WAIT_S)
+            if answer in (b"s", b"c", b"E"):
+                return True
+            if answer == b"":
+                return False
+        return False
+
+    def end_command(self) -> None:
+        """Ask the init to kill every process of the command (it then counts them and ends)."""
+        if not self.ended:
+            with contextlib.suppress(OSError):
+                os.write(self.ask_w, b"K")
+
+    def final_cpu(self) -> float | None:
+        """The CPU time of every process the command ran, as its init gave it when the command ended."""
+        self._answer(ORPHANS_WAIT_S)  # the init writes it just before it ends
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.set_blocking(self.answer_r, False)
+            self._buffer += os.read(self.answer_r, 4096)
+        for line in self._buffer.decode(errors="replace").splitlines():
+            part = line[line.find("E "):] if "E " in line else ""
+            with contextlib.suppress(ValueError, IndexError):
+                return float(part.split()[1])
+        return None
+
+    def close(self) -> None:
+        """Close this end (the far ends are the command's: closed once it has started, with the others it inherits)."""
+        for fd in (self.ask_w, self.answer_r, self.info_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class _Reaper:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from autoresearch_mcp.core import gitops, sandbox
-from autoresearch_mcp.core.builds import BUILT_MARKER
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.worker import sandbox
+from autoresearch_mcp.worker.builds import BUILT_MARKER
 
 log = logging.getLogger(__name__)
 # What a launch needs free where the worktrees are: two trees and their builds (a build that fills the disk

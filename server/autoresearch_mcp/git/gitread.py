@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from autoresearch_mcp.core.gitrun import GitError, Repo, git, names, run
 from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.git.gitrun import GitError, Repo, git, names, run
 
 
 @dataclass(frozen=True)

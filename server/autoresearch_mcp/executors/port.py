@@ -1,6 +1,6 @@
 """The executor port: where and how one experiment's A/B protocol runs (local machine or cloud VMs).
 
-Executors run the shared runner script (core/runner.py) and report what it prints as events;
+Executors run the shared runner script (worker/runner.py) and report what it prints as events;
 they never judge results. The experiment manager owns the ledger and the verdicts.
 """
 
@@ -23,8 +23,8 @@ from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from autoresearch_mcp import progress
-from autoresearch_mcp.core import channel, jobfile, procs
 from autoresearch_mcp.errors import StateError
+from autoresearch_mcp.worker import channel, jobfile, procs
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def parse_event(line: str, secret: str) -> StatusEvent | SampleEvent | LookEvent
 
 @dataclass
 class Job:
-    """One job as an executor sees it: its record (core/jobs.py builds it), the commits whose trees it places,
+    """One job as an executor sees it: its record (executors/jobs.py builds it), the commits whose trees it places,
     and where its log goes."""
 
     experiment_id: str

@@ -1,7 +1,7 @@
 """The append-only ledger: `.autoresearch/ledger.jsonl`, one JSON object a line, the source of truth.
 
 Each record has a `type` (`session`, `launch`, `status`, `result`, `continue`, `platform`, `commit`,
-`workers`, `holdout`: one typed model each in core/records.py, with a `schema_version`) and, except
+`workers`, `holdout`: one typed model each in store/records.py, with a `schema_version`) and, except
 for `session` and `workers` (stop_workers released the session's machines), an `experiment_id`;
 `platform` records (a status or a result of one of the other platforms a winner is checked on) also
 name their `platform`. A `continue` record starts another round of pairs of the same experiment; its
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_mcp import safefs
-from autoresearch_mcp.core.records import (
+from autoresearch_mcp.store.records import (
     Analysis,
     CommitRecord,
     Comparison,

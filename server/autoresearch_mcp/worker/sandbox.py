@@ -31,19 +31,21 @@ import shutil
 import stat
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autoresearch_mcp.core import jobfile
+    from . import jobfile
 
-if __package__:  # imported by the server
-    from . import cgroups
-else:  # run as a script on a worker, beside runner.py and cgroups.py
-    import cgroups  # type: ignore[no-redef,import-not-found]
+from . import cgroups
 
 BWRAP = "bwrap"
+# The namespace init of a machine without cgroups (nsinit.py), run from its source by the runner's own interpreter
+# (a real file, not a venv's link: it runs with -I -S, outside any environment), so it needs no file in the sandbox
+NSINIT = (Path(__file__).with_name("nsinit.py")).read_text()
+INIT_PYTHON = os.path.realpath(sys.executable)
 CONFINED, OFF = "confined", "off"
 BENCH_SCRIPT, CHECKS_SCRIPT = "autoresearch.sh", "autoresearch.checks.sh"
 SCRIPTS = (BENCH_SCRIPT, CHECKS_SCRIPT)
@@ -214,7 +216,7 @@ def compared_tree(job: jobfile.Job, tree: str, phase: str) -> str | None:
     return str(_real(candidate if _real(tree) == _real(baseline) else baseline))
 
 
-def for_job(job: jobfile.Job, tree: str, phase: str = "build") -> Confinement:
+def for_job(job: jobfile.Job, tree: str, phase: str = "build", shown: str | None = None) -> Confinement:
     """The confinement of a runner job's `phase` command (build, bench, checks) in `tree`: the job's
     `sandbox` spec ({mode, scripts, readable, frozen, read_only: the phases that see the tree read-only,
     private: the user's checkout}) and the tree it compares with (compared_tree: readable). The compiler
@@ -225,7 +227,7 @@ def for_job(job: jobfile.Job, tree: str, phase: str = "build") -> Confinement:
     spec = job.sandbox
     scripts = {name: str(path) for name, path in (spec.get("scripts") or {}).items() if name in SCRIPTS}
     baseline = job.baseline_dir
-    other = compared_tree(job, tree, phase)
+    other = shown or compared_tree(job, tree, phase)
     readable = [*spec.get("readable", []), *([other] if other else []),
                 *(spec.get("git") or [] if phase == "build" else [])]  # a build may run git (a version from it)
     cache = phase == "build" and bool(baseline) and _real(str(baseline)) == _real(tree)
@@ -291,23 +293,35 @@ def side_measure() -> str:
     says it: what a confined command's cgroup gives here, and what it does not."""
     if "text" not in _measure:
         made = None if unavailable() is not None else group()
-        if made is None:
+        pages = (". Each run starts with no page of its tree or the compared tree cached. Not promised: the cached "
+                 "pages of files outside them (the system's, a model file), state the kernel keeps between runs")
+        if made is None and cgroups.systemd_scope():
             _measure["text"] = (
-                "no cgroup can be made here: a run's CPU time is that of the processes its PID namespace's init "
-                "reaped (waited for by its pid, so each side's own in turns too; a process still running when the "
-                "run ends is not counted), its memory is not bounded, and pairs in turns stop each side with "
-                "SIGSTOP, which a program can notice")
+                "no cgroup can be made by the server here, so each job's runner asks the user's systemd for a "
+                "delegated scope of its own (systemd-run --user --scope -p Delegate=yes) and makes each command's "
+                "cgroup there: the CPU time of every process it ran and, in turns, a freezer; what the scope allows "
+                "(a memory bound) the job's log says" + pages)
+        elif made is None:
+            _measure["text"] = (
+                "no cgroup can be made here (no writable cgroup v2 group or delegated subtree, no writable v1 "
+                "hierarchy): each command runs under an init of our own in its PID namespace, which stops and "
+                "continues every process of it at once (in turns: SIGSTOP and SIGCONT, which a program can notice) "
+                "and gives the CPU time of every process it ran, those still running at its end included; its "
+                "memory is watched by the runner (its processes' own memory, every 50 ms), its scratch bounded by the "
+                "size of its private /tmp and /run (256 MiB each)" + pages)
         else:
-            has = [w for w in ("cpu", "freeze") if made.has(w)]
+            has = [w for w in ("cpu", "freeze", "memory") if made.has(w)]
             made.remove()
             _measure["text"] = (
-                f"each command in a cgroup of its own (cgroup {'v2' if made.v2 else 'v1'}): its memory bounded"
+                f"each command in a cgroup of its own ({cgroups.where(made)})"
                 + (", the CPU time of every process it ran, orphans included" if "cpu" in has else
-                   ", no CPU account (the runner's reaping counts instead)")
+                   ", no CPU account (its init's count instead)")
                 + (", and in turns a freezer that stops all of it at once, without a signal" if "freeze" in has else
-                   "; in turns SIGSTOP stops it, which a program can notice")
-                + ". Each run starts with no page of its tree or the compared tree cached. Not promised: the cached "
-                  "pages of files outside them (the system's, a model file), state the kernel keeps between runs")
+                   "; in turns its init stops it with SIGSTOP, which a program can notice")
+                + ("; its memory bounded by the kernel" if "memory" in has else
+                   "; no memory controller is delegated here: its memory is watched by the runner (its processes' "
+                   "own memory, every 50 ms) and its scratch bounded by the size of its private /tmp and /run")
+                + pages)
     return _measure["text"]
 
 
@@ -347,10 +361,11 @@ def lacking(bwrap: str | None = None) -> dict[str, str]:
             if not ok:
                 out[key] = what
         made = group()
-        if made is None:
+        if made is None or not made.has("memory"):
             out["memory"] = ("no memory cgroup can be made here (cgroup v2 with the memory controller, or v1's memory "
-                             "hierarchy, writable by this user): a job may use all of the machine's memory")
-        else:
+                             "hierarchy, writable by this user): a job's memory is watched by the runner, not bounded "
+                             "by the kernel, and its scratch by the size of its private /tmp and /run")
+        if made is not None:
             made.remove()
     _lacking[name] = out
     return out
@@ -437,7 +452,7 @@ def _confined_env(c: Confinement, env: dict[str, str]) -> dict[str, str]:
 
 
 def command(argv: list[str], c: Confinement | Launch, env: dict[str, str], into: cgroups.Group | None = None,
-            info_fd: int | None = None) -> tuple[list[str], dict[str, str], list[int]]:
+            init: tuple[int, int, int] | None = None) -> tuple[list[str], dict[str, str], list[int]]:
     """`argv` as it runs in `c`, its environment, and the descriptors it must inherit (the seccomp
     filter's, which the caller closes once it started the command): bubblewrap's command line (argv
     itself when off).
@@ -446,9 +461,9 @@ def command(argv: list[str], c: Confinement | Launch, env: dict[str, str], into:
     protected paths as the tree holds them now, a fresh descriptor of the filter (bubblewrap reads it to its
     end) and a fresh cgroup (its limit and its account are this command's alone): `into` when the caller made it
     (the runner, which reads its CPU time and freezes it), else one of its own. In a group, the command gets a
-    cgroup namespace of its own: it sees its group as the root, and no name of it. With `info_fd`, bubblewrap
-    writes there the pid of the job's PID namespace init, which the caller may wait for by that pid (the CPU
-    time of every process of the job it reaped: each side's own, where no group counts it)."""
+    cgroup namespace of its own: it sees its group as the root, and no name of it. With `init` (where no group
+    stops and counts the command: the descriptors of procs.Init's far ends), the namespace's PID 1 is our own init
+    (nsinit.py), which stops, continues and counts every process of the command, and bubblewrap says its pid."""
     prepared = launch(c, env)
     c = prepared.confinement
     prepare(c)
@@ -463,13 +478,14 @@ def command(argv: list[str], c: Confinement | Launch, env: dict[str, str], into:
     args = [*prepared.options, *_tree_binds(c), "--unsetenv", JOB_MARK]
     if fds:
         args += ["--seccomp", str(fds[0])]
-    if info_fd is not None:  # bubblewrap writes its PID namespace's init's pid there (the runner waits for it)
-        args += ["--info-fd", str(info_fd)]
-        fds.append(info_fd)
-    made = into if into is not None else None if "memory" in missing else group()
-    if made is None:
-        return [*args, "--chdir", str(_real(c.tree)), "--", *argv], env, fds
-    return made.join([*args, "--unshare-cgroup-try", "--chdir", str(_real(c.tree)), "--", *argv]), env, fds
+    if init is not None:  # our own init as the namespace's PID 1 (nsinit.py); bubblewrap says its pid on `info`
+        asks, answers, info = init
+        args += ["--as-pid-1", "--info-fd", str(info)]
+        argv = [INIT_PYTHON, "-I", "-S", "-c", NSINIT, str(asks), str(answers), "--", *argv]
+        fds += [asks, answers, info]
+    # a cgroup namespace of its own, in a group or not: it sees its group (or the one it started in) as "/"
+    argv = [*args, "--unshare-cgroup-try", "--chdir", str(_real(c.tree)), "--", *argv]
+    return (argv if into is None else into.join(argv)), env, fds
 
 
 def _real(path: str | Path) -> Path:

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import cast
 
 from autoresearch_mcp import limits
-from autoresearch_mcp.core import gitread, gitrun, gittrees
-from autoresearch_mcp.core.gitrun import NOT_A_REPO, git, run
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.git import gitread, gitrun, gittrees
+from autoresearch_mcp.git.gitrun import NOT_A_REPO, git, run
 
 logger = logging.getLogger(__name__)
 

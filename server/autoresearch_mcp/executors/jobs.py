@@ -1,6 +1,6 @@
 """Every runner job, built in one place from the session's settings.
 
-A job is a typed record of its kind (core/jobfile.py: the runner, standard-library only, reads it back from
+A job is a typed record of its kind (worker/jobfile.py: the runner, standard-library only, reads it back from
 job.json, locally and on a worker). `JobMaker` gives each kind (an experiment, a validation of the session head, a
 trial of the checks, a platform's check of the head, a profile, the holdout, the counters) its fields from the
 session's settings, with one environment (`environment`) and one confinement (`confinement`); an executor places
@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_mcp.core import gitops, jobfile
-from autoresearch_mcp.core.config import Platform, SessionConfig, job_env
-from autoresearch_mcp.core.jobfile import SandboxSpec
-from autoresearch_mcp.core.port import VALIDATION_RUNS
+from autoresearch_mcp.executors.port import VALIDATION_RUNS
+from autoresearch_mcp.git import gitops
+from autoresearch_mcp.store.config import Platform, SessionConfig, job_env
+from autoresearch_mcp.worker import jobfile
+from autoresearch_mcp.worker.jobfile import SandboxSpec
 
 FOCUS_ENV = "AUTORESEARCH_FOCUS"
 
@@ -32,7 +33,7 @@ def environment(session_env: dict[str, str], platform: Platform, focus: Sequence
 
 def confinement(mode: str, frozen: Sequence[str] = (), read_only: Sequence[str] = (),
                 readable: Sequence[str] = (), private: Sequence[str] = (), git: Sequence[str] = ()) -> SandboxSpec:
-    """The one sandbox spec of a job (core/sandbox.py reads it): the session's `sandbox` mode, the protected
+    """The one sandbox spec of a job (worker/sandbox.py reads it): the session's `sandbox` mode, the protected
     files bound read-only, the commands that see their tree read-only, paths a private /tmp would hide, and
     the user's checkout and git directory hidden from every command (`private`; a build reads `git`). The
     executor adds the session's scripts where it stores them (`placed`)."""

@@ -1,0 +1,1 @@
+"""The session's storage: its settings (config.json), its typed records and the ledger they fold into."""
