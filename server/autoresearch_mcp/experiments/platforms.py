@@ -21,7 +21,6 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
 
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, Released, ValidationRun
@@ -29,6 +28,7 @@ from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, PlatformResult
 from autoresearch_mcp.store.config import Platform
 from autoresearch_mcp.store.ledger import PlatformState
 from autoresearch_mcp.store.records import Comparison
+from autoresearch_mcp.worker import outcomes
 
 log = logging.getLogger(__name__)
 
@@ -150,18 +150,18 @@ def validate_head(platform: Platform, done: ValidationRun, log_path: Path) -> st
 # --- one platform's result -------------------------------------------------------------------------
 
 
-def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
+def judge(platform: Platform, outcome: outcomes.Experiment, verdict: str | None,
           delta_pct: float | None) -> tuple[bool | None, str]:
     """Whether a platform's run lets the winner through (None: the run ended without a verdict of its
     own, e.g. a worker or cloud error, so it must run again), and one line saying what happened."""
-    status = outcome.get("status")
-    error = (outcome.get("error") or "").strip()
+    status = outcome.status
+    error = (outcome.error or "").strip()
     if status == "failed":
-        phase = outcome.get("phase") or "run"
+        phase = outcome.phase or "run"
         what = {"build": "failed to build", "bench": "its benchmark failed"}.get(phase, f"did not run ({phase})")
         summary = f"{what}: {error[-TAIL_CHARS:]}" if error else what
         return (False if phase in ("build", "bench") else None), summary
-    checks = outcome.get("checks") or {}
+    checks = outcome.checks or {}
     if status == "checks_failed" or (checks.get("ran") and not checks.get("passed")):
         how = "timed out" if checks.get("timed_out") else f"exit {checks.get('exit_code')}"
         return False, f"failed its checks ({how}): {(checks.get('tail') or '').strip()[-TAIL_CHARS:]}"
