@@ -25,7 +25,6 @@ from typing import Any
 from autoresearch_mcp import progress, safefs
 from autoresearch_mcp.errors import InputError, StateError
 from autoresearch_mcp.executors import profiles
-from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import HotFunction, ProfileResult
 from autoresearch_mcp.session import Session
@@ -115,8 +114,8 @@ def _run(session: Session, target: _Target, profile_id: str) -> _Run:
     repo, config = session.repo, session.config
     root = Path(repo.working_dir)
     progress.report(f"profiling {target.build}: build, then the benchmark once under perf record")
-    ran = profiles.run(session.manager.executor, JobMaker(repo, config, session.manager.env), profile_id,
-                       target.base, target.commit, profiles_dir(root) / f"{profile_id}.perf.data",
+    ran = profiles.run(session.manager.executor, session.manager.jobs, profile_id, target.base, target.commit,
+                       profiles_dir(root) / f"{profile_id}.perf.data",
                        state_dir(root) / "logs" / f"profile-{profile_id}.log")
     if not ran.answered:  # the job's failure, not the profile's
         failure = ran.outcome.failure()

@@ -4,7 +4,6 @@ the current head), and moving the session branch onto it."""
 from __future__ import annotations
 
 from autoresearch_mcp.errors import RefusedError, StateError
-from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.experiments import designs, events, focus, holdout, launching, message, readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.git import gitops
@@ -186,7 +185,7 @@ def _holdout(manager: ExperimentManager, exp: ExperimentState) -> holdout.Holdou
     design = stats.make_design("auto", alpha=c.alpha, min_effect=c.min_effect,
                                noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
     outcome = holdout.run(
-        c.holdout, JobMaker(manager.repo, c, manager.env), manager.here, launch.base_commit,
+        c.holdout, manager.jobs, manager.here, launch.base_commit,
         launch.candidate_commit, (gitops.tree_of(manager.repo, launch.base_commit), launch.candidate_tree), directions,
         design)
     manager.append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,

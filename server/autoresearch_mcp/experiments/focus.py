@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from autoresearch_mcp import progress
 from autoresearch_mcp.errors import InputError, RefusedError
 from autoresearch_mcp.executors import profiles
-from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.store.config import state_dir
 from autoresearch_mcp.worker import profiler
@@ -131,8 +130,8 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
     logs = state_dir(Path(repo.working_dir)) / "logs"
     data = logs / f"focus-{profile_id}.perf.data"
     progress.report(f"is {', '.join(wanted)} run by the program? its benchmark once under perf, without the focus")
-    ran = profiles.run(manager.executor, JobMaker(repo, manager.config, manager.env), profile_id, launch.base_commit,
-                       launch.candidate_commit, data, logs / f"focus-{profile_id}.log", SEEN_HZ, functions_only=True)
+    ran = profiles.run(manager.executor, manager.jobs, profile_id, launch.base_commit, launch.candidate_commit, data,
+                       logs / f"focus-{profile_id}.log", SEEN_HZ, functions_only=True)
     profile = ran.outcome
     Path(profile.perf_data or data).unlink(missing_ok=True)
     failure = profile.failure()
