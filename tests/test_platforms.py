@@ -566,6 +566,7 @@ def test_the_stop_hook_counts_platform_runs_and_their_cloud_workers() -> None:
 
 def test_a_fleet_cannot_confine_when_one_of_its_executors_cannot(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch_mcp.executors.fleet import Fleet
     from autoresearch_mcp.executors.local import LocalExecutor
     from autoresearch_mcp.git import gitops
     from autoresearch_mcp.git.worktrees import Worktrees
@@ -577,7 +578,7 @@ def test_a_fleet_cannot_confine_when_one_of_its_executors_cannot(tmp_path: Path,
     monkeypatch.setattr(sandbox, "BWRAP", "no-such-bwrap")  # this machine cannot confine
     host = LocalExecutor(repo, Worktrees(repo, tmp_path / "cache"), 1)
     extra = LocalExecutor(repo, Worktrees(repo, tmp_path / "cache"), 1)
-    fleet = platforms.Fleet(host, {"arm": extra})
+    fleet = Fleet(host, {"arm": extra}, here=host, worktrees=host.worktrees)
     try:
         why = fleet.confinement_problem(sandbox.CONFINED)
         assert why is not None and "no bubblewrap" in why  # the launch's pre-check refuses with the reason

@@ -173,9 +173,7 @@ class ExperimentManager:
         with self.changed:
             self._closed = True
             self.changed.notify_all()
-        self.executor.close()
-        if self.here is not None and self.here not in (self.executor, getattr(self.executor, "host", None)):
-            self.here.close()  # its own (a cloud session's holdout runs here)
+        self.executor.close()  # a fleet closes this machine's executor with its own
 
     def release_workers(self, mode: str) -> Released:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""
