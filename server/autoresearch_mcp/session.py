@@ -368,8 +368,7 @@ def start_session(
     if validated.pairing is not None:
         common["pairing"] = validated.pairing
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
-    platform_lines = (validation.validate_platforms(maker.with_config(config), head, runs_on) if config.platforms
-                      else [])
+    platform_lines = validation.validate_platforms(maker.with_config(config), head, runs_on)
     apply_plan(plan)
     baseline = validation.baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]

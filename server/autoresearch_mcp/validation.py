@@ -470,8 +470,10 @@ def spread_pct(values: list[float]) -> float | None:
 def validate_platforms(maker: JobMaker, head: str, executor: Executor) -> list[str]:
     """Build the session head on every extra local platform and run the checks there (a head check job of
     that platform's executor), so a platform where the unchanged code already fails is an error now, not a
-    refused winner later."""
+    refused winner later. No lines for a session that names no platforms."""
     config = maker.config
+    if not config.platforms:
+        return []
     content = gitops.tree_of(maker.repo, head)
     root = Path(config.repo)
     lines = [config.all_platforms[0].label + ": validated above"]

@@ -53,11 +53,10 @@ def screen(outcome: outcomes.Experiment) -> list[tuple[str, str]]:
 
 def analyze(outcome: outcomes.Experiment, spec: decide.Spec, design: stats.AnyDesign,
             final_n: int | None = None, start_n: int = 0) -> dict[str, Any]:
-    """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the lead
-    metric's pairs show. A run that is not `done`/`checks_failed` has no verdict; a sample without a judged
-    metric (or with an unusable value) makes the whole experiment `invalid`, never a 0: `outcome` itself then
-    says so (`stop_reason`, `error`), its unusable values dropped (`screen`). `final_n`: the last pair count of
-    the round that produced `outcome` (where `noisy` is judged); `start_n`: where it started."""
+    """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the lead metric's
+    pairs show. A run that is not `done`/`checks_failed` has no verdict; a sample without a judged metric (or with
+    an unusable value, dropped from `outcome`, which then says why) makes the experiment `invalid`, never a 0.
+    `final_n`: the last pair count of the round of `outcome` (where `noisy` is judged); `start_n`: its start."""
     status = outcome.status
     refused = screen(outcome)
     if isinstance(design, legacy.Design):
