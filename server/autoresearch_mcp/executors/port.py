@@ -62,7 +62,8 @@ class LookEvent(TypedDict):
 
 
 class ResultEvent(TypedDict):
-    """Final: the runner's result line (`outcome`), or a failure the executor saw."""
+    """Final: the runner's result line (`outcome`: its kind's record as `to_dict` writes it, read back with
+    worker/outcomes.py `ended`), or a failure the executor saw."""
 
     event: Literal["result"]
     outcome: dict[str, Any]

@@ -7,7 +7,7 @@ them for single runs (`start_session`). Its last stdout line is one machine-read
 one concept each: metricparse (METRIC lines), procs (one command: its process group, cgroup, output and outside
 measures), turns (pairs in turns), jobenv (a phase's environment and confinement), machinelock (the machine's
 turn), builds (a tree built once per content), channel (the keyed result lines), jobfile (the typed job records),
-profiler (a profile and the counters under perf).
+outcomes (the typed outcome of each kind, what a handler returns), profiler (a profile and the counters under perf).
 
 `main` reads the job file into its record (jobfile.read) and runs the handler its kind names (`HANDLERS`).
 
