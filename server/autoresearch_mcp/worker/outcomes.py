@@ -180,15 +180,15 @@ _O = TypeVar("_O", bound=Outcome)
 def read(record: type[_O], data: Mapping[str, Any]) -> _O:
     """The outcome `data` holds, as the record of its job's kind (`KINDS`); OutcomeError when it cannot be read as
     it is (a newer version, a field the kind does not have)."""
-    what = record.kind or "job"
+    what = f"a result of the {record.kind or 'any'} kind"
     version = data.get("version", VERSION)
     if not isinstance(version, int) or isinstance(version, bool) or version > VERSION:
-        raise OutcomeError(f"a {what} result of version {version!r}; this server reads up to {VERSION}: run the "
-                           "server's own runner")
+        raise OutcomeError(f"{what} is of version {version!r}; this server reads up to {VERSION}: run the server's "
+                           "own runner")
     names = {f.name for f in dataclasses.fields(record)}
     unknown = sorted(set(data) - names - {"version"})
     if unknown:
-        raise OutcomeError(f"a {what} result has no field {', '.join(unknown)}")
+        raise OutcomeError(f"{what} has no field {', '.join(unknown)}")
     values = {k: v for k, v in data.items() if k in names}
     for name in _SAMPLED:
         if name in values:
