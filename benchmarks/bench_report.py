@@ -25,7 +25,7 @@ from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.report import write_report
 from autoresearch_mcp.store.config import SessionConfig, save_config
 from autoresearch_mcp.store.ledger import Ledger
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 
 PAIRS = 30  # the first look where an improvement can be decided
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
@@ -83,7 +83,7 @@ def make_session(root: Path, n: int, seed: int = 7) -> None:
                                                        "ms_per_tok": rng.gauss(0.0, 0.02)}, 0.01),
             "checks": {"ran": not failed, "passed": not failed},
             "host": {"hostname": f"vm{i % 4}", "cpu_model": "EPYC", "cpus": 8}}
-        analysis = metrics.analyze(outcome, judging, design)
+        analysis = metrics.analyze(outcomes.read(outcomes.Experiment, outcome), judging, design)
         verdict = analysis["verdict"]
         ledger.append({"type": "result", "ts": ts + 30, "experiment_id": exp_id, "status": outcome["status"],
                        "worker": f"sky-{i % 4}", "cost_usd": 0.012, "outcome": outcome, "analysis": analysis})

@@ -9,7 +9,6 @@ Run: python benchmarks/bench_sky_scheduler.py
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.store.config import SessionConfig, SkyConfig
-from autoresearch_mcp.worker import channel, jobfile, runner
+from autoresearch_mcp.worker import channel, jobfile, outcomes
 from sky_fake import FakeSky
 
 
@@ -68,7 +67,7 @@ def part2(jobs: int = 1000, workers: int = 64) -> None:
         subprocess.run([*run, "add", "-A"], check=True)
         subprocess.run([*run, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"], check=True)
         head = subprocess.run([*run, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-        outcome = dataclasses.asdict(runner.Outcome("x"))
+        outcome = outcomes.Experiment("x").to_dict()
         result = channel.machine_line(channel.RESULT_PREFIX, outcome, compact=True) + "\n"
         fake = FakeSky(Path(tmp) / "vms", canned=lambda _c, _t: (result, 60.0))
         cfg = SessionConfig(session_id="bench0000000", tag="b", branch="b", repo=str(repo), metric="t",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoresearch_mcp.measure import metrics, stats
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 
 Speeds = Callable[[random.Random, int], list[float]]  # (rng, runs) -> a speed per run, in time order
 
@@ -151,7 +151,7 @@ def experiment(noise: Noise, effect: float, seed: int, direction: str = "higher"
             end, rounds = DESIGN.round_end(n), rounds + 1
     out = {"verdict": decision.verdict, "pairs": n, "rounds": rounds, "agree": True}
     if check:
-        analysis = metrics.analyze({"status": "done", "samples": samples}, spec, DESIGN, end)
+        analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": samples}), spec, DESIGN, end)
         out["agree"] = analysis["verdict"] == decision.verdict
     return out
 

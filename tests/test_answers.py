@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.store.config import SessionConfig
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 from conftest import init_repo, script_repo
 from helpers import FINAL, call, error
 
@@ -45,7 +45,7 @@ def _pairs(n: int, effect: float) -> list[dict[str, Any]]:
 
 def test_a_metric_nobody_judges_is_measured_without_a_verdict_or_a_direction() -> None:
     design = stats.make_design(30)
-    analysis = metrics.analyze({"status": "done", "samples": _pairs(30, 0.3)},
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": _pairs(30, 0.3)}),
                                decide.Spec("score", "higher", 0.01), design)
     judged, measured = analysis["metrics"]["score"], analysis["metrics"]["ms"]
     assert (judged["verdict"], judged["direction"], judged["role"]) == ("improved", "higher", "objective")
@@ -58,7 +58,8 @@ def test_a_metric_nobody_judges_is_measured_without_a_verdict_or_a_direction() -
 
 def test_a_metric_nobody_judges_shows_the_direction_its_config_gives_and_still_no_verdict() -> None:
     spec = decide.Spec("score", "higher", 0.01, shown_directions={"ms": "lower"})
-    analysis = metrics.analyze({"status": "done", "samples": _pairs(30, 0.3)}, spec, stats.make_design(30))
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": _pairs(30, 0.3)}), spec,
+                               stats.make_design(30))
     measured = analysis["metrics"]["ms"]
     assert measured["direction"] == "lower" and measured["verdict"] is None and measured["role"] is None
     assert measured["delta_pct"] < -15  # its own relative change, whichever way is better

@@ -20,7 +20,7 @@ from mcp import Client
 
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.measure import figures, metrics, stats
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 from conftest import script_repo
 
 DESIGN = stats.make_design("auto")
@@ -108,7 +108,7 @@ def test_a_clear_op_win_that_slows_the_program_by_5_percent_end_to_end_is_refuse
 def test_a_regressed_guard_says_what_its_interval_showed_not_that_the_interval_lies_past_the_tolerance() -> None:
     found = next(r for r in (run(-12.0, -5.0, seed) for seed in range(8))
                  if r[0].metrics["tg_tps"].judgement == "regressed")
-    analysis = metrics.analyze({"status": "done", "samples": found[1]}, SHARED, DESIGN)
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": found[1]}), SHARED, DESIGN)
     tg = analysis["metrics"]["tg_tps"]
     look = found[0].metrics["tg_tps"].look
     assert look.high is not None and look.low is not None and look.estimate is not None
@@ -139,7 +139,7 @@ def test_a_held_guard_states_the_slowdown_it_excludes_as_a_number_at_its_level()
 
 def test_the_guard_claim_reaches_the_result_in_words_and_numbers() -> None:
     decision, samples = next(r for r in (run(-12.0, 0.0, seed) for seed in range(8)) if r[0].verdict == "improved")
-    analysis = metrics.analyze({"status": "done", "samples": samples}, SHARED, DESIGN)
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": samples}), SHARED, DESIGN)
     assert analysis["verdict"] == decision.verdict  # the server's recomputation agrees with the runner's rule
     tg = analysis["metrics"]["tg_tps"]
     assert tg["margin_pct"] >= 2.0 and tg["bound_pct"] > -tg["margin_pct"] and tg["claim_level"] == 0.975
@@ -230,7 +230,7 @@ def test_the_session_total_ends_only_once_each_objective_is_shown_within_its_tol
     assert all(c is not None and c.judgement == "held" for c in claims.values())
     plain = decide.Spec("tg_tps", "higher", 0.01, ["tg_tps", "pp_tps"])
     assert decide.judge(samples, plain, PLAN, n=ends).verdict == decision.verdict  # and its verdict as before
-    analysis = metrics.analyze({"status": "done", "samples": samples[: 2 * ends]}, SESSION, DESIGN)
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": samples[: 2 * ends]}), SESSION, DESIGN)
     assert f"session: pp_tps within 1.5% (97.5%) at {ends} pairs" in analysis["claims"]
 
 
@@ -238,7 +238,7 @@ def test_a_session_total_too_noisy_for_its_tolerance_says_how_many_pairs_would_s
     samples = session_samples(DESIGN.budget, 1.0, 0.15)
     decision = decide.judge(samples, SESSION, PLAN, n=DESIGN.budget)
     assert decision.metrics["tg_tps"].claim is not None and decision.metrics["tg_tps"].claim.judgement == "undecided"
-    analysis = metrics.analyze({"status": "done", "samples": samples}, SESSION, DESIGN)
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": samples}), SESSION, DESIGN)
     claim = analysis["metrics"]["tg_tps"]["claim"]
     assert claim.startswith(f"session: tg_tps not yet shown within 2% at {DESIGN.budget} pairs")
     assert "pairs in all would show it" in claim

@@ -23,7 +23,7 @@ from autoresearch_mcp.store.records import (
     ResultRecord,
     SessionRecord,
 )
-from autoresearch_mcp.worker import decide, runner
+from autoresearch_mcp.worker import decide, outcomes, runner
 
 V0 = Path(__file__).parent / "data" / "ledger_v0" / "ledger.jsonl"
 DESIGN = stats.make_design("auto")
@@ -125,8 +125,9 @@ def test_the_best_is_the_winner_with_the_largest_change_in_the_better_direction(
 
 
 def test_a_workers_noise_is_the_per_run_noise_at_the_runners_last_look() -> None:
-    assert figures.worker_noise({"look": {"spread": 0.02}}) == pytest.approx(0.02 / 2**0.5)
-    assert figures.worker_noise({"look": None}) is None and figures.worker_noise({}) is None
+    assert figures.worker_noise(outcomes.Experiment(look={"spread": 0.02})) == pytest.approx(0.02 / 2**0.5)
+    assert figures.worker_noise(outcomes.Experiment(look=None)) is None
+    assert figures.worker_noise(outcomes.Experiment(look={})) is None
 
 
 # --- pairs -----------------------------------------------------------------------------------------
@@ -146,17 +147,17 @@ def test_a_continuation_pools_the_complete_pairs_of_the_last_measured_round() ->
     pooled_before = figures.measured_samples(exp)
     assert sorted({s["pair"] for s in pooled_before}) == [0, 1, 2, 3]  # complete pairs only
     exp.rounds, exp.result, exp.continued = [exp.result], None, ContinueRecord(experiment_id="e", prior_pairs=4)
-    new = {"status": "done", "samples": [{**dataclasses.asdict(s), "pair": 4} for s in samples([200.0], [180.0])]}
+    new = outcomes.Experiment(samples=[dataclasses.replace(s, pair=4) for s in samples([200.0], [180.0])])
     pooled = figures.pooled(exp, new)  # the runner numbers the new round's pairs after the prior ones
-    assert [s["pair"] for s in pooled["samples"]] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
-    assert pooled["rounds"] == [{"pairs": 4, "worker": "w1", "host": {"hostname": "w1"}}]
-    assert figures.pair_count(Outcome.model_validate(pooled)) == 5 and figures.pair_count(Outcome()) == 0
+    assert [s.pair for s in pooled.samples] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert pooled.rounds == [{"pairs": 4, "worker": "w1", "host": {"hostname": "w1"}}]
+    assert figures.pair_count(Outcome.model_validate(pooled.to_dict())) == 5 and figures.pair_count(Outcome()) == 0
 
 
 def test_a_round_that_measured_nothing_leaves_no_pairs_to_pool() -> None:
     exp = ExperimentState("e", launch(), status="failed", result=ResultRecord(experiment_id="e", status="failed"))
     assert figures.measured_samples(exp) == []
-    assert figures.pooled(exp, {"samples": []}) == {"samples": [], "rounds": []}
+    assert figures.pooled(exp, outcomes.Experiment()) == outcomes.Experiment()
 
 
 # --- comparisons and verdicts ----------------------------------------------------------------------
@@ -215,8 +216,7 @@ def test_the_server_and_the_runner_agree_on_the_same_samples(seed: int) -> None:
     stored = ran[: 2 * n]
     random.Random(seed).shuffle(stored)  # the order the runner wrote them in does not matter
     look = decision.metrics["t"].look
-    outcome = {"status": "done", "samples": [dataclasses.asdict(s) for s in stored],
-               "look": {"pairs": n, "verdict": decision.verdict, "spread": look.spread}}
+    outcome = outcomes.Experiment(samples=stored, look={"pairs": n, "verdict": decision.verdict, "spread": look.spread})
     analysis = figures.analyze(outcome, launch(), DESIGN.budget)
     primary = analysis.metrics["t"]
     assert analysis.verdict == decision.verdict and primary.n_pairs == n

@@ -3,6 +3,7 @@ then find_passes ranked by that profile. Real perf, real builds of the bundled e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.executors import skypilot
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.store.config import SessionConfig
-from autoresearch_mcp.worker import profiler
+from autoresearch_mcp.worker import outcomes, profiler
 from autoresearch_mcp.worker.profiler import parse_report
 from conftest import script_repo
 from helpers import call, error, wait_final
@@ -180,12 +181,12 @@ REFUSED = ("Error:\nAccess to performance monitoring and observability operation
 
 
 def test_a_refused_perf_record_here_or_in_a_pod_says_how_to_allow_it() -> None:
-    raw = {"status": "failed", "problem": "record", "refused": True, "paranoid": "4", "detail": REFUSED}
+    raw = outcomes.Profile(status="failed", problem="record", refused=True, paranoid="4", detail=REFUSED)
     with pytest.raises(StateError) as refused:
         hotspots._check(hotspots._Run(raw, "this machine"), hotspots._Target("baseline", "a", "a"), "t")
     assert "sysctl -w kernel.perf_event_paranoid=1" in str(refused.value) and "root" in str(refused.value)
     assert "kernel.perf_event_paranoid is 4" in str(refused.value)
-    on_a_pod = hotspots._Run({**raw, "host": {"cloud": "Kubernetes"}}, "worker ar-x-0", "ar-x-0")
+    on_a_pod = hotspots._Run(dataclasses.replace(raw, host={"cloud": "Kubernetes"}), "worker ar-x-0", "ar-x-0")
     with pytest.raises(StateError, match=r"pod cannot lower .*capabilities.add: \[PERFMON\]"):
         hotspots._check(on_a_pod, hotspots._Target("baseline", "a", "a"), "t")
 

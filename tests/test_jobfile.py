@@ -18,7 +18,7 @@ import pytest
 from autoresearch_mcp import worker
 from autoresearch_mcp.analysis.counters import run_counted
 from autoresearch_mcp.executors.jobs import JobMaker
-from autoresearch_mcp.worker import channel, jobfile, machinelock, runner
+from autoresearch_mcp.worker import channel, jobfile, machinelock, outcomes, runner
 
 
 def placed(job: jobfile.Job, tmp_path: Path) -> jobfile.Job:
@@ -54,27 +54,56 @@ def test_a_job_this_runner_cannot_run_ends_with_a_result_line_that_says_why(
     assert done.returncode == 0, done.stderr
     result = channel.parse_result_line(done.stdout.strip().splitlines()[-1], "secret")
     assert result is not None and result["status"] == "failed" and said in result["error"]
-    assert jobfile.failure({"event": "result", "outcome": result}) == jobfile.Failure("runner", result["error"])
+    failed = outcomes.ended({"event": "result", "outcome": result}, outcomes.Experiment)
+    assert failed.failure() == outcomes.Failure("runner", result["error"])
 
 
-@pytest.mark.parametrize("final, phase", [
-    ({"event": "cancelled"}, "cancelled"),
-    ({"event": "lost", "detail": "the VM was preempted"}, "lost"),
-    ({"event": "result", "outcome": {"status": "failed", "phase": "build", "error": "cc: error"}}, "build"),
-    ({"event": "result", "outcome": {"status": "failed", "problem": "no_perf", "detail": "no perf"}}, "no_perf"),
+@pytest.mark.parametrize("kind", sorted(jobfile.KINDS))
+def test_every_kind_has_an_outcome_that_reads_back_as_the_record_it_was_written_from(kind: str) -> None:
+    record = outcomes.KINDS[kind]
+    written = record("e1", host={"cpus": 2}, durations={"build": 1.5})
+    if isinstance(written, outcomes.Measured):
+        written.samples = [outcomes.Sample(0, "baseline", 1, 0, 0.1, False, {"t": 100.0}, steps={"t": 0.1})]
+    data = json.loads(json.dumps(written.to_dict()))
+    assert data["version"] == outcomes.VERSION
+    assert outcomes.read(record, data) == written
+
+
+def test_an_outcome_field_its_kind_does_not_declare_is_refused_as_is_a_newer_version() -> None:
+    data = outcomes.Validation("e1", tree="/t").to_dict()
+    with pytest.raises(outcomes.OutcomeError, match="no field samples"):
+        outcomes.read(outcomes.Validation, {**data, "samples": []})  # an experiment's field on a validation
+    with pytest.raises(outcomes.OutcomeError, match="of version"):
+        outcomes.read(outcomes.Validation, {**data, "version": outcomes.VERSION + 1})
+    with pytest.raises(outcomes.OutcomeError, match="no field cpu"):
+        outcomes.read(outcomes.Experiment, {"samples": [{"pair": 0, "role": "baseline", "cpu": 1.0}]})
+
+
+@pytest.mark.parametrize("final, kind, phase", [
+    ({"event": "cancelled"}, jobfile.EXPERIMENT, "cancelled"),
+    ({"event": "lost", "detail": "the VM was preempted"}, jobfile.VALIDATION, "lost"),
+    ({"event": "result", "outcome": {"status": "failed", "phase": "build", "error": "cc: error"}}, jobfile.EXPERIMENT,
+     "build"),
+    ({"event": "result", "outcome": {"status": "failed", "problem": "no_perf", "detail": "no perf"}}, jobfile.PROFILE,
+     "no_perf"),
+    ({"event": "result", "outcome": {"status": "done", "judging": {}}}, jobfile.EXPERIMENT, "runner"),
+    ({"event": "result", "outcome": {"status": "done", "version": outcomes.VERSION + 1}}, jobfile.HOLDOUT, "runner"),
 ])
-def test_one_reader_says_why_any_job_failed(final: dict[str, Any], phase: str) -> None:
-    failure = jobfile.failure(final)
+def test_one_reader_says_why_any_job_failed(final: dict[str, Any], kind: str, phase: str) -> None:
+    failure = outcomes.ended(final, outcomes.KINDS[kind]).failure()
     assert failure is not None and failure.phase == phase and failure.error
 
 
 def test_a_result_that_holds_what_the_job_was_for_is_no_failure() -> None:
-    assert jobfile.failure({"event": "result", "outcome": {"status": "done", "samples": []}}) is None
-    assert jobfile.failure({"event": "result", "outcome": {"tree": "/t", "runs": [], "build_s": 1.0}}) is None
+    done = outcomes.ended({"event": "result", "outcome": {"status": "done", "samples": []}}, outcomes.Experiment)
+    assert done.failure() is None
+    validated = outcomes.ended({"event": "result", "outcome": {"tree": "/t", "runs": [], "build_s": 1.0}},
+                               outcomes.Validation)
+    assert validated.failure() is None and validated.tree == "/t"
 
 
 def test_the_runner_has_a_handler_for_every_kind() -> None:
-    assert set(runner.HANDLERS) == set(jobfile.KINDS)
+    assert set(runner.HANDLERS) == set(jobfile.KINDS) == set(outcomes.KINDS)
 
 
 def test_the_counters_job_of_analyze_bounds_waits_for_the_machines_turn(tmp_path: Path) -> None:

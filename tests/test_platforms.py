@@ -5,6 +5,7 @@ cross compiler and qemu; the cloud through the fake SkyPort."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.executors.sky_pool import SkyPool
 from autoresearch_mcp.experiments import platforms
 from autoresearch_mcp.store.config import Platform, SessionConfig, job_env, resolve
+from autoresearch_mcp.worker.outcomes import Experiment as Ran
 from conftest import git, init_repo
 from helpers import FINAL, call, error
 from sky_fake import FakeSky
@@ -535,18 +537,19 @@ async def test_a_cmake_project_cross_compiles_for_aarch64_through_the_presets_to
 def test_a_measured_platform_whose_checks_never_ran_does_not_let_the_winner_through() -> None:
     graviton = Platform(name="graviton", executor="sky")
     # the runner skips the checks of a run it stops as noisy: no verdict of correctness there
-    passed, why = platforms.judge(graviton, {"status": "done", "stop_reason": "noisy"}, "noisy", None)
+    passed, why = platforms.judge(graviton, Ran(status="done", stop_reason="noisy"), "noisy", None)
     assert not passed and "checks did not run" in why
     # a worker or cloud error is no verdict on the change: the platform must run again, not block it
-    assert platforms.judge(graviton, {"status": "failed", "phase": "executor", "error": "no cloud"}, None, None) == (
+    assert platforms.judge(graviton, Ran(status="failed", phase="executor", error="no cloud"), None, None) == (
         None, "did not run (executor): no cloud")
-    assert platforms.judge(graviton, {"status": "failed", "phase": "build", "error": "x.c: error"}, None, None)[0] \
+    assert platforms.judge(graviton, Ran(status="failed", phase="build", error="x.c: error"), None, None)[0] \
         is False
-    checked = {"status": "done", "checks": {"ran": True, "passed": True}}
+    checked = Ran(status="done", checks={"ran": True, "passed": True})
     assert platforms.judge(graviton, checked, "no_change", 0.3) == (
         True, "no_change +0.30% in the confirmation A/B, checks passed")
     assert platforms.judge(graviton, checked, "regressed", -4.0)[0] is False
-    assert platforms.judge(graviton, {**checked, "error": "run 0: t missing"}, "invalid", None)[0] is False
+    assert platforms.judge(graviton, dataclasses.replace(checked, error="run 0: t missing"), "invalid", None)[0] \
+        is False
 
 
 def test_the_stop_hook_counts_platform_runs_and_their_cloud_workers() -> None:
@@ -563,6 +566,7 @@ def test_the_stop_hook_counts_platform_runs_and_their_cloud_workers() -> None:
 
 def test_a_fleet_cannot_confine_when_one_of_its_executors_cannot(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch_mcp.executors.fleet import Fleet
     from autoresearch_mcp.executors.local import LocalExecutor
     from autoresearch_mcp.git import gitops
     from autoresearch_mcp.git.worktrees import Worktrees
@@ -574,7 +578,7 @@ def test_a_fleet_cannot_confine_when_one_of_its_executors_cannot(tmp_path: Path,
     monkeypatch.setattr(sandbox, "BWRAP", "no-such-bwrap")  # this machine cannot confine
     host = LocalExecutor(repo, Worktrees(repo, tmp_path / "cache"), 1)
     extra = LocalExecutor(repo, Worktrees(repo, tmp_path / "cache"), 1)
-    fleet = platforms.Fleet(host, {"arm": extra})
+    fleet = Fleet(host, {"arm": extra}, here=host, worktrees=host.worktrees)
     try:
         why = fleet.confinement_problem(sandbox.CONFINED)
         assert why is not None and "no bubblewrap" in why  # the launch's pre-check refuses with the reason

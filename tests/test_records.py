@@ -31,7 +31,7 @@ from autoresearch_mcp.store.records import (
     migrate,
     parse,
 )
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 from conftest import git
 from helpers import call
 from sky_fake import FakeSky
@@ -160,7 +160,7 @@ def test_every_field_of_an_analysis_is_declared_and_written_back_as_it_came() ->
                 "focus.RMS_NORM": round(100 * op * rng.gauss(1, 0.02), 3),
                 "control.ROPE": round(100 * rng.gauss(1, 0.02), 3),
                 "tg_tps": round(100 * rng.gauss(1, 0.01), 3), "pp_tps": round(100 * rng.gauss(1, 0.01), 3)}})
-    raw = metrics.analyze({"status": "done", "samples": samples}, spec, stats.make_design("auto"))
+    raw = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": samples}), spec, stats.make_design("auto"))
     analysis = Analysis.model_validate(raw)
     assert analysis.model_extra == {} and all(m.model_extra == {} for m in analysis.metrics.values())
     assert analysis.claims and analysis.layout_pct is not None and analysis.metrics["tg_tps"].claim

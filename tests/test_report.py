@@ -31,7 +31,7 @@ from autoresearch_mcp.report import COLORS, KEPT, TSV_COLUMNS, load, render_char
 from autoresearch_mcp.report.chart import VERDICT_COLORS, chart_figure
 from autoresearch_mcp.store.config import SessionConfig, save_config
 from autoresearch_mcp.store.ledger import Ledger
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 from conftest import balanced_noise, git, init_repo
 from helpers import call, error, wait_final
 
@@ -125,7 +125,8 @@ class Synthetic:
                    for role, value, position in (("baseline", b, i % 2), ("candidate", c, 1 - i % 2))]
         outcome = {"status": "done", "samples": samples, "checks": {"ran": True, "passed": True},
                    "host": {"hostname": "box"}}
-        analysis = metrics.analyze(copy.deepcopy(outcome), decide.Spec("score", "higher", 0.01), design)
+        analysis = metrics.analyze(outcomes.read(outcomes.Experiment, copy.deepcopy(outcome)),
+                                   decide.Spec("score", "higher", 0.01), design)
         if recorded:
             analysis["metrics"]["score"].update(recorded)
             analysis["verdict"] = recorded.get("verdict", analysis["verdict"])

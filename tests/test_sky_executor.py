@@ -26,7 +26,7 @@ from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler
 from autoresearch_mcp.executors.skypilot import SdkPort
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.store.config import SessionConfig, SkyConfig
-from autoresearch_mcp.worker import channel, decide, jobfile, runner, sandbox
+from autoresearch_mcp.worker import channel, decide, jobfile, outcomes, runner, sandbox
 from conftest import git, init_repo
 from helpers import wait_final
 from sky_fake import FakeSky
@@ -508,10 +508,10 @@ def canned_result(cluster: str, task: dict[str, Any]) -> tuple[str, float]:
     """A finished run that took half an hour of job time."""
     exp_id = task["name"].removeprefix("ar-")
     rng = random.Random(exp_id)
-    samples = [runner.Sample(i, role, 0, 0, 1.0, False, {"t": 100.0 + rng.random()})
+    samples = [outcomes.Sample(i, role, 0, 0, 1.0, False, {"t": 100.0 + rng.random()})
                for i in range(3) for role in ("baseline", "candidate")]
     secret = (Path(task["workdir"]) / f"exp-{exp_id}" / "secret").read_text().strip()  # what run.sh hands the runner
-    line = channel.machine_line(channel.RESULT_PREFIX, dataclasses.asdict(runner.Outcome(exp_id, samples=samples)),
+    line = channel.machine_line(channel.RESULT_PREFIX, outcomes.Experiment(exp_id, samples=samples).to_dict(),
                                 secret, compact=True)
     return "some output\n" + line + "\n", 1800.0
 

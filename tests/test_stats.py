@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure import calibrate, metrics, stats
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 
 DESIGN = stats.make_design("auto")
 PLAN = DESIGN.plan()
@@ -156,7 +156,7 @@ def test_a_candidate_with_a_slow_tail_of_its_own_is_never_improved() -> None:
     for n in range(1, 101):
         decision = decide.judge(samples[: 2 * n], SPEC, PLAN, n=n)
         assert decision.verdict != "improved"
-    analysis = metrics.analyze({"status": "done", "samples": samples}, SPEC, DESIGN)
+    analysis = metrics.analyze(outcomes.read(outcomes.Experiment, {"samples": samples}), SPEC, DESIGN)
     score = analysis["metrics"]["score"]
     assert score["delta_pct"] > 3 and score["mean_pct"] < 0  # faster typical run, slower on average
     assert "candidate" in analysis["noise_note"]
@@ -181,7 +181,8 @@ def test_a_no_op_at_two_percent_noise_ends_no_change_in_a_median_of_thirty_pairs
     assert sum(d.verdict == "no_change" for d in ends) >= 23
     assert sorted(d.n for d in ends)[12] <= 30
     values = noisy(100, 0.0, 0.02, seed=0)[: ends[0].n]
-    score = metrics.analyze({"status": "done", "samples": run_pairs(values, seed=0)}, SPEC, DESIGN)["metrics"]["score"]
+    ran = outcomes.read(outcomes.Experiment, {"samples": run_pairs(values, seed=0)})
+    score = metrics.analyze(ran, SPEC, DESIGN)["metrics"]["score"]
     assert score["verdict"] == "no_change" and score["ci_level"] == pytest.approx(0.8)
     assert 0 < score["equivalence_pct"] < 1
 
@@ -195,7 +196,8 @@ def test_a_clear_change_at_five_percent_noise_is_improved_and_its_p_value_agrees
     values = noisy(100, math.log(1.10), 0.05)
     decision = first_decision(values)
     assert decision.verdict == "improved"
-    analysis = metrics.analyze({"status": "done", "samples": run_pairs(values[: decision.n])}, SPEC, DESIGN)
+    ran = outcomes.read(outcomes.Experiment, {"samples": run_pairs(values[: decision.n])})
+    analysis = metrics.analyze(ran, SPEC, DESIGN)
     score = analysis["metrics"]["score"]
     assert score["ci_low_pct"] > 0 and score["p_value"] < DESIGN.alpha and score["ci_level"] == 0.98
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from autoresearch_mcp import limits, recipes, resources, safefs, validation
 from autoresearch_mcp.errors import InputError, RefusedError, StateError
+from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.executors.port import Executor
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
@@ -356,7 +357,8 @@ def start_session(
         unconfinable = runs_on.confinement_problem(config.sandbox)
         if unconfinable:
             raise StateError(unconfinable)
-    validated = validation.validate_benchmark(repo, config, head, runs_on, env)
+    maker = JobMaker(repo, config, env)  # the session's jobs while it validates (its manager then has its own)
+    validated = validation.validate_benchmark(maker, head, runs_on)
     worker = validated.worker
     in_turns = (validated.pairing or config.pairing) == decide.TURNS
     picked: dict[str, Any] = {"threads": validated.threads, "read_only_runs": validated.read_only,  # chosen now:
@@ -368,7 +370,7 @@ def start_session(
     if validated.pairing is not None:
         common["pairing"] = validated.pairing
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
-    platform_lines = validation.validate_platforms(repo, config, head, runs_on, env) if config.platforms else []
+    platform_lines = validation.validate_platforms(maker.with_config(config), head, runs_on)
     apply_plan(plan)
     baseline = validation.baseline_summary(runs)
     primary = [r.parsed[config.metric] for r in runs]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import threading
@@ -16,12 +15,11 @@ import psutil
 from autoresearch_mcp import notes
 from autoresearch_mcp import session as sessions
 from autoresearch_mcp.errors import AutoresearchError, StateError
+from autoresearch_mcp.executors import fleet as fleets
 from autoresearch_mcp.executors.port import Executor
 from autoresearch_mcp.experiments import readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
-from autoresearch_mcp.experiments.platforms import Fleet
 from autoresearch_mcp.git import gitops
-from autoresearch_mcp.git.worktrees import Worktrees
 from autoresearch_mcp.models import (
     AddNoteResult,
     Direction,
@@ -35,38 +33,6 @@ from autoresearch_mcp.store.ledger import Ledger
 from autoresearch_mcp.worker import procs
 
 log = logging.getLogger(__name__)
-
-
-def make_executor(name: str, repo: gitops.Repo, config: SessionConfig, settings: Settings) -> Executor:
-    if name == "sky":
-        from autoresearch_mcp.executors.skypilot import SkyExecutor  # imports nothing of sky until used
-
-        return SkyExecutor(repo, config, settings)
-    from autoresearch_mcp.executors.local import LocalExecutor
-
-    return LocalExecutor(repo, Worktrees(repo, settings.cache_dir, config.keep_builds), config.build_parallelism)
-
-
-def make_fleet(repo: gitops.Repo, config: SessionConfig, settings: Settings) -> Executor:
-    """The host's executor, plus one per other platform when the session has any.
-
-    Local platforms share the host's worktrees (one LRU, builds in variant folders) and run one job
-    at a time; a sky platform gets a worker pool of its own, with its own cluster names.
-    """
-    from autoresearch_mcp.executors.local import LocalExecutor
-
-    host = make_executor(config.executor, repo, config, settings)
-    extra: dict[str, Executor] = {}
-    for p in config.all_platforms[1:]:
-        if p.executor == "sky":
-            pool_id = hashlib.sha1(f"{config.session_id}/{p.name}".encode()).hexdigest()[:12]
-            extra[p.name] = make_executor("sky", repo, config.model_copy(
-                update={"sky": config.sky_for(p), "session_id": pool_id}), settings)
-        else:
-            worktrees = (host.worktrees if isinstance(host, LocalExecutor)
-                         else Worktrees(repo, settings.cache_dir, config.keep_builds))
-            extra[p.name] = LocalExecutor(repo, worktrees, 1)
-    return Fleet(host, extra) if extra else host
 
 
 @dataclass
@@ -97,21 +63,15 @@ class AppState:
                 log.exception("could not resume the session in %s; call start_session", root)
         return state
 
-    def _bind(self, repo: gitops.Repo, config: SessionConfig, ledger: Ledger, fleet: Executor | None = None) -> None:
+    def _bind(self, repo: gitops.Repo, config: SessionConfig, ledger: Ledger,
+              fleet: fleets.Fleet | None = None) -> None:
         try:
             env = sessions.script_env(config, self.settings)
         except AutoresearchError as exc:  # experiments then fail with the script's own message
             log.warning("session %s: %s", config.tag, exc)
             env = {}
-        fleet = fleet or make_fleet(repo, config, self.settings)
-        first = fleet.host if isinstance(fleet, Fleet) else fleet
-        from autoresearch_mcp.executors.local import LocalExecutor
-
-        # the holdout runs on this machine: through the host's executor when it is local (ahead of its queue), or
-        # one of its own in the same worktrees, so neither drops the other's builds
-        worktrees = getattr(first, "worktrees", None) or Worktrees(repo, self.settings.cache_dir, config.keep_builds)
-        here = first if isinstance(first, LocalExecutor) else LocalExecutor(repo, worktrees, 1)
-        manager = ExperimentManager(repo, config, ledger, fleet, env, worktrees, here)
+        fleet = fleet or fleets.build(repo, config, self.settings)
+        manager = ExperimentManager(repo, config, ledger, fleet, env, fleet.worktrees, fleet.here)
         manager.recover()
         self.session = sessions.Session(repo, config, ledger, manager)
 
@@ -147,11 +107,11 @@ class AppState:
                     f"{running} experiment(s) of session {old.config.tag} are still running; "
                     "wait for them or cancel_experiment them before starting or resuming a session")
         # the bound session stays usable if the new one cannot be opened or validated
-        made: list[Executor] = []
+        made: list[fleets.Fleet] = []
 
         def executor_for(git_repo: gitops.Repo, config: SessionConfig) -> Executor:
             """The session's executors (a sky session's validate on one of its own workers, which it then keeps)."""
-            made.append(make_fleet(git_repo, config, self.settings))
+            made.append(fleets.build(git_repo, config, self.settings))
             return made[-1]
 
         try:

@@ -190,11 +190,10 @@ def bench_shape(done: ValidationRun) -> tuple[str | None, list[str]]:
         "Benchmark --benchmark_min_time=<N>x, pyperf --loops=<N>, a compressor's iteration count)"])
 
 
-def validate_benchmark(
-    repo: gitops.Repo, config: SessionConfig, head: str, executor: Executor, extra_env: dict[str, str],
-) -> Validation:
+def validate_benchmark(maker: JobMaker, head: str, executor: Executor) -> Validation:
     """Build `head` once and bench it VALIDATION_RUNS times, in the baseline tree experiments reuse: runner jobs
-    of the session's executor, on this machine or on a worker.
+    of the session's executor (built by the session's `maker`, under the settings tried), on this machine or on a
+    worker.
 
     On this machine, without `threads` in the config, the threads are chosen here (`steadiest_threads`), and
     without `read_only_runs`, which commands see their tree read-only (`choose_read_only`). On a worker, the
@@ -202,6 +201,7 @@ def validate_benchmark(
     Raises with the raw output when the benchmark cannot be trusted at all (build or bench failure,
     a primary metric that is missing or not a number); returns warnings for softer problems.
     """
+    repo, config = maker.repo, maker.config
     content = gitops.tree_of(repo, head)
     root = Path(config.repo)
     log_path = state_dir(root) / "logs" / "session-validation.log"
@@ -214,8 +214,8 @@ def validate_benchmark(
         progress.report(f"running {CHECKS_SCRIPT} on the session head, then again with its tree read-only" if trial
                         else f"validating the benchmark of {head[:12]}{where}{threads}: build once, bench "
                         f"{VALIDATION_RUNS} times")
-        maker = JobMaker(repo, at, extra_env)
-        spec = maker.checks_trial(head, content) if trial else maker.validation(head, content)
+        jobs = maker.with_config(at)
+        spec = jobs.checks_trial(head, content) if trial else jobs.validation(head, content)
         return executor.validate(Job(f"validate-{uuid.uuid4().hex[:10]}", head, head, log_path, spec=spec))
 
     def measure_at(at: SessionConfig) -> Validation:
@@ -557,13 +557,14 @@ def spread_pct(values: list[float]) -> float | None:
     return round((max(values) - min(values)) / (sum(values) / len(values)) * 100.0, 3)
 
 
-def validate_platforms(repo: gitops.Repo, config: SessionConfig, head: str, executor: Executor,
-                       extra_env: dict[str, str]) -> list[str]:
+def validate_platforms(maker: JobMaker, head: str, executor: Executor) -> list[str]:
     """Build the session head on every extra local platform and run the checks there (a head check job of
     that platform's executor), so a platform where the unchanged code already fails is an error now, not a
-    refused winner later."""
-    content = gitops.tree_of(repo, head)
-    maker = JobMaker(repo, config, extra_env)
+    refused winner later. No lines for a session that names no platforms."""
+    config = maker.config
+    if not config.platforms:
+        return []
+    content = gitops.tree_of(maker.repo, head)
     root = Path(config.repo)
     lines = [config.all_platforms[0].label + ": validated above"]
     for p in config.all_platforms[1:]:

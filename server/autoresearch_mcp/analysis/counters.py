@@ -17,7 +17,7 @@ from pathlib import Path
 from autoresearch_mcp.errors import ExternalError
 from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.models import CounterReport
-from autoresearch_mcp.worker import jobfile, runner
+from autoresearch_mcp.worker import outcomes, runner
 from autoresearch_mcp.worker.procs import CommandResult
 
 EVENTS = ("task-clock", "cycles", "instructions", "cache-references", "cache-misses")
@@ -57,12 +57,12 @@ def run_counted(commands: list[tuple[list[str], str, float, bool]], machine_lock
     job = JobMaker.counters(commands).placed(
         experiment_id=f"counters-{uuid.uuid4().hex[:10]}", baseline_dir=None, candidate_dir=None, log_path=None,
         machine_lock=machine_lock or "", scripts={})
-    result = runner.run(job, sys.stderr)
-    failure = jobfile.failure({"event": "result", "outcome": result})
+    counted = outcomes.read(outcomes.Counters, runner.run(job, sys.stderr))
+    failure = counted.failure()
     if failure is not None:
         raise ExternalError(f"the counters job failed ({failure.phase}): {failure.error}")
     return [CommandResult(argv, r["exit_code"], float(r["duration_s"]), bool(r["timed_out"]), str(r["output"]))
-            for (argv, *_), r in zip(commands, result["commands"], strict=True)]
+            for (argv, *_), r in zip(commands, counted.commands, strict=True)]
 
 
 def perf_counters(command: str | None, *, cwd: Path | None = None, timeout_s: float = 300.0,

@@ -14,6 +14,7 @@ has them, so find_passes can rank its findings by it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Callable
@@ -23,14 +24,13 @@ from typing import Any
 
 from autoresearch_mcp import progress, safefs
 from autoresearch_mcp.errors import InputError, StateError
-from autoresearch_mcp.executors.jobs import JobMaker
-from autoresearch_mcp.executors.port import Job
+from autoresearch_mcp.executors import profiles
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.models import HotFunction, ProfileResult
 from autoresearch_mcp.session import Session
 from autoresearch_mcp.store.config import BENCH_SCRIPT, state_dir
 from autoresearch_mcp.store.records import ProfileRecord
-from autoresearch_mcp.worker import jobfile, profiler
+from autoresearch_mcp.worker import outcomes, profiler
 
 FEW_SAMPLES = 1000
 MAX_KEPT_SOURCES = 50
@@ -72,7 +72,7 @@ class _Target:
 class _Run:
     """What profiler.py answered, where it ran, and what the run cost (cloud workers only)."""
 
-    raw: dict[str, Any]
+    profile: outcomes.Profile
     where: str
     worker: str | None = None
     cost_usd: float | None = None
@@ -91,13 +91,14 @@ def profile_hotspots(session: Session, experiment_id: str | None, top: int, line
     profile_id = uuid.uuid4().hex[:10]
     safefs.ensure_dir(root, profiles_dir(root))  # the server's files are never written through a link
     run = _run(session, target, profile_id)
-    hot = [HotFunction.model_validate(f) for f in run.raw["functions"]]
+    profile = run.profile
+    hot = [HotFunction.model_validate(f) for f in profile.functions]
     report_path = profiles_dir(root) / f"{profile_id}.txt"
-    safefs.write_text(root, report_path, run.raw.get("report") or "")
+    safefs.write_text(root, report_path, profile.report)
     saved = ProfileResult(
-        profile_id=profile_id, build=target.build, commit=target.commit, event=run.raw["event"],
-        total_samples=run.raw["total_samples"], functions=hot, report_path=str(report_path),
-        perf_data_path=run.raw["perf_data"], bench_exit_code=run.raw["bench"]["exit_code"],
+        profile_id=profile_id, build=target.build, commit=target.commit, event=profile.event,
+        total_samples=profile.total_samples, functions=hot, report_path=str(report_path),
+        perf_data_path=profile.perf_data, bench_exit_code=profile.bench["exit_code"],
         worker=run.worker, cost_usd=run.cost_usd, notes=_notes(hot, run))
     safefs.write_text(root, profiles_dir(root) / f"{profile_id}.json", saved.model_dump_json())
     session.manager.record_profile(ProfileRecord(session_id=config.session_id, profile_id=profile_id,
@@ -112,32 +113,28 @@ def _run(session: Session, target: _Target, profile_id: str) -> _Run:
     it builds the target and profiles it; the hot files come from git."""
     repo, config = session.repo, session.config
     root = Path(repo.working_dir)
-    maker = JobMaker(repo, config, session.manager.env)
-    spec = maker.profile(profile_id, target.base, gitops.tree_of(repo, target.base),
-                         gitops.tree_of(repo, target.commit), str(profiles_dir(root) / f"{profile_id}.perf.data"))
-    job = Job(f"profile-{profile_id}", target.base, target.commit,
-              state_dir(root) / "logs" / f"profile-{profile_id}.log", spec=spec)
     progress.report(f"profiling {target.build}: build, then the benchmark once under perf record")
-    final = session.manager.executor.run_first(job)
-    if final["event"] != "result" or "problem" not in final["outcome"]:  # the job's failure, not the profile's
-        failure = jobfile.failure(dict(final))
+    ran = profiles.run(session.manager.executor, session.manager.jobs, profile_id, target.base, target.commit,
+                       profiles_dir(root) / f"{profile_id}.perf.data",
+                       state_dir(root) / "logs" / f"profile-{profile_id}.log")
+    if not ran.answered:  # the job's failure, not the profile's
+        failure = ran.outcome.failure()
         why = failure.error if failure is not None else "its result holds no profile"
-        raise StateError(f"the profile job did not finish: {why}. Its log: {job.log_path}")
-    outcome, worker = final["outcome"], final.get("worker")
-    remote = worker is not None and worker != "local"
-    run = (_Run({**outcome, "perf_data": f"{worker}:{outcome.get('perf_data')}"}, f"worker {worker}", worker,
-                final.get("cost_usd")) if remote else _Run(outcome, "this machine"))
+        raise StateError(f"the profile job did not finish: {why}. Its log: {ran.log_path}")
+    profile = ran.outcome
+    run = (_Run(dataclasses.replace(profile, perf_data=f"{ran.worker}:{profile.perf_data}"), f"worker {ran.worker}",
+                ran.worker, ran.cost_usd) if ran.remote else _Run(profile, "this machine"))
     _check(run, target, config.tag)
-    _keep_sources(run.raw["functions"], lambda rel: gitops.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
+    _keep_sources(profile.functions, lambda rel: gitops.file_at(repo, target.commit, rel, MAX_KEPT_BYTES),
                   root, sources_dir(root, profile_id))
     return run
 
 
 def _check(run: _Run, target: _Target, tag: str) -> None:
     """Raise what went wrong in profiler.py's answer, with what to do where it ran."""
-    raw, where = run.raw, run.where
-    problem, detail = raw.get("problem"), str(raw.get("detail") or "")
-    if raw.get("status") == "done":
+    profile, where = run.profile, run.where
+    problem, detail = profile.problem, profile.detail or ""
+    if profile.status == "done":
         return
     on_worker = run.worker is not None
     relaunch = (f"; then stop_workers(mode='down') and start_session(..., tag='{tag}') again, so workers launch "
@@ -153,24 +150,24 @@ def _check(run: _Run, target: _Target, tag: str) -> None:
     if problem == "build":
         raise StateError(f"`{BENCH_SCRIPT} build` of {target.build} failed on {where}:\n{detail}")
     if problem == "bench":
-        raise StateError(f"`{BENCH_SCRIPT} bench` of {target.build} exited with status {raw['bench']['exit_code']} "
+        raise StateError(f"`{BENCH_SCRIPT} bench` of {target.build} exited with status {profile.bench['exit_code']} "
                          f"under perf on {where}, so there is no profile of it. Its output:\n{detail}")
-    if raw.get("refused"):
+    if profile.refused:
         if not on_worker:
             fix = ("run the server as root, or lower it: sudo sysctl -w kernel.perf_event_paranoid=1 (persist it in "
                    "/etc/sysctl.d/); in a container, allow perf_event_open (CAP_PERFMON or a seccomp profile that "
                    "permits it)")
-        elif str((raw.get("host") or {}).get("cloud") or "").lower() == "kubernetes":
+        elif str(profile.host.get("cloud") or "").lower() == "kubernetes":
             fix = ("a pod cannot lower its node's setting: give the worker pods CAP_PERFMON (in ~/.sky/config.yaml, "
                    "kubernetes.pod_config: spec.containers[0].securityContext.capabilities.add: [PERFMON]) or use "
                    "nodes where it is 1 or lower; then stop_workers(mode='down') and call profile_hotspots again")
         else:
             fix = f'add "{WORKER_PARANOID_SETUP}" to `sky.setup` in .autoresearch/config.json{relaunch}'
-        raise StateError(f"perf may not record on {where} (kernel.perf_event_paranoid is {raw.get('paranoid')}): "
+        raise StateError(f"perf may not record on {where} (kernel.perf_event_paranoid is {profile.paranoid}): "
                          f"{fix}. perf said: {detail}")
     if problem == "no_samples":
         raise StateError(f"perf recorded no samples on {where}: the benchmark ran for "
-                         f"{raw['bench']['duration_s']:.2f} s; perf said: {detail}")
+                         f"{profile.bench['duration_s']:.2f} s; perf said: {detail}")
     if problem == "record":
         raise StateError(f"perf record wrote no data on {where}. Its output: {detail}")
     raise StateError(f"the profile failed on {where}: {detail}")
@@ -201,8 +198,8 @@ def load_profile(session: Session, profile_id: str) -> ProfileResult:
 
 
 def _notes(hot: list[HotFunction], run: _Run) -> list[str]:
-    raw, notes = run.raw, []
-    total, event, bench = raw["total_samples"], raw["event"], raw["bench"]
+    profile, notes = run.profile, []
+    total, event, bench = profile.total_samples, profile.event, profile.bench
     if total < FEW_SAMPLES:
         notes.append(f"only {total} samples ({profiler.FREQUENCY_HZ} a second of CPU time): shares below a few "
                      "percent are noise; profile a longer run (e.g. more iterations in the benchmark) for finer detail")
@@ -217,7 +214,7 @@ def _notes(hot: list[HotFunction], run: _Run) -> list[str]:
         notes.append(f"sampled with the cpu-clock timer ({run.where} exposes no hardware cycle counter): shares "
                      "are of time on CPU, which is what matters here")
     if run.worker is not None:
-        dropped = raw.get("report_rows_dropped") or 0
+        dropped = profile.report_rows_dropped
         notes.append(f"profiled on {run.where}, alone there; the raw perf.data stays on it (`ssh {run.worker}`, "
                      f"`perf report -i <path>`) until it is downed" + (
                          f"; report_path holds the top of the report ({dropped} colder rows left out)"

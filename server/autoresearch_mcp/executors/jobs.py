@@ -9,6 +9,7 @@ the record (`jobfile.Job.placed`: its trees, log, lock and the session's scripts
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,11 +61,16 @@ def checkout(repo: gitops.Repo) -> tuple[list[str], list[str]]:
 @dataclass(frozen=True)
 class JobMaker:
     """Builds the jobs of one session from its settings (`config`) and its environment (`env`: the
-    benchmark's settings and the recipe's model)."""
+    benchmark's settings and the recipe's model). A session has one (its manager's; start_session's while it
+    validates), made again for other settings with `with_config`."""
 
     repo: gitops.Repo
     config: SessionConfig
     env: dict[str, str] = field(default_factory=dict)
+
+    def with_config(self, config: SessionConfig) -> JobMaker:
+        """The same session's jobs under other settings (start_session tries threads and pairings)."""
+        return dataclasses.replace(self, config=config)
 
     def _common(self, commit: str, platform: Platform | None, read_only: Sequence[str] | None = None,
                 focus: Sequence[str] = ()) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from autoresearch_mcp import safefs, worker
-from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, failed, parse_event
+from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, failed, parse_event, result_of
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.git.worktrees import Worktrees
 from autoresearch_mcp.worker import cgroups, channel, jobfile, measuretrees, procs, sandbox
@@ -249,20 +249,21 @@ class LocalExecutor(Executor):
                 measuring: threading.Event | None) -> None:
         """Read a started runner to its end and report its result; `measuring` is set once it measures."""
         try:
-            outcome = self._read(proc, job.experiment_id, sink, secret, measuring)
+            line = self._read(proc, job.experiment_id, sink, secret, measuring)
             proc.wait()
             if proc.returncode != 0:
-                outcome = None  # only a runner that finished gives a result
+                line = None  # only a runner that finished gives a result
             with self._lock:
                 self._running.pop(job.experiment_id, None)
             if running.cancelled:
                 sink(job.experiment_id, {"event": "cancelled"})
-            elif outcome is None:
+            elif line is None:
                 sink(job.experiment_id, failed(job.experiment_id, "runner",
                                                f"the runner exited with status {proc.returncode} without a result"))
             else:
-                outcome.setdefault("durations", {})["prepare"] = round(prep_s, 3)
-                sink(job.experiment_id, {"event": "result", "outcome": outcome, "worker": "local"})
+                result = result_of(job, line)
+                result.durations["prepare"] = round(prep_s, 3)
+                sink(job.experiment_id, {"event": "result", "outcome": result.to_dict(), "worker": "local"})
         except Exception as exc:  # a job must always end with an event
             _crashed(job, sink, exc)
         finally:
@@ -284,8 +285,9 @@ class LocalExecutor(Executor):
 
     def _read(self, proc: subprocess.Popen[str], exp_id: str, sink: EventSink, secret: str,
               measuring: threading.Event | None = None) -> dict[str, Any] | None:
+        """Report the runner's events as they come; its result line's object (None: it printed none)."""
         assert proc.stdout is not None
-        outcome = None
+        result = None
         for line in proc.stdout:
             if line.startswith(channel.EVENT_PREFIX):
                 event = parse_event(line, secret)
@@ -294,5 +296,5 @@ class LocalExecutor(Executor):
                     if measuring is not None and event.get("event") == "status" and event.get("status") == "running":
                         measuring.set()
             elif line.startswith(channel.RESULT_PREFIX):
-                outcome = channel.parse_result_line(line, secret)
-        return outcome
+                result = channel.parse_result_line(line, secret)
+        return result

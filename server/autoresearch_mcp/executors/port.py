@@ -24,7 +24,7 @@ from typing_extensions import TypedDict
 
 from autoresearch_mcp import progress
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.worker import channel, jobfile, procs
+from autoresearch_mcp.worker import channel, jobfile, outcomes, procs
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ class LookEvent(TypedDict):
 
 
 class ResultEvent(TypedDict):
-    """Final: the runner's result line (`outcome`), or a failure the executor saw."""
+    """Final: the runner's result line (`outcome`: its kind's record as `to_dict` writes it, read back with
+    worker/outcomes.py `ended`), or a failure the executor saw."""
 
     event: Literal["result"]
     outcome: dict[str, Any]
@@ -125,7 +126,16 @@ class Job:
 
 def failed(experiment_id: str, phase: str, error: str) -> ResultEvent:
     """The final event of a job an executor could not run to its result (its disk, its runner, its machine)."""
-    return {"event": "result", "outcome": jobfile.Failure(phase, error).outcome(experiment_id)}
+    return {"event": "result", "outcome": outcomes.Failure(phase, error).outcome(experiment_id).to_dict()}
+
+
+def result_of(job: Job, line: dict[str, Any]) -> outcomes.Outcome:
+    """The runner's result line of `job` (its payload), read as its kind's outcome; a failed one that says why where
+    it cannot be read."""
+    try:
+        return outcomes.read(outcomes.KINDS[job.spec.kind], line)
+    except outcomes.OutcomeError as exc:
+        return outcomes.Failure("runner", f"its result cannot be read: {exc}").outcome(job.experiment_id)
 
 
 @dataclass
@@ -236,24 +246,22 @@ def _command(raw: dict[str, Any] | None, argv: list[str]) -> procs.CommandResult
 
 def validation_run(final: Event, job: Job) -> ValidationRun:
     """What a validation job's final event says, or the error that says why it gave no result."""
-    outcome = final.get("outcome") if final["event"] == "result" else None
+    done = outcomes.ended(final, outcomes.Validation)
     worker = final.get("worker")
-    failure = jobfile.failure(dict(final))
-    if failure is not None or not isinstance(outcome, dict) or "runs" not in outcome:
+    failure = done.failure()
+    if failure is not None:
         on = f" on {worker}" if worker else ""
-        if failure is not None and failure.phase in ("sandbox", "runner") and isinstance(outcome, dict):
+        if failure.phase in ("sandbox", "runner") and final["event"] == "result":
             raise StateError(f"the benchmark cannot be validated{on}: {failure.error}")
-        why = failure.error if failure is not None else "no runs in its result"
-        raise StateError(f"the validation job{on} ended without its result ({why}); read {job.log_path}")
-    host = outcome.get("host") or {}
-    where = str(outcome.get("tree") or "?")
+        raise StateError(f"the validation job{on} ended without its result ({failure.error}); read {job.log_path}")
+    host = done.host
+    where = done.tree or "?"
     if worker and worker != "local":
         price = host.get("hourly_usd")
         where = (f"{worker} ({host.get('cloud')}, {host.get('region')}, {host.get('instance_type')}"
                  + (f", ${price:.3f}/h)" if price is not None else ", price unknown)"))
-    runs = [_command(r, ["bash", "./autoresearch.sh", "bench"]) for r in outcome["runs"]]
-    return ValidationRun(where, _command(outcome.get("build"), ["bash", "./autoresearch.sh", "build"]),
-                         float(outcome["build_s"]), [r for r in runs if r is not None],
-                         worker=where if worker and worker != "local" else None, writes=outcome.get("writes"),
-                         checks=outcome.get("checks"), checks_writes=outcome.get("checks_writes"),
-                         checks_read_only=outcome.get("checks_read_only"), shape=outcome.get("shape"))
+    runs = [_command(r, ["bash", "./autoresearch.sh", "bench"]) for r in done.runs]
+    return ValidationRun(where, _command(done.build, ["bash", "./autoresearch.sh", "build"]), done.build_s,
+                         [r for r in runs if r is not None], worker=where if worker and worker != "local" else None,
+                         writes=done.writes, checks=done.checks, checks_writes=done.checks_writes,
+                         checks_read_only=done.checks_read_only, shape=done.shape)

@@ -45,6 +45,7 @@ from autoresearch_mcp.executors.port import (
     ValidationRun,
     failed,
     parse_event,
+    result_of,
 )
 from autoresearch_mcp.executors.sky_joblog import fetch_log, has_result, machine_lines
 from autoresearch_mcp.executors.sky_meter import Meter, Pin
@@ -63,7 +64,7 @@ from autoresearch_mcp.executors.sky_port import (
 from autoresearch_mcp.executors.sky_scheduler import Pending, Scheduler, Worker
 from autoresearch_mcp.measure import figures
 from autoresearch_mcp.store.config import SessionConfig
-from autoresearch_mcp.worker import channel, jobfile
+from autoresearch_mcp.worker import channel, jobfile, outcomes
 
 log = logging.getLogger(__name__)
 
@@ -410,29 +411,30 @@ class SkyPool(Executor):
             return self._lost(a, gone)
         status = final.status if final else "?"
         # only a runner that finished gives a result, and only a line with its secret is the runner's
-        outcome = channel.parse_result_line("\n".join(machine_lines(text)), a.secret) if status == "SUCCEEDED" else None
-        if outcome is None:
+        line = channel.parse_result_line("\n".join(machine_lines(text)), a.secret) if status == "SUCCEEDED" else None
+        if line is None:
             if status == "FAILED_SETUP":
                 self._replace(worker, "its setup failed")
             self._fail(item, "setup" if status == "FAILED_SETUP" else "runner",
                        f"the job on {worker.name} ended {status} without a result line; "
                        f"read {item.job.log_path}:\n{text[-2000:]}")
             return False
-        outcome.setdefault("host", {}).update(info.describe())
-        noise = figures.worker_noise(outcome)
+        result = result_of(item.job, line)
+        result.host.update(info.describe())
+        noise = figures.worker_noise(result) if isinstance(result, outcomes.Experiment) else None
         design = item.job.spec.design if isinstance(item.job.spec, jobfile.Experiment) else {}
         limit = float(design.get("noise_limit", float("inf")))
         # The worker's own noise, not the verdict: `noisy` says the budget cannot decide this change, which
         # a quieter VM may or may not change, and measuring it afresh would spend a second alpha on it.
         if noise is not None and noise > limit:
-            self._replace(worker, f"per-run noise {noise:.3f} is above the limit {limit:g}", outcome.get("host"))
+            self._replace(worker, f"per-run noise {noise:.3f} is above the limit {limit:g}", result.host)
             if item.noisy < MAX_NOISY_RETRIES:
                 item.noisy += 1
                 item.earlier_logs.append(a.log)
                 item.sink(exp_id, {"event": "status", "status": "queued", "worker": None, "runtime": {
                     "requeued": f"worker {worker.name} was noisy; measuring again on a fresh VM"}})
                 return True
-        item.sink(exp_id, {"event": "result", "outcome": outcome, "worker": worker.name,
+        item.sink(exp_id, {"event": "result", "outcome": result.to_dict(), "worker": worker.name,
                            "cost_usd": round(item.cost_usd, 6)})
         return False
 

@@ -4,7 +4,6 @@ the current head), and moving the session branch onto it."""
 from __future__ import annotations
 
 from autoresearch_mcp.errors import RefusedError, StateError
-from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.experiments import designs, events, focus, holdout, launching, message, readouts
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.git import gitops
@@ -21,29 +20,39 @@ def commit_winner(manager: ExperimentManager, experiment_id: str, title: str | N
         exp = manager.get(experiment_id)
         head = manager.session_head()
         _refuse_uncommittable(manager, exp, head)
-        title = message.one_line(title, "title") if title is not None else exp.title
-        seen = focus.seen_running(manager, exp) if focus.rests_on_focus(exp) else None
-        for member_id in exp.launch.combines if (exp.launch.judging or {}).get("carried") else []:
-            member = manager.get(member_id)  # each win its own evidence carries: on code the program runs
-            seen = "; ".join(filter(None, [seen, f"{member.title}: {focus.seen_running(manager, member)}"]))
-        hidden = _holdout(manager, exp)
+        evidence = _evidence(manager, exp, message.one_line(title, "title") if title is not None else exp.title)
         drift = manager.baseline_drift(exp.launch.base_commit)  # after the measurement and the holdout
         if drift:
             events.fail(manager, experiment_id, drift)
             raise StateError(drift)
-        tree = exp.launch.candidate_tree
         # again at commit time: the rules may have changed since the launch (they never loosen here)
         launching.refuse_protected(manager.config,
                                    gitops.changed_paths(manager.repo, head, exp.launch.candidate_commit))
-        text = message.commit_message(manager, exp, title, hidden, focus_seen=seen)
-        new = gitops.commit_tree(manager.repo, tree, head, text)
+        text = message.commit_message(evidence)
+        new = gitops.commit_tree(manager.repo, exp.launch.candidate_tree, head, text)
         with manager.branch_lock:
             manager.check_branch_locked()  # the holdout ran jobs too
             updated = _advance(manager, head, new)
             manager.append(CommitRecord(experiment_id=experiment_id, commit=new, parent=head,
-                                        branch=manager.config.branch, title=title))
+                                        branch=manager.config.branch, title=evidence.title))
         return CommitResult(commit=new, branch=manager.config.branch, message=text, worktree_updated=updated,
-                            holdout=_holdout_summary(hidden), revisit=revisit(manager, exp))
+                            holdout=_holdout_summary(evidence.hidden), revisit=revisit(manager, exp))
+
+
+def _evidence(manager: ExperimentManager, exp: ExperimentState, title: str) -> message.Evidence:
+    """The evidence of a winner's commit, gathered once: a focus-only win's code seen running in the program (and
+    each member's, for winners kept together on their own evidence), the hidden holdout (refused when it regressed),
+    the session's measured total beside a focus win's claims, the members and the platforms."""
+    launch = exp.launch
+    members = tuple(manager.get(member_id) for member_id in launch.combines)
+    seen = focus.seen_running(manager, exp) if focus.rests_on_focus(exp) else None
+    for member in members if (launch.judging or {}).get("carried") else ():
+        # each win its own evidence carries: on code the program runs
+        seen = "; ".join(filter(None, [seen, f"{member.title}: {focus.seen_running(manager, member)}"]))
+    hidden = _holdout(manager, exp)
+    return message.Evidence(exp, title, manager.config.metric, manager.config.direction,
+                            readouts.session_claim(manager) if launch.focus else None, members,
+                            tuple(manager.platforms), hidden, seen)
 
 
 REVISITED = frozenset({"no_change", "inconclusive"})
@@ -176,7 +185,7 @@ def _holdout(manager: ExperimentManager, exp: ExperimentState) -> holdout.Holdou
     design = stats.make_design("auto", alpha=c.alpha, min_effect=c.min_effect,
                                noise_limit=c.noise_limit, max_pairs=c.max_pairs, warmup=0)
     outcome = holdout.run(
-        c.holdout, JobMaker(manager.repo, c, manager.env), manager.here, launch.base_commit,
+        c.holdout, manager.jobs, manager.here, launch.base_commit,
         launch.candidate_commit, (gitops.tree_of(manager.repo, launch.base_commit), launch.candidate_tree), directions,
         design)
     manager.append(HoldoutRecord(experiment_id=exp.experiment_id, verdict=outcome.verdict, pairs=outcome.pairs,

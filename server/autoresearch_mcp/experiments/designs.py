@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.experiments.manager import ExperimentManager
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.store.config import Platform, SessionConfig
@@ -71,7 +70,7 @@ def job(manager: ExperimentManager, design: stats.Design, launch: LaunchRecord, 
     """The runner job of one experiment on one platform (the host's first); a continuation's earlier pairs
     (`prior_samples`) are pooled with its own."""
     spec = metrics.spec_of(launch)
-    return JobMaker(manager.repo, manager.config, manager.env).experiment(
+    return manager.jobs.experiment(
         dataclasses.asdict(spec), design.job(), stops or design.stops, base_tree, tree, incremental, platform,
         spec.focus, prior_samples=prior_samples)
 

@@ -3,6 +3,7 @@ and its verdict; a host winner sent on to the session's other platforms, and the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 
@@ -16,6 +17,7 @@ from autoresearch_mcp.models import FINAL_STATUSES
 from autoresearch_mcp.store.config import Platform
 from autoresearch_mcp.store.ledger import ExperimentState, apply
 from autoresearch_mcp.store.records import Analysis, Outcome, PlatformRecord, ResultRecord, StatusRecord
+from autoresearch_mcp.worker import outcomes
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +52,22 @@ def record_result(manager: ExperimentManager, exp_id: str, event: ResultEvent) -
     exp = manager.view.experiments[exp_id]
     started: list[tuple[Platform, str]] = []
     try:
-        outcome = dict(event["outcome"])
+        outcome = outcomes.ended(event, outcomes.Experiment)
         tampered = manager.after_job(exp.launch.base_commit)
         if tampered:
-            outcome.update(status="failed", phase="server", error=tampered)
+            outcome = dataclasses.replace(outcome, status="failed", phase="server", error=tampered)
         if exp.continued is not None:
             outcome = figures.pooled(exp, outcome)
         analysis = (figures.analyze(outcome, exp.launch, figures.round_end(exp), figures.round_start(exp))
                     if not tampered else Analysis())
         # A host winner goes to the other platforms; they are queued before the result is visible, so
         # nobody ever sees a winner that is not (yet) being checked there.
-        elsewhere = (len(manager.platforms) > 1 and outcome.get("status") == "done"
+        elsewhere = (len(manager.platforms) > 1 and outcome.status == "done"
                      and analysis.verdict == "improved" and not exp.launch.incremental)
         queued = queue_platforms(manager, exp, manager.platforms[1:]) if elsewhere else []
-        manager.append(ResultRecord(experiment_id=exp_id, status=outcome.get("status", "failed"),
-                                    worker=event.get("worker"), cost_usd=event.get("cost_usd"),
-                                    outcome=Outcome.model_validate(outcome), analysis=analysis))
+        manager.append(ResultRecord(experiment_id=exp_id, status=outcome.status, worker=event.get("worker"),
+                                    cost_usd=event.get("cost_usd"), outcome=Outcome.model_validate(outcome.to_dict()),
+                                    analysis=analysis))
         started = queued
     except Exception as exc:  # a result that cannot be recorded ends the experiment, never leaves it hanging
         log.exception("could not record the result of %s", exp_id)
@@ -137,19 +139,20 @@ def on_platform_event(manager: ExperimentManager, exp_id: str, platform: Platfor
         elif event["event"] == "lost":
             manager.append(PlatformRecord(**here, status=kind, detail=event["detail"]))
         elif event["event"] == "result":
-            outcome = dict(event["outcome"])
+            outcome = outcomes.ended(event, outcomes.Experiment)
             exp = manager.view.experiments[exp_id]
             analysis = Analysis()
             tampered = manager.after_job(exp.launch.base_commit, platform.name)
             if tampered:  # a run without a verdict of its own: it must run again
-                outcome.update(status="failed", phase="server", error=tampered)
+                outcome = dataclasses.replace(outcome, status="failed", phase="server", error=tampered)
             elif platform.measure:
                 analysis = figures.analyze(outcome, exp.launch)
                 analysis.primary = analysis.metric(exp.launch.metric)
             passed, summary = platforms_.judge(platform, outcome, analysis.verdict,
                                                analysis.primary.delta_pct if analysis.primary else None)
-            manager.append(PlatformRecord(**here, status=outcome.get("status", "failed"), worker=event.get("worker"),
-                                          cost_usd=event.get("cost_usd"), outcome=Outcome.model_validate(outcome),
-                                          analysis=analysis, passed=passed, summary=summary))
+            manager.append(PlatformRecord(**here, status=outcome.status, worker=event.get("worker"),
+                                          cost_usd=event.get("cost_usd"),
+                                          outcome=Outcome.model_validate(outcome.to_dict()), analysis=analysis,
+                                          passed=passed, summary=summary))
     except Exception:  # an event must never kill the executor's thread
         log.exception("could not record event %s of %s on %s", kind, exp_id, platform.name)

@@ -14,15 +14,14 @@ import re
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autoresearch_mcp import progress
 from autoresearch_mcp.errors import InputError, RefusedError
-from autoresearch_mcp.executors.jobs import JobMaker
-from autoresearch_mcp.executors.port import Job
+from autoresearch_mcp.executors import profiles
 from autoresearch_mcp.git import gitops
 from autoresearch_mcp.store.config import state_dir
-from autoresearch_mcp.worker import jobfile, profiler
+from autoresearch_mcp.worker import profiler
 from autoresearch_mcp.worker.decide import FOCUS_PREFIX
 
 if TYPE_CHECKING:
@@ -129,29 +128,24 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
     edited_names = {m.group(1) for text in functions for m in [_CALLED.search(text)] if m}
     profile_id = uuid.uuid4().hex[:10]
     logs = state_dir(Path(repo.working_dir)) / "logs"
-    spec = JobMaker(repo, manager.config, manager.env).profile(
-        profile_id, launch.base_commit, gitops.tree_of(repo, launch.base_commit), launch.candidate_tree,
-        str(logs / f"focus-{profile_id}.perf.data"), SEEN_HZ, functions_only=True)
+    data = logs / f"focus-{profile_id}.perf.data"
     progress.report(f"is {', '.join(wanted)} run by the program? its benchmark once under perf, without the focus")
-    final = manager.executor.run_first(Job(f"profile-{profile_id}", launch.base_commit, launch.candidate_commit,
-                                       logs / f"focus-{profile_id}.log", spec=spec))
-    outcome: dict[str, Any] = dict(final["outcome"]) if final["event"] == "result" else {}
-    Path(str(outcome.get("perf_data") or logs / f"focus-{profile_id}.perf.data")).unlink(missing_ok=True)
-    if final["event"] != "result" or outcome.get("status") != "done":
-        failure = jobfile.failure(dict(final))
-        why = outcome.get("detail") or outcome.get("problem") or (failure.error if failure else "no profile")
+    ran = profiles.run(manager.executor, manager.jobs, profile_id, launch.base_commit, launch.candidate_commit, data,
+                       logs / f"focus-{profile_id}.log", SEEN_HZ, functions_only=True)
+    profile = ran.outcome
+    Path(profile.perf_data or data).unlink(missing_ok=True)
+    failure = profile.failure()
+    if profile.status != "done":
+        why = failure.error if failure is not None else "no profile"
         raise RefusedError(
             f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), and whether "
             f"the program runs that code could not be seen here: perf could not profile its benchmark "
-            f"({str(why)[:300]}). Make perf run (profile_hotspots says how), or judge the change end to end: "
+            f"({why[:300]}). Make perf run (profile_hotspots says how), or judge the change end to end: "
             f"launch it again without focus")
-    total = int(outcome.get("total_samples") or 0)
-    # every function of the report's rows (the hottest thousands), beyond the few the profile keeps in full
-    seen = {(str(f["dso"]), str(f["name"])): int(f["samples"])
-            for f in [*profiler.parse_report(str(outcome.get("report") or ""))[1].values(),
-                      *(outcome.get("functions") or [])]}
-    hits = [(name, samples) for (_dso, name), samples in seen.items()
-            if samples > 0 and (any(mentions(name, n) for n in wanted) or is_edited(name, edited_names))]
+    total = profile.total_samples
+    sampled = profiler.parse_report(profile.report)[1]  # every function of the report's rows, a line each
+    hits = [(name, int(f["samples"])) for (_dso, name), f in sampled.items()
+            if f["samples"] > 0 and (any(mentions(name, n) for n in wanted) or is_edited(name, edited_names))]
     if not hits:
         raise RefusedError(
             f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), but the "

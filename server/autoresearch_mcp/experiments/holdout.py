@@ -25,7 +25,7 @@ from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.executors.port import Executor, Job
 from autoresearch_mcp.measure import stats
 from autoresearch_mcp.store.config import Holdout
-from autoresearch_mcp.worker import decide, jobfile
+from autoresearch_mcp.worker import decide, outcomes
 
 
 @dataclass
@@ -79,14 +79,13 @@ def run(holdout: Holdout, maker: JobMaker, here: Executor, base_commit: str, can
     spec = maker.holdout(base_commit, contents[0], contents[1], argv, holdout.pairs, holdout.timeout_s, seed)
     # its output is hidden from the agent: the runner's log of it goes nowhere
     job = Job(f"holdout-{uuid.uuid4().hex[:10]}", base_commit, candidate_commit, Path(os.devnull), spec=spec)
-    final = here.run_first(job)
-    failure = jobfile.failure(dict(final))
-    outcome = final.get("outcome") if final["event"] == "result" else None
-    if failure is not None or not isinstance(outcome, dict) or outcome.get("status") != "done":
-        why = failure.error if failure is not None else f"it ended {(outcome or {}).get('status')}"
+    done = outcomes.ended(here.run_first(job), outcomes.Holdout)
+    failure = done.failure()
+    if failure is not None or done.status != "done":
+        why = failure.error if failure is not None else f"it ended {done.status}"
         raise StateError(f"{why}; its output is hidden from the agent: ask the person who set it up to run it by "
                          "hand (or launch the experiment again if a build failed)")
-    return judge(outcome["samples"], seed, holdout, directions, maker.config.direction, design)
+    return judge([s.to_dict() for s in done.samples], seed, holdout, directions, maker.config.direction, design)
 
 
 def judge(samples: list[dict[str, Any]], seed: int, holdout: Holdout, directions: dict[str, str],

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autoresearch_mcp import limits, progress
 from autoresearch_mcp.errors import InputError, StateError
+from autoresearch_mcp.executors.jobs import JobMaker
 from autoresearch_mcp.executors.port import Executor, Interrupted, Released
 from autoresearch_mcp.experiments import branch
 from autoresearch_mcp.experiments import platforms as platforms_
@@ -41,6 +42,7 @@ class ExperimentManager:
         self.worktrees = worktrees  # this machine's builds (the baseline a drift check looks at)
         self.here = here  # this machine's executor: where the holdout builds and runs
         self.config = config
+        self.jobs = JobMaker(repo, config, self.env)  # the session's one builder of jobs
         self.ledger = ledger
         self.executor = executor
         self.root = Path(repo.working_dir)
@@ -171,9 +173,7 @@ class ExperimentManager:
         with self.changed:
             self._closed = True
             self.changed.notify_all()
-        self.executor.close()
-        if self.here is not None and self.here not in (self.executor, getattr(self.executor, "host", None)):
-            self.here.close()  # its own (a cloud session's holdout runs here)
+        self.executor.close()  # a fleet closes this machine's executor with its own
 
     def release_workers(self, mode: str) -> Released:
         """Stop or down the executor's machines, and record it (the Stop hook reminds of workers used since)."""

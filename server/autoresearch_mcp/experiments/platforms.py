@@ -13,22 +13,20 @@ Every build, bench and checks run sees `AUTORESEARCH_PLATFORM` (the platform's n
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shlex
 import shutil
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
-from typing import Any
 
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.executors.port import EventSink, Executor, Interrupted, Job, Released, ValidationRun
+from autoresearch_mcp.executors.port import ValidationRun
 from autoresearch_mcp.models import FINAL_STATUSES, ChecksResult, PlatformResult
 from autoresearch_mcp.store.config import Platform
 from autoresearch_mcp.store.ledger import PlatformState
 from autoresearch_mcp.store.records import Comparison
+from autoresearch_mcp.worker import outcomes
 
 log = logging.getLogger(__name__)
 
@@ -150,18 +148,18 @@ def validate_head(platform: Platform, done: ValidationRun, log_path: Path) -> st
 # --- one platform's result -------------------------------------------------------------------------
 
 
-def judge(platform: Platform, outcome: dict[str, Any], verdict: str | None,
+def judge(platform: Platform, outcome: outcomes.Experiment, verdict: str | None,
           delta_pct: float | None) -> tuple[bool | None, str]:
     """Whether a platform's run lets the winner through (None: the run ended without a verdict of its
     own, e.g. a worker or cloud error, so it must run again), and one line saying what happened."""
-    status = outcome.get("status")
-    error = (outcome.get("error") or "").strip()
+    status = outcome.status
+    error = (outcome.error or "").strip()
     if status == "failed":
-        phase = outcome.get("phase") or "run"
+        phase = outcome.phase or "run"
         what = {"build": "failed to build", "bench": "its benchmark failed"}.get(phase, f"did not run ({phase})")
         summary = f"{what}: {error[-TAIL_CHARS:]}" if error else what
         return (False if phase in ("build", "bench") else None), summary
-    checks = outcome.get("checks") or {}
+    checks = outcome.checks or {}
     if status == "checks_failed" or (checks.get("ran") and not checks.get("passed")):
         how = "timed out" if checks.get("timed_out") else f"exit {checks.get('exit_code')}"
         return False, f"failed its checks ({how}): {(checks.get('tail') or '').strip()[-TAIL_CHARS:]}"
@@ -223,71 +221,3 @@ def refusal(experiment_id: str, extra: list[Platform], records: dict[str, Platfo
         return (f"experiment {experiment_id} is still being checked on platform(s) {', '.join(pending)}; poll "
                 "fetch_sky_logs until each platform has passed, then commit")
     return None
-
-
-# --- the executors of all platforms ---------------------------------------------------------------
-
-
-class Fleet(Executor):
-    """The host's executor plus one per extra platform, behind the one executor port.
-
-    A job whose spec names an extra platform goes to that platform's executor; everything else is the
-    host's. Release and close reach every platform's machines.
-    """
-
-    def __init__(self, host: Executor, extra: dict[str, Executor]) -> None:
-        self.host = host
-        self.extra = extra
-        self.name = host.name
-        self._owner: dict[str, Executor] = {}
-        self._lock = threading.Lock()
-
-    def _all(self) -> list[Executor]:
-        return [self.host, *(e for e in self.extra.values() if e is not self.host)]
-
-    def _route(self, job: Job) -> Executor:
-        executor = self.extra.get(job.spec.platform, self.host)
-        with self._lock:
-            self._owner[job.experiment_id] = executor
-        return executor
-
-    def submit(self, job: Job, sink: EventSink) -> None:
-        self._route(job).submit(job, sink)
-
-    def submit_first(self, job: Job, sink: EventSink) -> None:
-        self._route(job).submit_first(job, sink)
-
-    def validate(self, job: Job) -> ValidationRun:
-        return self._route(job).validate(job)
-
-    def confinement_problem(self, mode: str) -> str | None:
-        """The first platform's executor that cannot confine jobs as the session asks says why."""
-        return next((why for e in self._all() if (why := e.confinement_problem(mode)) is not None), None)
-
-    def cancel(self, experiment_id: str) -> bool:
-        with self._lock:
-            executor = self._owner.get(experiment_id, self.host)
-        return executor.cancel(experiment_id)
-
-    def recover(self, interrupted: list[Interrupted]) -> None:
-        for executor in self._all():
-            executor.recover(interrupted)
-
-    def release(self, mode: str) -> Released:
-        done = Released()
-        for executor in self._all():
-            one = executor.release(mode)
-            done.names += one.names
-            done.notes += one.notes
-            if one.cost_usd is not None:
-                done.cost_usd = (done.cost_usd or 0.0) + one.cost_usd
-        return done
-
-    def retire_base(self, commit: str) -> None:
-        for executor in self._all():
-            executor.retire_base(commit)
-
-    def close(self) -> None:
-        for executor in self._all():
-            with contextlib.suppress(Exception):
-                executor.close()

@@ -10,6 +10,7 @@ library only) keeps its own look at the pairs; the two agree on the same samples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from autoresearch_mcp.measure import metrics, stats
 from autoresearch_mcp.store.ledger import ExperimentState
 from autoresearch_mcp.store.records import Analysis, LaunchRecord, Outcome, ProfileRecord, SessionRecord
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 
 # --- the baseline ----------------------------------------------------------------------------------
 
@@ -82,10 +83,10 @@ def drift_warning(reference: list[float], runs: list[float], limit: float) -> st
 # --- noise -----------------------------------------------------------------------------------------
 
 
-def worker_noise(outcome: dict[str, Any]) -> float | None:
+def worker_noise(outcome: outcomes.Experiment) -> float | None:
     """Per-run noise of the primary metric (a fraction) as the runner saw it at its last look: what
     a worker is judged by (too noisy a machine is replaced). None before any look."""
-    spread = (outcome.get("look") or {}).get("spread")
+    spread = (outcome.look or {}).get("spread")
     return None if spread is None else stats.per_run_noise(float(spread))
 
 
@@ -154,34 +155,34 @@ def measured_samples(exp: ExperimentState) -> list[dict[str, Any]]:
     """The samples of the complete pairs the latest measured round holds, in order from the first: what a
     continuation pools with its own pairs (the design's looks count pairs from the experiment's start)."""
     measured = exp.measured
-    samples = measured.outcome.raw().get("samples", []) if measured else []
+    samples = measured.outcome.typed(measured.status).samples if measured else []
     roles: dict[int, set[str]] = {}
     for sample in samples:
-        roles.setdefault(int(sample["pair"]), set()).add(str(sample["role"]))
+        roles.setdefault(sample.pair, set()).add(sample.role)
     done = 0
     while roles.get(done) == {"baseline", "candidate"}:
         done += 1
-    return [sample for sample in samples if 0 <= int(sample["pair"]) < done]
+    return [sample.to_dict() for sample in samples if 0 <= sample.pair < done]
 
 
-def pooled(exp: ExperimentState, outcome: dict[str, Any]) -> dict[str, Any]:
+def pooled(exp: ExperimentState, outcome: outcomes.Experiment) -> outcomes.Experiment:
     """A continuation round's outcome with the earlier rounds' pairs in front (one design, one analysis)."""
     prior_pairs = exp.continued.prior_pairs if exp.continued else 0
     measured = exp.measured
-    earlier = measured.outcome.raw() if measured else {}
-    kept = [s for s in earlier.get("samples", []) if 0 <= int(s.get("pair", -1)) < prior_pairs]
-    rounds = [*earlier.get("rounds", []), {"pairs": prior_pairs, "worker": measured.worker if measured else None,
-                                           "host": earlier.get("host")}] if prior_pairs else []
-    return {**outcome, "samples": kept + list(outcome.get("samples", [])), "rounds": rounds}
+    earlier = measured.outcome.typed(measured.status) if measured else outcomes.Experiment()
+    kept = [s for s in earlier.samples if 0 <= s.pair < prior_pairs]
+    rounds = [*earlier.rounds, {"pairs": prior_pairs, "worker": measured.worker if measured else None,
+                                "host": earlier.host or None}] if prior_pairs else []
+    return dataclasses.replace(outcome, samples=kept + outcome.samples, rounds=rounds)
 
 
 # --- comparisons and verdicts ----------------------------------------------------------------------
 
 
-def analyze(outcome: dict[str, Any], launch: LaunchRecord, final_n: int | None = None,
+def analyze(outcome: outcomes.Experiment, launch: LaunchRecord, final_n: int | None = None,
             start_n: int = 0) -> Analysis:
     """The comparisons of every metric and the verdict of a runner's outcome (as it wrote it; its
-    refused values are dropped), judged as its launch recorded (metric, direction, objectives,
+    refused values are dropped from it), judged as its launch recorded (metric, direction, objectives,
     guards, focus, design): what the manager stores with a result. `final_n`: where its round ended;
     `start_n`: where it started (the pairs of the rounds before)."""
     design = stats.load_design(launch.design)
@@ -210,8 +211,7 @@ def recomputed(exp: ExperimentState, launch: LaunchRecord | None = None) -> Anal
         # the earlier t-test design: today's test would judge it otherwise
         return exp.result.analysis
     # analyze drops refused values from what it is given: a copy, the record stays as read
-    return analyze({"status": exp.result.status, **exp.result.outcome.raw()}, launch, round_end(exp),
-                   round_start(exp))
+    return analyze(exp.result.outcome.typed(exp.result.status), launch, round_end(exp), round_start(exp))
 
 
 # --- confinement -----------------------------------------------------------------------------------

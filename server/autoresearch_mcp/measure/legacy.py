@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 from autoresearch_mcp.errors import InputError
 from autoresearch_mcp.measure.summary import Comparison, pct, summarize
-from autoresearch_mcp.worker import decide
+from autoresearch_mcp.worker import decide, outcomes
 
 POWER = 0.8
 
@@ -275,11 +275,11 @@ def log_standard_error(comparison: dict[str, Any], design: Design) -> tuple[floa
     return (high - low) / 2 / crit, n - 1
 
 
-def _pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
+def _pairs(outcome: outcomes.Experiment, metric: str) -> tuple[list[float], list[float]]:
     by_pair: dict[int, dict[str, float]] = {}
-    for s in outcome.get("samples", []):
-        if metric in s.get("metrics", {}):
-            by_pair.setdefault(int(s["pair"]), {})[s["role"]] = float(s["metrics"][metric])
+    for s in outcome.samples:
+        if metric in s.metrics:
+            by_pair.setdefault(int(s.pair), {})[s.role] = float(s.metrics[metric])
     complete = [p for _, p in sorted(by_pair.items()) if "baseline" in p and "candidate" in p]
     return [p["baseline"] for p in complete], [p["candidate"] for p in complete]
 
@@ -297,16 +297,16 @@ def _objective_judgement(cmp: Comparison) -> str:
     return cmp.verdict if cmp.verdict in ("improved", "regressed") else "held"
 
 
-def analyze(outcome: dict[str, Any], metric: str, direction: str, objective_names: list[str],
+def analyze(outcome: outcomes.Experiment, metric: str, direction: str, objective_names: list[str],
             guards: dict[str, dict[str, Any]], design: Design, refused: list[tuple[str, str]]) -> dict[str, Any]:
     """The analysis of an experiment measured with an earlier design, as it was judged then (`refused`: the
     values the value rule dropped, by metric)."""
-    status = outcome.get("status")
+    status = outcome.status
     required = list(dict.fromkeys([metric, *objective_names, *guards]))
     if any(name in required for name, _ in refused) and status in ("done", "checks_failed"):
-        outcome["stop_reason"] = "invalid"
-        outcome["error"] = "; ".join(why for _, why in refused[:5])
-    names = sorted({n for s in outcome.get("samples", []) for n in s.get("metrics", {})})
+        outcome.stop_reason = "invalid"
+        outcome.error = "; ".join(why for _, why in refused[:5])
+    names = sorted({n for s in outcome.samples for n in s.metrics})
     comparisons: dict[str, Any] = {}
     notes: dict[str, str | None] = {}
     for name in names:
@@ -338,7 +338,7 @@ def analyze(outcome: dict[str, Any], metric: str, direction: str, objective_name
     verdict: str | None
     if status not in ("done", "checks_failed"):
         verdict = None
-    elif outcome.get("stop_reason") == "invalid" or primary is None or len(judged) < len(required):
+    elif outcome.stop_reason == "invalid" or primary is None or len(judged) < len(required):
         verdict = "invalid"
     elif primary["verdict"] == "noisy":
         verdict = "noisy"

@@ -19,7 +19,7 @@ import numpy as np
 from autoresearch_mcp.errors import StateError
 from autoresearch_mcp.measure import legacy, stats, summary
 from autoresearch_mcp.store.records import LaunchRecord
-from autoresearch_mcp.worker import decide, metricparse
+from autoresearch_mcp.worker import decide, metricparse, outcomes
 
 MEASURED = "measured"  # the look of a metric that is measured but not judged (it gets no verdict)
 
@@ -37,36 +37,27 @@ def spec_of(launch: LaunchRecord) -> decide.Spec:
     return decide.Spec(launch.metric, launch.direction, min_effect, list(launch.objectives), dict(launch.guards))
 
 
-def pairs(outcome: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
-    """Baseline and candidate values of `metric` in the complete pairs, in pair order."""
-    p = decide.pairs_of(outcome.get("samples", []), metric)
-    return p.base, p.cand
-
-
-def screen(outcome: dict[str, Any]) -> list[tuple[str, str]]:
+def screen(outcome: outcomes.Experiment) -> list[tuple[str, str]]:
     """Drop every sample value the runner's value rule refuses, and say which (metric, why): the same
     rule as the runner's, applied again here before any arithmetic, since what arrives is not trusted."""
     refused: list[tuple[str, str]] = []
-    for s in [*outcome.get("warmup", []), *outcome.get("samples", [])]:
-        values = s.get("metrics") if isinstance(s, dict) else None
-        if not isinstance(values, dict):
-            continue
-        for name, value in list(values.items()):
+    for s in [*outcome.warmup, *outcome.samples]:
+        for name, value in list(s.metrics.items()):
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             why = metricparse.check_value(float(value)) if number else "is not a number"
             if why:
-                del values[name]
-                refused.append((name, f"{s.get('role')} run {s.get('pair')}: {name}={repr(value)[:40]} {why}"))
+                del s.metrics[name]
+                refused.append((name, f"{s.role} run {s.pair}: {name}={repr(value)[:40]} {why}"))
     return refused
 
 
-def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
+def analyze(outcome: outcomes.Experiment, spec: decide.Spec, design: stats.AnyDesign,
             final_n: int | None = None, start_n: int = 0) -> dict[str, Any]:
-    """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the lead
-    metric's pairs show. A run that is not `done`/`checks_failed` has no verdict; a sample without a judged
-    metric (or with an unusable value) makes the whole experiment `invalid`, never a 0. `final_n`: the last
-    pair count of the round that produced `outcome` (where `noisy` is judged); `start_n`: where it started."""
-    status = outcome.get("status")
+    """Comparisons of every metric, each judged metric's judgement, the verdict and the noise the lead metric's
+    pairs show. A run that is not `done`/`checks_failed` has no verdict; a sample without a judged metric (or with
+    an unusable value, dropped from `outcome`, which then says why) makes the experiment `invalid`, never a 0.
+    `final_n`: the last pair count of the round of `outcome` (where `noisy` is judged); `start_n`: its start."""
+    status = outcome.status
     refused = screen(outcome)
     if isinstance(design, legacy.Design):
         return legacy.analyze(outcome, spec.metric, spec.direction, spec.objective_names, spec.guards, design,
@@ -74,9 +65,9 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     judged_names = set(spec.required())
     if any(name in judged_names or name.startswith(decide.FOCUS_PREFIX) for name, _ in refused) and status in (
             "done", "checks_failed"):
-        outcome["stop_reason"] = "invalid"
-        outcome["error"] = "; ".join(why for _, why in refused[:5])
-    samples = outcome.get("samples", [])
+        outcome.stop_reason = "invalid"
+        outcome.error = "; ".join(why for _, why in refused[:5])
+    samples = [s.to_dict() for s in outcome.samples]
     plan = design.plan()
     decision = decide.judge(samples, spec, plan, final_n=final_n or design.budget, start_n=start_n)
     names = sorted({n for s in samples for n in s.get("metrics", {})})
@@ -114,7 +105,7 @@ def analyze(outcome: dict[str, Any], spec: decide.Spec, design: stats.AnyDesign,
     verdict: str | None
     if status not in ("done", "checks_failed") or (status == "checks_failed" and not samples):
         verdict = None  # not measured: its checks failed before any pair ran
-    elif outcome.get("stop_reason") == "invalid" or decision.verdict == "invalid" or lead is None:
+    elif outcome.stop_reason == "invalid" or decision.verdict == "invalid" or lead is None:
         verdict = "invalid"
     else:
         verdict = decision.verdict

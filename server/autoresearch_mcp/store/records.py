@@ -8,10 +8,10 @@ format had a version are version 0. A record of a type this code does not know, 
 or that does not fit its model is skipped with a warning, never fatal: an older server reading a
 newer ledger keeps what it understands.
 
-The runner's outcome (its result line: samples, checks, build, host...) is typed where the server reads it,
-its other fields kept as they came (`extra="allow"`): the runner (worker/runner.py) stays standard library
-only. The manager's analysis (per-metric comparisons, verdict) is typed in full; a field a later version adds
-is kept the same way.
+The runner's outcome (its result line: samples, checks, build, host...) is stored as it came, typed where the
+server reads it, its other fields kept (`extra="allow"`); the statistics read it as the runner's own typed record
+(`Outcome.typed`, worker/outcomes.py). The manager's analysis (per-metric comparisons, verdict) is typed in full;
+a field a later version adds is kept the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from autoresearch_mcp.worker import outcomes
 
 SCHEMA_VERSION = 1
 
@@ -72,8 +74,13 @@ class Outcome(_Open):
         return value or None  # the runner writes {} for checks that never ran
 
     def raw(self) -> dict[str, Any]:
-        """As the runner wrote it (what the statistics read)."""
+        """As the runner wrote it."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    def typed(self, status: str) -> outcomes.Experiment:
+        """As the runner's typed outcome (worker/outcomes.py), what the statistics read; `status` where the line
+        named none (its result record's). OutcomeError (a ValueError) when a field is not one of its kind's."""
+        return outcomes.read(outcomes.Experiment, {"status": status, **self.raw()})
 
 
 # --- what the manager judged -----------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""A runner job's file: one typed, versioned record per kind of job, and the typed failure every reader uses.
+"""A runner job's file: one typed, versioned record per kind of job (its outcome's record is beside it: outcomes.py).
 
 Standard library only (shipped beside the runner): the server builds a record (executors/jobs.py), an executor places
 it (`placed`: where its trees, its log and the machine's lock are) and writes `to_dict()` as job.json; the runner
 reads it back with `read` and runs the handler its `kind` names. A field no kind declares is refused when the file
 is read, so nothing can be added to a job on its way (an executor places and runs records; it adds no field).
 
-A new kind of job is one record here, one builder method (executors/jobs.py `JobMaker`) and one entry in the runner's
-table (worker/runner.py `HANDLERS`).
+A new kind of job is one record here, its outcome's record (outcomes.py `KINDS`), one builder method
+(executors/jobs.py `JobMaker`) and one entry in the runner's table (worker/runner.py `HANDLERS`).
 """
 
 from __future__ import annotations
@@ -218,34 +218,3 @@ def read(data: dict[str, Any]) -> Job:
     if unknown:
         raise JobFileError(f"a {kind} job has no field {', '.join(unknown)}")
     return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@dataclass
-class Failure:
-    """Why a job ended without the result it was for: where (`phase`: disk, sandbox, build, bench, runner,
-    cancelled, lost...) and what was said."""
-
-    phase: str
-    error: str
-
-    def outcome(self, experiment_id: str) -> dict[str, Any]:
-        """As a runner's failed result (an experiment's outcome fields)."""
-        return {"experiment_id": experiment_id, "status": "failed", "phase": self.phase, "error": self.error}
-
-
-def failure(final: dict[str, Any]) -> Failure | None:
-    """Why a job's final event (an executor's: result, cancelled, lost) gave no usable result, or None. The one
-    reader of a failure, whatever the job's kind: a result whose outcome failed, an error a runner returned
-    instead of its result, a cancel, a lost machine."""
-    event = final.get("event")
-    if event == "cancelled":
-        return Failure("cancelled", "the job was cancelled")
-    if event == "lost":
-        return Failure("lost", str(final.get("detail") or "the machine running it was lost"))
-    outcome = final.get("outcome")
-    if event != "result" or not isinstance(outcome, dict):
-        return Failure("runner", f"the job ended without a result ({event})")
-    if outcome.get("status") == "failed" or ("error" in outcome and "status" not in outcome):
-        return Failure(str(outcome.get("phase") or outcome.get("problem") or "runner"),
-                       str(outcome.get("error") or outcome.get("detail") or "no reason given"))
-    return None

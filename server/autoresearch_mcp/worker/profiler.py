@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import builds, jobenv, jobfile, machinelock, procs, sandbox
+from . import builds, jobenv, jobfile, machinelock, outcomes, procs, sandbox
 
 FREQUENCY_HZ = 999
 SEPARATOR = "\x1f"
@@ -201,26 +201,26 @@ def bounded(result: dict[str, Any], rows: int = REPORT_ROWS, chars: int = REPORT
     return {**result, "report": "".join(kept), "report_rows_dropped": dropped}
 
 
-def run_profile(job: jobfile.Profile, log: Any) -> dict[str, Any]:
+def run_profile(job: jobfile.Profile, log: Any) -> outcomes.Profile:
     """A profile job: build the profiled tree (the candidate's where the job has one; a build of the same content
     is reused), its own baseline, and profile it."""
     perf, seen = find_perf()
     if perf is None:
-        return {"status": "failed", "problem": "no_perf", "detail": seen}
+        return outcomes.Profile(job.experiment_id, status="failed", problem="no_perf", detail=seen)
     tree = Path(str(job.candidate_dir or job.baseline_dir)).resolve()
     job = dataclasses.replace(job, baseline_dir=str(tree), candidate_dir=None)  # a profiled tree is its own baseline
     env = jobenv.run_env(job, tree)
     built = builds.build_tree(str(tree), float(job.timeouts["build"]), log, job.profiled_content,
                               machine_lock=job.machine_lock, env=env, confine=sandbox.for_job(job, str(tree)))
     if built.command is not None and not built.command.ok:
-        return {"status": "failed", "problem": "build", "detail": built.command.tail(2000)}
+        return outcomes.Profile(job.experiment_id, status="failed", problem="build", detail=built.command.tail(2000))
     data = Path(job.data).expanduser().resolve()
     result = profile(perf, tree, data, float(job.timeouts["bench"]), env, log, job.machine_lock,
                      sandbox.for_job(job, str(tree), "bench"), job.frequency_hz, job.functions_only)
-    return bounded({**result, "perf": seen, "perf_data": str(data)})
+    return outcomes.Profile(job.experiment_id, **bounded({**result, "perf": seen, "perf_data": str(data)}))
 
 
-def run_counters(job: jobfile.Counters, log: Any) -> dict[str, Any]:
+def run_counters(job: jobfile.Counters, log: Any) -> outcomes.Counters:
     """A counters job (analyze_bounds): its commands one after the other, outside any confinement, under the
     machine's turn as a bench is, so neither perf stat's command nor the peak probe loads the CPU during another
     experiment's pairs. At its timeout a command marked `interrupt` gets SIGINT first (perf stat then stops its
@@ -233,4 +233,4 @@ def run_counters(job: jobfile.Counters, log: Any) -> dict[str, Any]:
                                     grace_s=INTERRUPT_GRACE_S)
             results.append({"exit_code": res.exit_code, "duration_s": res.duration_s, "timed_out": res.timed_out,
                             "output": res.output[-COUNTED_CHARS:]})
-    return {"experiment_id": job.experiment_id, "status": "done", "commands": results}
+    return outcomes.Counters(job.experiment_id, commands=results)

@@ -7,7 +7,7 @@ them for single runs (`start_session`). Its last stdout line is one machine-read
 one concept each: metricparse (METRIC lines), procs (one command: its process group, cgroup, output and outside
 measures), turns (pairs in turns), jobenv (a phase's environment and confinement), machinelock (the machine's
 turn), builds (a tree built once per content), channel (the keyed result lines), jobfile (the typed job records),
-profiler (a profile and the counters under perf).
+outcomes (the typed outcome of each kind, what a handler returns), profiler (a profile and the counters under perf).
 
 `main` reads the job file into its record (jobfile.read) and runs the handler its kind names (`HANDLERS`).
 
@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,44 +42,15 @@ from . import (
     machinelock,
     measuretrees,
     metricparse,
+    outcomes,
     procs,
     profiler,
     sandbox,
     turns,
 )
+from .outcomes import Sample
 
 Run = tuple[procs.CommandResult, metricparse.ParsedMetrics, list[str]]  # one bench run: result, metrics, problems
-
-@dataclass
-class Sample:
-    pair: int
-    role: str
-    position: int
-    exit_code: int | None
-    duration_s: float
-    timed_out: bool
-    metrics: dict[str, float]
-    problems: list[str] = field(default_factory=list)
-    steps: dict[str, float] = field(default_factory=dict)  # printed resolution of each metric
-    processes: int = 1  # the bench runs (processes) whose median each metric is
-
-
-@dataclass
-class Outcome:
-    experiment_id: str
-    status: str = "done"
-    phase: str | None = None
-    error: str | None = None
-    samples: list[Sample] = field(default_factory=list)
-    warmup: list[Sample] = field(default_factory=list)
-    stop_reason: str | None = None
-    look: dict[str, Any] | None = None  # the analysis at the look the run stopped at (a Look)
-    build: dict[str, Any] = field(default_factory=dict)
-    checks: dict[str, Any] = field(default_factory=dict)
-    durations: dict[str, float] = field(default_factory=dict)
-    host: dict[str, Any] = field(default_factory=dict)
-    sandbox: str | None = None  # how the commands ran: confined (bubblewrap) or off
-
 
 def host_info() -> dict[str, Any]:
     cpu = platform.processor() or ""
@@ -220,7 +191,7 @@ def _bench_problems(res: procs.CommandResult, parsed: metricparse.ParsedMetrics,
     return problems
 
 
-def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: Outcome) -> bool:
+def _build_both(job: jobfile.Experiment | jobfile.Holdout, log: Any, out: outcomes.Measured) -> bool:
     """Build the job's baseline, then its candidate (each reused when built already); False, with the failure
     in `out`, when one fails."""
     t0 = time.monotonic()
@@ -253,11 +224,11 @@ def _sides(job: jobfile.Experiment | jobfile.Holdout) -> list[tuple[str, jobenv.
             for role in ("baseline", "candidate")]
 
 
-def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
+def run_holdout(job: jobfile.Holdout, log: Any) -> outcomes.Holdout:
     """The hidden holdout's A/B (commit_winner): both trees built (reused from the experiment), then `pairs`
     interleaved pairs of the holdout's command, confined as a bench is, each pair's order a coin of the job's
     `seed`. Only the values of its METRIC lines come back; the server judges them."""
-    out = Outcome(job.experiment_id, host=host_info())
+    out = outcomes.Holdout(job.experiment_id, host=host_info())
     if not _build_both(job, log, out):
         return out
     sides = _sides(job)
@@ -278,8 +249,8 @@ def run_holdout(job: jobfile.Holdout, log: Any) -> Outcome:
     return out
 
 
-def run_experiment(job: jobfile.Experiment, log: Any) -> Outcome:
-    out = Outcome(job.experiment_id, host=host_info())
+def run_experiment(job: jobfile.Experiment, log: Any) -> outcomes.Experiment:
+    out = outcomes.Experiment(job.experiment_id, host=host_info())
     channel.emit("status", status="building")
     if not _build_both(job, log, out):
         return out
@@ -466,7 +437,7 @@ def prebuild(job: jobfile.Job) -> None:
                           jobenv.run_env(job, tree), sandbox.for_job(job, tree))
 
 
-def run_validation(job: jobfile.Validation, log: Any) -> dict[str, Any]:
+def run_validation(job: jobfile.Validation, log: Any) -> outcomes.Validation:
     """A validation of the session head (start_session, here or on a worker), and its two trials: build the
     base tree (the build later experiments reuse) and bench it `runs` times (then, for a validation, the bench's
     shape); for a checks trial, the checks as they are and, when they pass, with the tree read-only; for another
@@ -476,12 +447,12 @@ def run_validation(job: jobfile.Validation, log: Any) -> dict[str, Any]:
     channel.emit("progress", message=f"building {tree} (autoresearch.sh build)")
     built = builds.build_tree(tree, float(job.timeouts["build"]), log, job.baseline_tree, job.machine_lock,
                               jobenv.run_env(job, tree), confine)
-    out: dict[str, Any] = {"tree": tree, "build_s": built.duration_s, "build": None, "runs": [],
-                           "sandbox": sandbox.describe(confine.off, confine.share)}
+    out = outcomes.Validation(job.experiment_id, tree=tree, build_s=built.duration_s,
+                              sandbox=sandbox.describe(confine.off, confine.share))
     cmd = built.command
     if cmd is not None:
-        out["build"] = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
-                        "output": cmd.output[-20000:]}
+        out.build = {"exit_code": cmd.exit_code, "duration_s": cmd.duration_s, "timed_out": cmd.timed_out,
+                     "output": cmd.output[-20000:]}
     if cmd is not None and not cmd.ok:
         channel.emit("progress", message=f"the build failed after {built.duration_s:.1f} s")
         return out
@@ -489,17 +460,17 @@ def run_validation(job: jobfile.Validation, log: Any) -> dict[str, Any]:
     jobenv.settle()
     bench = jobenv.Prepared.of(job, tree, "bench")
     before = tree_state(tree)
-    out["runs"] = validation_runs(job, bench, log)
-    if job.shape_trial and len(out["runs"]) == job.runs and all(r["exit_code"] == 0 for r in out["runs"]):
-        out["shape"] = shape_trial(bench, float(job.timeouts["bench"]), job.machine_lock, log)
-    out["writes"] = tree_changes(before, tree_state(tree))
+    out.runs = validation_runs(job, bench, log)
+    if job.shape_trial and len(out.runs) == job.runs and all(r["exit_code"] == 0 for r in out.runs):
+        out.shape = shape_trial(bench, float(job.timeouts["bench"]), job.machine_lock, log)
+    out.writes = tree_changes(before, tree_state(tree))
     if job.kind in (jobfile.CHECKS_TRIAL, jobfile.HEAD_CHECK):
         before = tree_state(tree)
-        checks = out["checks"] = run_checks(job, tree, log)
-        out["checks_writes"] = tree_changes(before, tree_state(tree))
+        checks = out.checks = run_checks(job, tree, log)
+        out.checks_writes = tree_changes(before, tree_state(tree))
         if job.kind == jobfile.CHECKS_TRIAL and checks["ran"] and checks["passed"]:
             read_only = dataclasses.replace(job, sandbox={**job.sandbox, "read_only": ["checks"]})
-            out["checks_read_only"] = run_checks(read_only, tree, log)
+            out.checks_read_only = run_checks(read_only, tree, log)
     return out
 
 
@@ -545,11 +516,11 @@ def shape_trial(bench: jobenv.Prepared, timeout_s: float, lock: str | None, log:
             "half": metricparse.parse_metrics(half.output).values}
 
 
-# What the runner does with each kind of job: a new kind is a record (jobfile), a builder (jobs.JobMaker) and a
-# line here. Each handler returns the job's result (the runner's result line).
-HANDLERS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
-    jobfile.EXPERIMENT: lambda job, log: asdict(run_experiment(job, log)),
-    jobfile.HOLDOUT: lambda job, log: asdict(run_holdout(job, log)),
+# What the runner does with each kind of job: a new kind is a record (jobfile), its outcome's (outcomes), a builder
+# (jobs.JobMaker) and a line here. Each handler returns the job's outcome (the runner's result line).
+HANDLERS: dict[str, Callable[[Any, Any], outcomes.Outcome]] = {
+    jobfile.EXPERIMENT: run_experiment,
+    jobfile.HOLDOUT: run_holdout,
     jobfile.VALIDATION: run_validation,
     jobfile.CHECKS_TRIAL: run_validation,
     jobfile.HEAD_CHECK: run_validation,
@@ -559,18 +530,18 @@ HANDLERS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
 
 
 def run(job: jobfile.Job, log: Any) -> dict[str, Any]:
-    """The job's result, whatever happens: its handler's, or the failure that kept it from one."""
+    """The job's result, whatever happens: its handler's outcome, or the failure that kept it from one."""
     refused = refusal(job)
     if refused is None and job.confined and sandbox.mode_of(job) != sandbox.OFF:
         log.write(f"[autoresearch] how this machine measures each command: {sandbox.side_measure()}\n")
     try:
-        result = (jobfile.Failure("sandbox", refused).outcome(job.experiment_id) if refused
+        result = (outcomes.Failure("sandbox", refused).outcome(job.experiment_id) if refused
                   else HANDLERS[job.kind](job, log))
     except Exception as exc:  # the result line must be printed whatever happened
-        result = jobfile.Failure("runner", f"{type(exc).__name__}: {exc}").outcome(job.experiment_id)
-    if result.get("sandbox") is None:  # how its commands ran: confined (bubblewrap), or off by the user's choice
-        result["sandbox"] = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF, sandbox.shares_of(job))
-    return result
+        result = outcomes.Failure("runner", f"{type(exc).__name__}: {exc}").outcome(job.experiment_id)
+    if result.sandbox is None:  # how its commands ran: confined (bubblewrap), or off by the user's choice
+        result.sandbox = sandbox.describe(sandbox.mode_of(job) == sandbox.OFF, sandbox.shares_of(job))
+    return result.to_dict()
 
 
 def main(argv: list[str]) -> int:
@@ -583,7 +554,7 @@ def main(argv: list[str]) -> int:
     try:
         job = start_job(argv[1])
     except (OSError, ValueError) as exc:  # a job this runner cannot read: said in its result line
-        print(channel.machine_line(channel.RESULT_PREFIX, jobfile.Failure("runner", str(exc)).outcome("?"),
+        print(channel.machine_line(channel.RESULT_PREFIX, outcomes.Failure("runner", str(exc)).outcome("?").to_dict(),
                                    compact=True), flush=True)
         return 0
     with open_log(job.log_path) if job.log_path else contextlib.nullcontext(sys.stderr) as log:
