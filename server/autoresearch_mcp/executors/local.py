@@ -159,6 +159,7 @@ class LocalExecutor(Executor):
                 return
             job, sink = item
             if not self._take(job):
+                self.worktrees.unwant(id(job))
                 continue
             try:
                 self._run(job, sink, slot)
