@@ -122,10 +122,10 @@ def test_a_continued_round_gets_its_own_result(tmp_path: Path, status: str) -> N
 def test_a_launch_on_a_full_disk_is_refused_with_the_folder_and_the_space_it_needs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trees, _, head = repo_with_tree(tmp_path)
-    assert trees.lacks_space() is None  # this machine has room for an experiment
+    assert trees.make_room() is None  # this machine has room for an experiment
     free = shutil.disk_usage(tmp_path).free
     monkeypatch.setattr(worktrees, "MIN_FREE_BYTES", free + (1 << 40))  # a disk that much fuller than this one
-    why = trees.lacks_space()
+    why = trees.make_room()
     assert why is not None and str(tmp_path) in why and "GiB" in why and "AUTORESEARCH_CACHE_DIR" in why
     executor = LocalExecutor(trees.repo, trees, parallelism=1)
     events: list[dict[str, Any]] = []

@@ -92,6 +92,8 @@ class LocalExecutor(Executor):
         return None if mode == sandbox.OFF else sandbox.unavailable()
 
     def submit(self, job: Job, sink: EventSink) -> None:
+        # a queued job's trees are spared by evictions until it has taken them
+        self.worktrees.want(id(job), (job.base_commit, job.candidate_commit), job.spec.worktree_variant)
         with self._lock:
             self._queued[job.experiment_id] = (job, sink)
         self._queue.put((job, sink))
@@ -100,6 +102,7 @@ class LocalExecutor(Executor):
         with self._lock:
             queued = self._queued.pop(experiment_id, None)
             if queued is not None:  # the worker that dequeues it skips it
+                self.worktrees.unwant(id(queued[0]))
                 queued[1](experiment_id, {"event": "cancelled"})
                 return True
             if experiment_id in self._starting:
@@ -127,6 +130,8 @@ class LocalExecutor(Executor):
     def close(self) -> None:
         with self._lock:
             self._cancelled.update(self._queued)
+            for job, _sink in self._queued.values():
+                self.worktrees.unwant(id(job))
             self._queued.clear()
             running = list(self._running.values())
         for r in running:
@@ -154,12 +159,14 @@ class LocalExecutor(Executor):
                 return
             job, sink = item
             if not self._take(job):
+                self.worktrees.unwant(id(job))
                 continue
             try:
                 self._run(job, sink, slot)
             except Exception as exc:  # a job must always end with an event
                 _crashed(job, sink, exc)
             finally:
+                self.worktrees.unwant(id(job))
                 with self._lock:
                     self._starting.discard(job.experiment_id)
                     self._cancelled.discard(job.experiment_id)
@@ -183,32 +190,30 @@ class LocalExecutor(Executor):
 
     def _run(self, job: Job, sink: EventSink, slot: int) -> None:
         t0 = time.monotonic()
-        full = self.worktrees.lacks_space()
+        incremental = isinstance(job.spec, jobfile.Experiment) and job.spec.incremental
+        # trees of the cache no job needs are evicted before a launch is refused for want of disk
+        full = self.worktrees.make_room(spare=[self.worktrees.slot_path(slot)] if incremental else [])
         if full is not None:
             sink(job.experiment_id, failed(job.experiment_id, "disk", full))
             return
-        variant = job.spec.worktree_variant
-        base = self.worktrees.acquire(job.base_commit, variant)
-        incremental = isinstance(job.spec, jobfile.Experiment) and job.spec.incremental
-        cand = (self.worktrees.slot(slot, job.candidate_commit) if incremental
-                else self.worktrees.acquire(job.candidate_commit, variant))
-        # the session's scripts: the base commit's, which a candidate cannot change (protected)
-        spec = job.spec.placed(experiment_id=job.experiment_id, baseline_dir=str(base), candidate_dir=str(cand),
-                               log_path=str(job.log_path), machine_lock=str(self.worktrees.machine_lock()),
-                               scripts=self.worktrees.scripts(job.base_commit),
-                               # the protected paths' bytes from the base commit's objects, bound over the trees
-                               frozen_from=self.worktrees.frozen_store(job.base_commit, job.spec.frozen))
+        base, cand = self._trees(job, slot, incremental)
         job_file = self.worktrees.root / f"exp-{job.experiment_id}.job.json"
-        job_file.write_text(json.dumps(spec.to_dict()))
-        root = Path(self.repo.working_dir)
-        if job.log_path.is_relative_to(root):
-            safefs.ensure_dir(root, job.log_path.parent)  # never through a link planted in .autoresearch/
-        else:
-            job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        prep_s = time.monotonic() - t0
         marker = f"{job.experiment_id}.{uuid.uuid4().hex}"
         secret = secrets.token_hex(16)  # the runner's lines carry it; the job never sees it
-        try:
+        try:  # from here on the trees are released whatever fails (a full disk fails the job file's write)
+            # the session's scripts: the base commit's, which a candidate cannot change (protected)
+            spec = job.spec.placed(experiment_id=job.experiment_id, baseline_dir=str(base), candidate_dir=str(cand),
+                                   log_path=str(job.log_path), machine_lock=str(self.worktrees.machine_lock()),
+                                   scripts=self.worktrees.scripts(job.base_commit),
+                                   # the protected paths' bytes from the base commit's objects, bound over the trees
+                                   frozen_from=self.worktrees.frozen_store(job.base_commit, job.spec.frozen))
+            job_file.write_text(json.dumps(spec.to_dict()))
+            root = Path(self.repo.working_dir)
+            if job.log_path.is_relative_to(root):
+                safefs.ensure_dir(root, job.log_path.parent)  # never through a link planted in .autoresearch/
+            else:
+                job.log_path.parent.mkdir(parents=True, exist_ok=True)
+            prep_s = time.monotonic() - t0
             proc = subprocess.Popen(
                 # in a delegated scope of the user's systemd where the server can make no cgroup itself
                 [*cgroups.systemd_scope(), sys.executable, "-m", worker.__name__, str(job_file)], stdin=subprocess.PIPE,
@@ -231,7 +236,7 @@ class LocalExecutor(Executor):
             if running.cancelled:
                 self._stop(proc, marker)
         except BaseException:
-            self._cleanup(marker, job_file, base, cand, incremental)
+            self._cleanup(marker, job_file, base, cand)
             raise
         # A job that measures no longer needs its slot (benches take the machine in turns, never side by
         # side): the rest of it is followed by a thread of its own, so the next job's build and checks start
@@ -239,13 +244,13 @@ class LocalExecutor(Executor):
         measuring = threading.Event()
         follow = threading.Thread(target=self._follow, name=f"autoresearch-follow-{job.experiment_id}",
                                   args=(job, sink, proc, running, secret, prep_s, marker, job_file, base, cand,
-                                        incremental, None if incremental else measuring), daemon=True)
+                                        None if incremental else measuring), daemon=True)
         follow.start()
         while follow.is_alive() and not measuring.wait(0.2):
             pass
 
     def _follow(self, job: Job, sink: EventSink, proc: subprocess.Popen[str], running: _Running, secret: str,
-                prep_s: float, marker: str, job_file: Path, base: Path, cand: Path, incremental: bool,
+                prep_s: float, marker: str, job_file: Path, base: Path, cand: Path,
                 measuring: threading.Event | None) -> None:
         """Read a started runner to its end and report its result; `measuring` is set once it measures."""
         try:
@@ -269,15 +274,28 @@ class LocalExecutor(Executor):
         finally:
             with self._lock:
                 self._running.pop(job.experiment_id, None)
-            self._cleanup(marker, job_file, base, cand, incremental)
+            self._cleanup(marker, job_file, base, cand)
 
-    def _cleanup(self, marker: str, job_file: Path, base: Path, cand: Path, incremental: bool) -> None:
+    def _trees(self, job: Job, slot: int, incremental: bool) -> tuple[Path, Path]:
+        """The job's base and candidate trees (an incremental job's candidate: its slot's), held until `_cleanup`;
+        neither stays held when the other cannot be had."""
+        variant = job.spec.worktree_variant
+        base = self.worktrees.acquire(job.base_commit, variant)
+        try:
+            cand = (self.worktrees.slot(slot, job.candidate_commit) if incremental
+                    else self.worktrees.acquire(job.candidate_commit, variant))
+        except BaseException:
+            self.worktrees.release(base)
+            raise
+        return base, cand
+
+    def _cleanup(self, marker: str, job_file: Path, base: Path, cand: Path) -> None:
         # nothing the experiment started outlives it, even if the runner itself was killed
         procs.kill_marked(marker)
         job_file.unlink(missing_ok=True)
         measuretrees.sweep(self.worktrees.root, marker.split(".")[0])  # the copies a killed runner left
         # what cleaning up fails at is logged: the experiment's result is given, and stays its result
-        for tree in (base, *(() if incremental else (cand,))):
+        for tree in (base, cand):
             try:
                 self.worktrees.release(tree)
             except Exception:

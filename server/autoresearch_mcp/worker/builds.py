@@ -3,8 +3,10 @@ trees, and a build's cache hits are counted. Standard library only (shipped besi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +72,7 @@ def build_tree(
             log.write(f"[autoresearch] reusing the build of {tree}\n")
             return BuildResult("reused")
         mode = "fresh" if built is None else "incremental"
-        marker.unlink(missing_ok=True)
+        _unmark(marker)
         log.write(f"[autoresearch] build {tree} ({mode})\n")
         log.flush()
         # inside the tree: the only place of the job's a confined build can write (its figures are cosmetic)
@@ -84,12 +86,35 @@ def build_tree(
         cache = _cache_counts(stats)
         stats.unlink(missing_ok=True)
         if res.ok:
-            # whatever the build left at the marker's path (a link, say) is replaced, never written through
-            marker.unlink(missing_ok=True)
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(json.dumps({"content": content, "duration_s": res.duration_s}))
+            _mark(marker, {"content": content, "duration_s": res.duration_s}, log)
+        else:  # whatever a failed build wrote at the marker's path never makes its tree count as built
+            _unmark(marker)
         return BuildResult(mode, res.duration_s, res, cache)
+
+
+def _mark(marker: Path, record: dict[str, Any], log: Any) -> None:
+    """Record a finished build at `marker`, whole or not at all: a disk that filled up leaves no half-written
+    marker that would keep the tree as a build (unmarked, it is dropped when its job ends)."""
+    part = marker.with_name(marker.name + ".part")
+    try:
+        _unmark(part)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(record))
+        os.replace(part, marker)  # whatever the build left at the marker's path (a link, say) is replaced
+    except OSError as exc:
+        log.write(f"[autoresearch] the build of {marker.parent} is not kept for reuse: {exc}\n")
+        with contextlib.suppress(OSError):
+            _unmark(part)
+            _unmark(marker)
+
+
+def _unmark(path: Path) -> None:
+    """Remove what is at `path` (a file, a link, or a folder the build made there)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _read_marker(marker: Path) -> dict[str, Any] | None:
