@@ -123,13 +123,13 @@ def test_stopping_a_tree_stops_every_process_in_it_and_continuing_resumes_them(t
     proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
     try:
         time.sleep(0.3)
-        tree = turns._tree(proc.pid)
+        tree = procs.tree(proc.pid)
         assert len(tree) >= 3
         assert turns.hold(proc.pid, stop=True)
-        assert all(turns._stopped(p) for p in turns._tree(proc.pid))
+        assert all(turns._stopped(p) for p in procs.tree(proc.pid))
         assert turns.hold(proc.pid, stop=False)
         time.sleep(0.05)
-        assert not any(turns._stopped(p) for p in turns._tree(proc.pid))
+        assert not any(turns._stopped(p) for p in procs.tree(proc.pid))
     finally:
         procs.kill_group(proc.pid, grace_s=0.5)
         proc.wait()
@@ -143,9 +143,9 @@ def test_a_tree_is_found_from_each_processs_parent_where_the_kernel_lists_no_chi
     proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
     try:
         time.sleep(0.3)
-        listed = sorted(turns._tree(proc.pid))
-        monkeypatch.setattr(turns, "_HAS_CHILDREN", False)
-        assert sorted(turns._tree(proc.pid)) == listed and len(listed) == 3
+        listed = sorted(procs.tree(proc.pid))
+        monkeypatch.setattr(procs, "_HAS_CHILDREN", False)
+        assert sorted(procs.tree(proc.pid)) == listed and len(listed) == 3
     finally:
         procs.kill_group(proc.pid, grace_s=0.5)
         proc.wait()

@@ -228,6 +228,7 @@ while time.process_time() - t < 0.3:
 """
 
 
+@pytest.mark.serial
 @confined
 def test_a_side_that_forks_all_the_time_runs_only_in_its_own_turns(tmp_path: Path) -> None:
     job = jobfile.Experiment(baseline_dir=str(tmp_path), sandbox={"mode": sandbox.CONFINED})
