@@ -151,7 +151,10 @@ def test_a_job_cannot_fill_the_machines_memory_through_its_private_tmp(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox, "TMP_BYTES", 32 << 20)
     res = confined(tmp_path, "head -c 100M /dev/zero > /tmp/fill; echo wrote=$(wc -c < /tmp/fill)")
-    assert "No space left" in res.output and f"wrote={32 << 20}" in res.output
+    # the sized tmpfs stops the write; where a memory cgroup counts the scratch, the runner may end the command first
+    assert "No space left" in res.output or "filled its scratch space" in res.output, res.output[-500:]
+    assert f"wrote={32 << 20}" in res.output or not res.ok, res.output[-500:]
+    assert f"wrote={100 << 20}" not in res.output
     control = confined(tmp_path, "head -c 1M /dev/zero > /tmp/fill && wc -c < /tmp/fill")
     assert control.ok and "1048576" in control.output
 

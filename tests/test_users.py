@@ -102,6 +102,7 @@ print(json.dumps([r.cpu_s for r in results] + [alone.cpu_s]))
 
 @CONFINED
 @pytest.mark.as_user
+@pytest.mark.serial
 def test_without_a_cgroup_each_side_has_the_cpu_time_of_every_process_it_ran_those_left_running_too(
         tmp_path: Path) -> None:
     """As a machine without cgroups measures (AUTORESEARCH_CGROUPS=off): each command under an init of our own."""
