@@ -4,6 +4,7 @@
 #   the fast tier     `pytest`: unit and contract tests, in parallel (the default; what to run while working)
 #   the slow tier     real toolchains, the llama.cpp tree, long end-to-end runs, in parallel
 #   the serial tier   tests whose outcome rests on real timings, one at a time (nothing beside them)
+#   as users          the `as_user` tests as an ordinary user, with and without a delegated cgroup (as root only)
 # Arguments go to every pytest run (e.g. -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +30,7 @@ tier() {  # a tier that collects no test is a failure (pytest's exit status 5)
 tier fast "$@"
 tier slow -m "slow and not serial" "$@"
 tier serial -m serial -n 0 "$@"
+# the confinement, turns and attack tests again as ordinary users: a delegated cgroup v2 subtree, nothing delegated
+bash scripts/test_as_users.sh -- "$@"
 
 bash scripts/check_plugin.sh

@@ -29,7 +29,9 @@ if [ ! -x "$place/venv/bin/pytest" ]; then
   "$python" -m venv "$place/venv"
   "$place/venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 fi
-"$place/venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$place/src[dev]" >&2
+# the package and what its tests run with (not the linters: they ran as root)
+"$place/venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$place/src" pytest pytest-timeout \
+  pytest-xdist anyio pyyaml >&2
 chmod -R a+rX "$place/venv"
 
 mount=$(awk '$9 == "cgroup2" && $4 == "/" {print $5}' /proc/self/mountinfo | awk '{print length, $0}' | sort -n | head -1 | cut -d' ' -f2-)
