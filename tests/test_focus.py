@@ -49,10 +49,20 @@ BENCH = (balanced_noise() + './prog; f=10; grep -q FUSED ops.c && f=8.5; '
          "awk -v n=$n -v f=$f -v name=\"${AUTORESEARCH_FOCUS//,/+}\" "
          "'BEGIN{printf \"METRIC focus.%s=%.3f\\nMETRIC control.ADD=%.3f\\n\", name, f*n, 5*n}'; fi")
 
+# Code changes (a comment changes no code), each naming FUSED for the bench to see
 FUSED = OPS.replace("    for (int i = 0; i < n; i++) y[i] = x[i] / sum;\n",
-                    "    for (int i = 0; i < n; i++) y[i] = x[i] / sum; // FUSED with the scale\n")
+                    "    const float FUSED_scale = 1.0f / sum;\n"
+                    "    for (int i = 0; i < n; i++) y[i] = x[i] * FUSED_scale;\n")
 MOVED = OPS.split("\n\n")[1] + "\n\n" + OPS.split("\n\n")[0] + "\n"
-SOFTMAX_ONLY = OPS.replace("y[i] = x[i];\n", "y[i] = x[i]; // FUSED\n")
+SOFTMAX_ONLY = OPS.replace("    for (int i = 0; i < n; i++) y[i] = x[i];\n",
+                           "    const float FUSED_one = 1.0f;\n"
+                           "    for (int i = 0; i < n; i++) y[i] = x[i] * FUSED_one;\n")
+# Tricks on a softmax the program never runs (#51): a comment edited in the function the program runs (main), and a
+# new function named after the op, called from main; each with the op's real change beside it
+COMMENT_IN_MAIN = PROG.replace("int main(void) {\n", "int main(void) {  /* softmax: see ops.c */\n")
+NAMED_AFTER_OP = PROG.replace('#include "ops.c"\n', '#include "ops.c"\nstatic volatile int softmax_ticks;\n'
+                              'static void softmax_tick(void) { for (int i = 0; i < 100; i++) softmax_ticks++; }\n'
+                              ).replace("s += y[r % 4096]; }", "s += y[r % 4096]; softmax_tick(); }")
 
 
 @pytest.fixture
@@ -120,6 +130,26 @@ async def test_a_focus_win_on_code_the_program_never_runs_is_not_committed(repo:
     # the op's win is real at the op, and the program never runs softmax: no gain to it
     assert res["verdict"] == "improved" and res["won"] == ["focus.SOFT_MAX"], res["metrics"]
     assert "the program does not run that code" in refused and "softmax" in refused, refused
+
+
+@pytest.mark.serial
+@needs_perf
+@pytest.mark.parametrize("trick", [COMMENT_IN_MAIN, NAMED_AFTER_OP],
+                         ids=["a comment in main", "a function named after the op"])
+async def test_a_focus_is_not_seen_running_by_a_trick(repo: Path, trick: str) -> None:
+    """#51: the perf check counted any sampled function the change edits (main, for a comment), or any whose name
+    holds the op's (one the change adds and calls): an op the program never runs was committed."""
+    async with Client(build_server()) as c:
+        await start(c, repo)
+        (repo / "prog.c").write_text(trick)  # part of the candidate, beside the op's change
+        try:
+            exp = await launch_ops(c, repo, SOFTMAX_ONLY, ["SOFT_MAX"], title="fuse softmax")
+        finally:
+            git(repo, "checkout", "--", "prog.c")
+        res = await wait_final(c, exp["experiment_id"])  # type: ignore[arg-type]
+        refused = await error(c, "commit_winner", experiment_id=exp["experiment_id"])
+    assert res["verdict"] == "improved" and res["won"] == ["focus.SOFT_MAX"], res["metrics"]
+    assert "the program does not run that code" in refused, refused
 
 
 @pytest.mark.serial

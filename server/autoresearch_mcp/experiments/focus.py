@@ -34,6 +34,7 @@ _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 MAX_NAMES = 8
 _HUNK = re.compile(r"^@@ [^@]* @@ ?(?P<func>.*)$")
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def names(focus: list[str] | None) -> list[str]:
@@ -70,9 +71,28 @@ def mentions(text: str, name: str) -> bool:
     return False
 
 
+# a comment: /* ... */ within a line, // to its end, a script's `#` line (not the C preprocessor's), and the lines of a
+# block comment (one that opens it, one that goes on with `*` and a space, one that closes it)
+_COMMENT = re.compile(r"/\*.*?\*/|//.*$"
+                      r"|^\s*#(?!\s*(?:include|define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error|line)\b).*$"
+                      r"|^\s*/\*.*$|^\s*\*(?:\s|/|$).*$")
+
+
+def code_of(line: str) -> str:
+    """A changed line's code: its comments (C, C++, a script's `#` line, a block comment's lines) and spacing left
+    out; "" where it holds none. A change to a comment changes no code."""
+    return " ".join(_COMMENT.sub(" ", line).split())
+
+
 def edited(diff: str) -> tuple[list[str], list[str]]:
-    """(the lines a change edits beyond moving them, the enclosing functions of those lines): removed and
-    added lines that do not reappear on the other side, blank lines aside."""
+    """(the code lines a change edits beyond moving them, the enclosing functions of those lines): removed and
+    added lines whose code does not reappear on the other side; comments and spacing aside (code_of)."""
+    lines, functions = edits(diff)
+    return lines, sorted(functions)
+
+
+def edits(diff: str) -> tuple[list[str], dict[str, list[str]]]:
+    """(the code lines a change edits beyond moving them, each enclosing function with its edited lines)."""
     removed: Counter[str] = Counter()
     added: Counter[str] = Counter()
     where: dict[str, set[str]] = {}
@@ -85,13 +105,18 @@ def edited(diff: str) -> tuple[list[str], list[str]]:
             func = hunk.group("func").strip()
             continue
         if line[:1] in "+-":
-            body = line[1:].strip()
+            body = code_of(line[1:])
             if not body:
                 continue
             (added if line[0] == "+" else removed)[body] += 1
             where.setdefault(body, set()).add(func)
     residue = (added - removed) + (removed - added)
-    return list(residue), sorted({f for body in residue for f in where.get(body, ()) if f})
+    functions: dict[str, list[str]] = {}
+    for body in residue:
+        for f in where.get(body, ()):
+            if f:
+                functions.setdefault(f, []).append(body)
+    return list(residue), functions
 
 
 def check(diff: str, focus: list[str]) -> None:
@@ -124,8 +149,20 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
     when perf cannot say."""
     repo, launch = manager.repo, exp.launch
     wanted = list(launch.focus)
-    functions = edited(gitops.diff_hunks(repo, launch.base_commit, launch.candidate_commit))[1]
-    edited_names = {m.group(1) for text in functions for m in [_CALLED.search(text)] if m}
+    by_function = edits(gitops.diff_hunks(repo, launch.base_commit, launch.candidate_commit))[1]
+    # a function counts by its name only where the base has it (one the change adds and names after the op, called
+    # from code the program runs, is no proof the op runs); an edited one (its code, not a comment) where it names
+    # the focus itself or its edit names it with a name the base has (a call, a case of the op), never by any edit
+    # to it (a call added to main of a new function named after the op)
+    idents = {w for body in (*by_function, *(b for bodies in by_function.values() for b in bodies))
+              for w in _IDENT.findall(body)}
+    in_base = gitops.words_at(repo, launch.base_commit, idents)
+
+    def names_focus(words: list[str]) -> bool:
+        return any(mentions(w, n) for w in words if w in in_base for n in wanted)
+
+    edited_names = {m.group(1) for f, bodies in by_function.items() for m in [_CALLED.search(f)] if m
+                    and (names_focus([m.group(1)]) or names_focus([w for b in bodies for w in _IDENT.findall(b)]))}
     profile_id = uuid.uuid4().hex[:10]
     logs = state_dir(Path(repo.working_dir)) / "logs"
     data = logs / f"focus-{profile_id}.perf.data"
@@ -144,14 +181,18 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
             f"launch it again without focus")
     total = profile.total_samples
     sampled = profiler.parse_report(profile.report)[1]  # every function of the report's rows, a line each
+    sampled_names = {bare(name) for (_dso, name) in sampled}
+    old_names = gitops.words_at(repo, launch.base_commit, sampled_names)
     hits = [(name, int(f["samples"])) for (_dso, name), f in sampled.items()
-            if f["samples"] > 0 and (any(mentions(name, n) for n in wanted) or is_edited(name, edited_names))]
+            if f["samples"] > 0 and ((bare(name) in old_names and any(mentions(name, n) for n in wanted))
+                                      or is_edited(name, edited_names))]
     if not hits:
         raise RefusedError(
             f"experiment {exp.experiment_id} won on its focus alone ({', '.join(exp.analysis.won)}), but the "
             f"program does not run that code: of {total} samples of its benchmark (run once under perf, without "
-            f"the focus), none is in a function that names {', '.join(wanted)} or that the change edits "
-            f"({', '.join(sorted(edited_names)[:5]) or 'none found'}). An op's win the program never runs is no "
+            f"the focus), none is in a function that names {', '.join(wanted)} (and that the base has) or whose "
+            f"code the change edits where it names them ({', '.join(sorted(edited_names)[:5]) or 'none found'}). "
+            "An op's win the program never runs is no "
             "gain to it: focus on an op it runs (profile_hotspots), or judge the change end to end")
     samples = sum(n for _, n in hits)
     names = ", ".join(name for name, _ in sorted(hits, key=lambda h: -h[1])[:3])

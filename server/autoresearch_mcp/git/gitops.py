@@ -51,7 +51,7 @@ log, tracked, tree_entries, read_blobs, file_at = (gitread.log, gitread.tracked,
                                                    gitread.read_blobs, gitread.file_at)
 archive, grep_files, dirty_files, untracked_files = (gitread.archive, gitread.grep_files, gitread.dirty_files,
                                                      gitread.untracked_files)
-diff, diff_hunks, worktree_drift = gitread.diff, gitread.diff_hunks, gitread.worktree_drift
+diff, diff_hunks, worktree_drift, words_at = gitread.diff, gitread.diff_hunks, gitread.worktree_drift, gitread.words_at
 hash_file, tree_with, merge_trees, commit_tree = (gittrees.hash_file, gittrees.tree_with, gittrees.merge_trees,
                                                   gittrees.commit_tree)
 snapshot_worktree, patch_tree, object_union = gittrees.snapshot_worktree, gittrees.patch_tree, gittrees.object_union

@@ -161,6 +161,23 @@ def grep_files(path: Path, words: Iterable[str], globs: Sequence[str]) -> list[s
         raise
 
 
+def words_at(repo: Repo, commit: str, words: Iterable[str]) -> set[str]:
+    """Which of `words` some tracked file of `commit` holds as a whole word."""
+    wanted = sorted({w for w in words if w})
+    if not wanted:
+        return set()
+    args = ["grep", "-o", "-h", "-I", "-F", "-w"]
+    for word in wanted:
+        args += ["-e", word]
+    try:
+        out = git(repo, *args, commit)
+    except GitError as exc:
+        if exc.status == 1:  # no match
+            return set()
+        raise
+    return {line.strip() for line in out.splitlines()} & set(wanted)
+
+
 def dirty_files(repo: Repo) -> list[str]:
     """Modified, staged and untracked (not ignored) paths of the work tree, as plain names."""
     return _status_paths(git(repo, "status", "--porcelain", "-z", "--untracked-files=all"))
