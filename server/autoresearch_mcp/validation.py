@@ -182,7 +182,12 @@ def bench_shape(done: ValidationRun) -> tuple[str | None, list[str]]:
                                                        else ""), [])
     if work:
         return (f"fixed time ({seen}): its figures are held to the harness's own CPU and wall time per unit of the "
-                f"work it prints ({decide.WORK})", [])
+                f"work it prints ({decide.WORK}), a count that is the program's own", [
+            f"the bench runs for a fixed time ({seen}) and prints the work it did: each claim is held to the "
+            "harness's time per unit of that work, but the count is the program's own, and a candidate that prints "
+            "more than it did would pass. Switch it to fixed work (a count of iterations on its command line, Go "
+            "-benchtime=<N>x, Google Benchmark --benchmark_min_time=<N>x, pyperf --loops=<N>), where every figure "
+            "is held to the harness's own time of the run"])
     return (f"fixed time ({seen}): the harness's own time of a run cannot confirm its figures", [
         f"the bench seems to run for a fixed time ({seen}): it takes as long whatever the code does, so the harness "
         "cannot confirm a claimed rate from outside and will refuse it. Let it print the work it did, "
