@@ -7,12 +7,16 @@
 # copy of this checkout the users can read, in a virtual environment of the system's python3 (the project's own may
 # live where other users cannot read). Not root: run `pytest -m as_user -n 0` as yourself instead.
 #   bash scripts/test_as_users.sh [delegated|plain ...] [-- pytest arguments]
+#   bash scripts/test_as_users.sh --run [delegated|plain ...] -- COMMAND...   (any command instead, run from the copy
+#                                          with its venv first on PATH: benchmarks/bench_users.sh uses it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
   echo "test_as_users: not root, so no other user can be made; run 'pytest -m as_user -n 0' as yourself" >&2
   exit 0
 fi
+mode=pytest
+if [ "${1:-}" = --run ]; then mode=run; shift; fi
 conditions=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do conditions+=("$1"); shift; done
 [ "${1:-}" = -- ] && shift
@@ -42,9 +46,14 @@ run_as() {  # run_as USER [cgroup folder to start in] -- the as_user tests
   id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
   local home
   home=$(getent passwd "$user" | cut -d: -f6)
-  local cmd=(runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user" PATH=/usr/local/bin:/usr/bin:/bin
-             LANG=C.UTF-8 "$place/venv/bin/pytest" -q -p no:cacheprovider -m as_user -n 0 --rootdir "$place/src"
-             -c "$place/src/pyproject.toml" "$place/src/tests" "$@")
+  local cmd=(runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user"
+             PATH="$place/venv/bin:/usr/local/bin:/usr/bin:/bin" LANG=C.UTF-8)
+  if [ $mode = run ]; then
+    cmd+=("$@")
+  else
+    cmd+=("$place/venv/bin/pytest" -q -p no:cacheprovider -m as_user -n 0 --rootdir "$place/src"
+          -c "$place/src/pyproject.toml" "$place/src/tests" "$@")
+  fi
   set +e
   if [ -n "$group" ]; then
     (cd "$place/src" && sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$group" "${cmd[@]}")
@@ -53,7 +62,7 @@ run_as() {  # run_as USER [cgroup folder to start in] -- the as_user tests
   fi
   local status=$?
   set -e
-  if [ $status -eq 5 ]; then
+  if [ $status -eq 5 ] && [ $mode = pytest ]; then
     echo "test_as_users: no as_user test was collected as $user; that is a failure" >&2
     return 1
   fi
