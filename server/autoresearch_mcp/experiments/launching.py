@@ -123,6 +123,7 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
     repeats = designs.checked_repeats(manager.config, request.repeats)
     exp_id = uuid.uuid4().hex[:10]
     with manager.lock:
+        manager.first_launch()
         head = manager.session_head()
         base_tree = gitops.tree_of(manager.repo, head)
         if reapplies is not None:
