@@ -236,16 +236,34 @@ async def rehearse(root: Path, out: list[dict[str, Any]]) -> None:
             for name in launched:
                 tg.start_soon(follow, name)
         step({"step": "experiments", "s": round(time.monotonic() - t1, 1)})
-        winners = [launched[n][0] for n in launched if finals[n].get("verdict") == "improved"]
+        won = [n for n in launched if finals[n].get("verdict") == "improved"]
+        winners = [launched[n][0] for n in won]
         kept: list[str] = []
         if len(winners) >= 2:
-            together = await call(c, "launch_experiment", source="experiments", experiment_ids=winners,
-                                  repeats="auto")
-            res = await final(c, together["experiment_id"])
-            step({"step": "kept together", "of": winners, "conflicts": together.get("conflicts"), **brief(res)})
-            if res.get("verdict") == "improved":
-                await call(c, "commit_winner", experiment_id=together["experiment_id"])
-                kept = winners
+            tries: list[tuple[str, list[str]]] = []
+            try:
+                together = await call(c, "launch_experiment", source="experiments", experiment_ids=winners,
+                                      repeats="auto")
+                tries.append((together["experiment_id"], winners))
+                clash = together.get("conflicts")
+            except RuntimeError as exc:  # fewer than two apply together: the answer says how to keep them
+                clash = [str(exc)[:300]]
+            step({"step": "combined on the head", "of": winners, "conflicts": clash})
+            if clash:  # the agent's merge of them all: every winner's edit applied to the head's text
+                text = (repo / "chk.c").read_text()
+                for name in won:
+                    text = text.replace(CANDIDATES[name][1], CANDIDATES[name][2], 1)
+                merge = "".join(difflib.unified_diff((repo / "chk.c").read_text().splitlines(True),
+                                                     text.splitlines(True), "a/chk.c", "b/chk.c"))
+                merged = await call(c, "launch_experiment", source="patch", patch=merge, experiment_ids=winners,
+                                    repeats="auto")
+                tries.append((merged["experiment_id"], winners))
+            for exp_id, members in reversed(tries):  # the merge of them all first
+                res = await final(c, exp_id)
+                step({"step": "kept together", "experiment": exp_id, "of": members, **brief(res)})
+                if res.get("verdict") == "improved" and not kept:
+                    await call(c, "commit_winner", experiment_id=exp_id)
+                    kept = members
         if not kept and winners:
             await call(c, "commit_winner", experiment_id=winners[0])
             kept = winners[:1]
