@@ -4,8 +4,9 @@ model of TinyLlama's widths (4 layers, Q4_0, random weights: tests/tinymodel.py)
 committed when `improved`; then the session's total (`source="session"`).
 
 Candidates (each written against 0.3.19's sources here, so a tree that moved fails loudly):
-- fusions: rms_norm in one pass (RMS_NORM), soft_max's scale, mask and max in one pass (SOFT_MAX), and an
-  RMS_NORM+MUL graph fusion in ggml-cpu's compute loop (RMS_NORM,MUL);
+- fusions: rms_norm in one pass (RMS_NORM), soft_max's scale, mask and max in one pass (SOFT_MAX), an
+  RMS_NORM+MUL graph fusion in ggml-cpu's compute loop (RMS_NORM,MUL), and the tiled flash attention's scale,
+  padding, mask and max of a KQ tile in one pass (FLASH_ATTN_EXT);
 - controls: an op win that slows the program end to end (rms_norm in one pass with a fixed amount of work
   added to every decode call, `--slowdown-iters`; first, while the op win is not committed), a comment (no-op), a
   numerics break, a 24x slower sum of squares, a code move.
@@ -202,6 +203,43 @@ FUSED_CALL = """        // RMS_NORM then MUL by a row of weights: one pass (the 
 
 DECODE_SIG = "int llama_context::decode(const llama_batch & batch_inp) {\n"
 
+# The tiled flash attention: the KQ tile is scaled, its padding set to -inf, the mask added and each row's max taken,
+# four passes over the tile; without a softcap, one pass per row does all of it.
+FATTN_SIG = "static void ggml_compute_forward_flash_attn_ext_tiled("
+FATTN_PASSES = """            ggml_vec_scale_f32(Q_TILE_SZ * KV_TILE_SZ, KQ, scale);
+
+            // Set padded KQ entries to -inf so softmax gives them zero weight
+            if (kv_tile < KV_TILE_SZ) {"""
+FATTN_ONE_PASS = """            // no softcap: the scale, padding, mask and each row's max in one pass (below)
+            const bool one_pass = logit_softcap == 0.0f;
+            if (!one_pass) {
+                ggml_vec_scale_f32(Q_TILE_SZ * KV_TILE_SZ, KQ, scale);
+            }
+
+            // Set padded KQ entries to -inf so softmax gives them zero weight
+            if (!one_pass && kv_tile < KV_TILE_SZ) {"""
+FATTN_MASK = """            if (mask) {
+                ggml_vec_add_f32(tile_rows * KV_TILE_SZ, KQ, KQ, mask32);
+            }"""
+FATTN_MASK_ONE = """            if (mask && !one_pass) {
+                ggml_vec_add_f32(tile_rows * KV_TILE_SZ, KQ, KQ, mask32);
+            }"""
+FATTN_MAX = """                float tile_max;
+                ggml_vec_max_f32(KV_TILE_SZ, &tile_max, kq_row);
+"""
+FATTN_MAX_ONE = """                float tile_max = -INFINITY;
+                if (one_pass) {
+                    const float * m_row = mask && tq < tile_rows ? mask32 + tq * KV_TILE_SZ : nullptr;
+                    for (int tk = 0; tk < KV_TILE_SZ; tk++) {
+                        const float s = tk < kv_tile ? kq_row[tk]*scale + (m_row ? m_row[tk] : 0.0f) : -INFINITY;
+                        kq_row[tk] = s;
+                        tile_max = fmaxf(tile_max, s);
+                    }
+                } else {
+                    ggml_vec_max_f32(KV_TILE_SZ, &tile_max, kq_row);
+                }
+"""
+
 
 def diff(rel: str, before: str, after: str) -> str:
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}", f"b/{rel}"))
@@ -240,34 +278,54 @@ RMS_SUM_24 = """                ggml_float sum = 0.0;
 """
 
 
+Edit = tuple[str, str, str, str | None]  # (file, old, new, within): edit()'s
+
+
+def edits_list(repo: Path, name: str, slowdown_iters: int) -> list[Edit]:
+    change = candidate_edits(repo, name, slowdown_iters)[1]
+    assert not isinstance(change, str), f"{name} is a ready patch, no edits to merge"
+    return change
+
+
 def candidate(repo: Path, name: str, slowdown_iters: int) -> tuple[str, str, list[str], bool]:
     """(title, patch, focus, a real win) of one candidate, against the session head as it is now (the checkout
     follows the session branch: a committed winner is in it)."""
+    title, change, focus, real = candidate_edits(repo, name, slowdown_iters)
+    return title, change if isinstance(change, str) else edit(repo, change), focus, real
+
+
+def candidate_edits(repo: Path, name: str, slowdown_iters: int) -> tuple[str, list[Edit] | str, list[str], bool]:
+    """(title, its text edits or a ready patch, focus, a real win) of one candidate: edits of several winners
+    applied at once are their merge, as an agent writes it."""
     rms_one = (OPS, RMS_TWO_PASSES, RMS_ONE_PASS, RMS_SIG)
     spin = ("    {  // test fixture: a fixed amount of work on every decode call\n"
             f"        volatile uint64_t spin = 0; for (uint64_t i = 0; i < {slowdown_iters}ull; i++) {{ spin += i; }}\n"
             "    }\n")
     if name == "rms":
-        return "rms_norm in one pass", edit(repo, [rms_one]), ["RMS_NORM"], True
+        return "rms_norm in one pass", [rms_one], ["RMS_NORM"], True
     if name == "softmax":
         return ("soft_max: scale, mask and max in one pass",
-                edit(repo, [(OPS, SOFTMAX_THREE_PASSES, SOFTMAX_ONE_PASS, SOFTMAX_SIG)]), ["SOFT_MAX"], True)
+                [(OPS, SOFTMAX_THREE_PASSES, SOFTMAX_ONE_PASS, SOFTMAX_SIG)], ["SOFT_MAX"], True)
+    if name == "fattn":
+        return ("flash attention: the KQ tile's scale, padding, mask and max in one pass", [
+            (OPS, FATTN_PASSES, FATTN_ONE_PASS, FATTN_SIG), (OPS, FATTN_MASK, FATTN_MASK_ONE, FATTN_SIG),
+            (OPS, FATTN_MAX, FATTN_MAX_ONE, FATTN_SIG)], ["FLASH_ATTN_EXT"], True)
     if name == "rmsmul":
-        return ("RMS_NORM+MUL graph fusion in ggml-cpu", edit(repo, [
+        return ("RMS_NORM+MUL graph fusion in ggml-cpu", [
             (OPS_H, FUSED_DECL_AFTER, FUSED_DECL_AFTER + FUSED_DECL, None),
             (OPS, FUSED_DEF_BEFORE, FUSED_DEF + FUSED_DEF_BEFORE, None),
-            (CPU_C, COMPUTE_CALL, FUSED_CALL, "static thread_ret_t ggml_graph_compute_thread(")]),
+            (CPU_C, COMPUTE_CALL, FUSED_CALL, "static thread_ret_t ggml_graph_compute_thread(")],
             ["RMS_NORM", "MUL"], True)
     if name == "comment":
         return ("a comment in rms_norm (control)",
-                edit(repo, [(OPS, RMS_MEAN, "                // the mean of the squares\n" + RMS_MEAN, RMS_SIG)]),
+                [(OPS, RMS_MEAN, "                // the mean of the squares\n" + RMS_MEAN, RMS_SIG)],
                 ["RMS_NORM"], False)
     if name == "broken":
         return ("rms_norm with half the mean (control: numerics)",
-                edit(repo, [(OPS, RMS_MEAN, RMS_BROKEN_MEAN, RMS_SIG)]), ["RMS_NORM"], False)
+                [(OPS, RMS_MEAN, RMS_BROKEN_MEAN, RMS_SIG)], ["RMS_NORM"], False)
     if name == "slower":
         return ("rms_norm's sum of squares 24 times over (control: slower)",
-                edit(repo, [(OPS, RMS_SUM, RMS_SUM_24, RMS_SIG)]), ["RMS_NORM"], False)
+                [(OPS, RMS_SUM, RMS_SUM_24, RMS_SIG)], ["RMS_NORM"], False)
     if name == "move":
         return ("move rms_norm_back (control: a code move)",
                 moved_function(repo, OPS, "static void ggml_compute_forward_rms_norm_back_f32("), ["RMS_NORM"], False)
@@ -275,7 +333,7 @@ def candidate(repo: Path, name: str, slowdown_iters: int) -> tuple[str, str, lis
         # the op win of `rms` (while it is not committed yet) with work added to every decode call
         win = [rms_one] if RMS_TWO_PASSES in (repo / OPS).read_text() else []
         return ("rms_norm in one pass, slower end to end (control)",
-                edit(repo, [*win, (CONTEXT, DECODE_SIG, DECODE_SIG + spin, None)]), ["RMS_NORM"], False)
+                [*win, (CONTEXT, DECODE_SIG, DECODE_SIG + spin, None)], ["RMS_NORM"], False)
     raise SystemExit(f"no candidate {name!r}")
 
 
@@ -404,8 +462,11 @@ async def rehearse_together(repo: Path, model: Path, names: list[str], continues
                             out: list[dict[str, Any]]) -> None:
     """The brief's way on a budget: every candidate launched at once on the session head (they take the machine in
     turns while the next ones build), each measured further while undecided, then the winners kept together
-    (`source="experiments"`: their changes combined on the head, measured once) and committed as one step; the
-    best alone where the combination is not `improved`. Phases in seconds and the pairs each spent."""
+    (`source="experiments"`: their changes combined on the head, measured once) and committed as one step. Where
+    winners change the same lines (the answer's `conflicts`), the agent's merge of them all (here: every winner's
+    edits applied to the head's text at once) is launched beside the combination with `experiment_ids`, and
+    committed when `improved`, else the combination; the best alone where neither is. Phases in seconds and the
+    pairs each spent."""
     t0 = time.monotonic()
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), tag="rehearsal", metric="tg_tps", direction="higher",
@@ -443,17 +504,35 @@ async def rehearse_together(repo: Path, model: Path, names: list[str], continues
         print(json.dumps(out[-1]), flush=True)
         t2 = time.monotonic()
         winners = [eid for _, eid, _, _ in launched if finals[eid].get("verdict") == "improved"]
+        names = {eid: name for name, eid, _, _ in launched}
         kept: list[str] = []
         if len(winners) >= 2:
             together = await call(c, "launch_experiment", title="", source="experiments", experiment_ids=winners,
                                   repeats="auto")
-            res, rounds = await measured(c, together["experiment_id"], "kept together", continues)
-            out.append({"step": "kept together", "experiment": together["experiment_id"], "of": winners,
-                        "rounds": rounds, "pairs": pairs_of(res), "verdict": res.get("verdict")})
-            print(json.dumps(out[-1]), flush=True)
-            if res.get("verdict") == "improved":
-                await call(c, "commit_winner", experiment_id=together["experiment_id"])
-                kept = winners
+            tries = [(together, [w for w in winners if not any(w in x.split(" changes ")[0]
+                                                               for x in together.get("conflicts", []))])]
+            if together.get("conflicts"):  # the agent's merge of every winner, measured beside the combination
+                merge = edit(repo, [e for w in winners for e in edits_list(repo, names[w], slowdown_iters)])
+                tries.append((await call(c, "launch_experiment", title="", source="patch", patch=merge,
+                                         experiment_ids=winners, repeats="auto"), winners))
+            results = {}
+
+            async def follow_together(step: dict[str, Any], members: list[str]) -> None:
+                res, rounds = await measured(c, step["experiment_id"], "kept together", continues)
+                results[step["experiment_id"]] = res
+                out.append({"step": "kept together", "experiment": step["experiment_id"], "of": members,
+                            "conflicts": step.get("conflicts"), "rounds": rounds, "pairs": pairs_of(res),
+                            "verdict": res.get("verdict")})
+                print(json.dumps(out[-1]), flush=True)
+
+            async with anyio.create_task_group() as tg:
+                for step, members in tries:
+                    tg.start_soon(follow_together, step, members)
+            for step, members in reversed(tries):  # the merge of them all first
+                if results[step["experiment_id"]].get("verdict") == "improved":
+                    await call(c, "commit_winner", experiment_id=step["experiment_id"])
+                    kept = members
+                    break
         if not kept and winners:
             best = max(winners, key=lambda e: -(finals[e].get("metrics", {}).get("tg_tps", {}).get("delta_pct") or 0))
             await call(c, "commit_winner", experiment_id=best)
@@ -483,7 +562,7 @@ def main() -> int:
     # RMS_NORM (each followed by its weight's MUL) runs the fused kernel, and a change to rms_norm_f32 is dead code
     # there (a numerics break then passes its checks with KL divergence 0, rightly); the op-win-but-slower control
     # before the op win itself is committed
-    ap.add_argument("--only", default="broken,slower,e2e,rms,comment,softmax,rmsmul,move")
+    ap.add_argument("--only", default="broken,slower,e2e,rms,comment,softmax,rmsmul,fattn,move")
     ap.add_argument("--continues", type=int, default=2)
     ap.add_argument("--slowdown-iters", type=int, default=3_000_000,
                     help="loop iterations added to every decode call by the e2e control")

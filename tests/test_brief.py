@@ -77,7 +77,7 @@ async def test_the_brief_says_how_to_work_alone_until_a_stop_condition_holds() -
         assert "only time you ask" in brief and "never pause to ask" in brief  # keep going without asking
         assert 'add_note(text="Agreed:' in brief  # the agreement, written down where compaction cannot lose it
         assert "Read the project before touching it" in brief and "benchmarks and" in brief
-        assert "The one exception is the setup commit" in brief  # to "commit only through commit_winner"
+        assert "The one exception is the set-up commit" in brief  # to "commit only through commit_winner"
         for word in ("metric", "Constraints", "cloud", "Budget", "-march", "PRs and issues", "complexity",
                      "source=\"experiment\"", "notes.md", "wait_s="):
             assert word in brief, word

@@ -377,6 +377,79 @@ async def test_winners_kept_together_are_measured_once_and_committed_with_each_o
     assert "kept together" in after["next_step"] and both["experiment_id"] in after["next_step"]
 
 
+# params.txt with lines git tells apart (each a factor of 1): changes of lines side by side are one region to it
+DISTINCT = "".join(f"1.{'0' * i}\n" for i in range(8))
+
+
+def lines_patch(changes: dict[int, str]) -> str:
+    """One hunk of DISTINCT's params.txt changing some of its lines (1-based line: new value)."""
+    lines = DISTINCT.splitlines()
+    body = "".join(f"-{x}\n+{changes[i + 1]}\n" if i + 1 in changes else f" {x}\n" for i, x in enumerate(lines))
+    return f"--- a/params.txt\n+++ b/params.txt\n@@ -1,{len(lines)} +1,{len(lines)} @@\n{body}"
+
+
+@pytest.mark.slow
+async def test_winners_that_change_the_same_lines_are_kept_with_a_merge_and_none_is_lost(tmp_path: Path) -> None:
+    # lines 3 and 4 of params.txt side by side: git's three-way merge takes neither over the other
+    repo = params_repo(tmp_path, {"params.txt": DISTINCT})
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        third = await call(c, "launch_experiment", title="line 3", source="patch", repeats=30,
+                           patch=lines_patch({3: "1.2"}))
+        fourth = await call(c, "launch_experiment", title="line 4", source="patch", repeats=30,
+                            patch=lines_patch({4: "1.1"}))
+        eighth = await call(c, "launch_experiment", title="line 8", source="patch", repeats=30,
+                            patch=lines_patch({8: "1.05"}))
+        ids = [third["experiment_id"], fourth["experiment_id"], eighth["experiment_id"]]
+        for exp_id in ids:
+            assert (await wait_final(c, exp_id))["verdict"] == "improved"
+        combined = await call(c, "launch_experiment", source="experiments", experiment_ids=ids, repeats=30)
+        pair = await error(c, "launch_experiment", source="experiments", experiment_ids=ids[:2])
+        unmerged = await error(c, "launch_experiment", source="patch", experiment_ids=ids,
+                               patch=lines_patch({3: "1.2", 8: "1.05"}))
+        merged = await call(c, "launch_experiment", source="patch", experiment_ids=ids, repeats=30,
+                            patch=lines_patch({3: "1.2", 4: "1.1", 8: "1.05"}))
+        await wait_final(c, combined["experiment_id"])
+        res = await wait_final(c, merged["experiment_id"])
+        assert res["verdict"] == "improved", res["metrics"]["score"]
+        kept = await call(c, "commit_winner", experiment_id=merged["experiment_id"])
+    # the combination keeps lines 3 and 8, and says which pair conflicts and how to keep the one left out
+    assert len(combined["conflicts"]) == 1, combined["conflicts"]
+    assert ids[1] in combined["conflicts"][0] and ids[0] in combined["conflicts"][0]
+    assert "params.txt" in combined["conflicts"][0]
+    assert "experiment_ids=" in combined["message"] and "git apply --3way" in combined["message"]
+    assert "cannot be combined" in pair and "experiment_ids=[...the same ids]" in pair, pair
+    assert ids[1] in unmerged and "git apply --3way" in unmerged and ids[0] not in unmerged, unmerged
+    assert git(repo, "show", "autoresearch/t:params.txt").split() == ["1.", "1.0", "1.2", "1.1", "1.0000", "1.00000",
+                                                                       "1.000000", "1.05"]
+    text = kept["message"]
+    assert "merged by hand" in text
+    assert all(f"(experiment {i}, on" in text for i in ids), text
+
+
+@pytest.mark.slow
+async def test_a_winner_whose_lines_a_commit_changed_is_redone_by_hand_with_its_own_evidence(tmp_path: Path) -> None:
+    repo = params_repo(tmp_path, {"params.txt": DISTINCT})
+    async with Client(build_server()) as c:
+        await session(c, repo)
+        third = await call(c, "launch_experiment", title="line 3", source="patch", repeats=30,
+                           patch=lines_patch({3: "1.2"}))
+        fourth = await call(c, "launch_experiment", title="line 4", hypothesis="a bigger fourth factor",
+                            source="patch", repeats=30, patch=lines_patch({4: "1.1"}))
+        for exp in (third, fourth):
+            assert (await wait_final(c, exp["experiment_id"]))["verdict"] == "improved"
+        await call(c, "commit_winner", experiment_id=third["experiment_id"])
+        moved = await error(c, "launch_experiment", source="experiment", experiment_id=fourth["experiment_id"])
+        redone = await call(c, "launch_experiment", source="patch", experiment_ids=[fourth["experiment_id"]],
+                            repeats=30, patch=lines_patch({3: "1.2", 4: "1.1"}).replace("-1.00\n+1.2", " 1.2"))
+        assert (await wait_final(c, redone["experiment_id"]))["verdict"] == "improved"
+        kept = await call(c, "commit_winner", experiment_id=redone["experiment_id"])
+    assert f"experiment_ids=['{fourth['experiment_id']}']" in moved and "git apply --3way" in moved, moved
+    assert git(repo, "show", "autoresearch/t:params.txt").split()[2:4] == ["1.2", "1.1"]
+    assert kept["message"].startswith("line 4") and "a bigger fourth factor" in kept["message"]
+    assert f"(experiment {fourth['experiment_id']}, on" in kept["message"], kept["message"]
+
+
 @pytest.mark.slow
 async def test_a_commit_offers_again_the_discards_whose_files_it_changed(tmp_path: Path) -> None:
     repo = params_repo(tmp_path, {"notes.txt": "notes\n"})

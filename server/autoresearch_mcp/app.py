@@ -427,7 +427,9 @@ def build_server() -> _Server:
         commit: Annotated[str | None, Field(description="commit-ish, with source=commit")] = None,
         patch: Annotated[str | None, Field(description="unified diff, with source=patch")] = None,
         experiment_id: Annotated[str | None, Field(description="with source=experiment")] = None,
-        experiment_ids: Annotated[list[str] | None, Field(description="with source=experiments")] = None,
+        experiment_ids: Annotated[list[str] | None, Field(
+            description="winners to keep: experiments combines them; worktree/commit/patch: a merge")]
+        = None,
         repeats: Annotated[
             int | Literal["auto"] | None,
             Field(description="pairs, or auto: until a clear verdict"),
@@ -445,8 +447,8 @@ def build_server() -> _Server:
         ] = None,
     ) -> LaunchResult:
         """Start one experiment, non-blocking: the candidate is measured against the session head in
-        interleaved pairs, then checked. Refuses empty changes, protected scripts' edits and duplicates
-        (measure one further with source=experiment). Poll fetch_sky_logs; prepare the next idea."""
+        interleaved pairs, then checked. Refuses empty changes, protected scripts' edits and duplicates.
+        Poll get_experiment; prepare the next idea."""
         request = launching.LaunchRequest(title, hypothesis, sources, source, commit, patch, repeats, restore_worktree,
                                           clean_build, experiment_id, focus, experiment_ids)
         return launching.launch(_state(ctx).require_session().manager, request)

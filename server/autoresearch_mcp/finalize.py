@@ -61,6 +61,7 @@ def finalize(repo_path: str) -> FinalizeResult:
         view, append = Ledger(state_dir(root) / "ledger.jsonl").folding()
         branch.check(repo, config, view, append)  # the session's commits are the ledger's, or nothing is done
         result = _finalize(repo, config)
+        branch.close_set_up(repo, config)
         if gitops.remove_ref_guard(repo):
             result.message += ("; the reference-transaction hook that kept autoresearch/* branches for commit_winner "
                                "is removed (start_session installs it again)")

@@ -18,9 +18,10 @@ programs), and this module judges each effect, in order, with a table of git sub
 It fails closed: what it cannot resolve where it matters is refused (an unknown git subcommand, alias or
 program name on a session branch, a directory it cannot resolve, a script it cannot read, a program that
 runs git in a way it cannot follow beside session branches). One commit is the agent's own: the
-benchmark and checks, on a session branch that lacks them (start_session's setup step), and that commit
-may hold nothing else. The real guard is elsewhere: the reference-transaction hook start_session installs
-refuses these moves whatever program makes them, and the server holds the branch to its ledger.
+benchmark and checks, on a session branch that lacks them or whose session has launched no experiment yet
+(start_session's set-up step, issue 52), and that commit may hold nothing else. The real guard is
+elsewhere: the reference-transaction hook start_session installs refuses these moves whatever program makes
+them, and the server holds the branch to its ledger.
 
 Standard library only, Python 3.8 syntax, and cheap: hooks/run runs this file with the system python3
 (`-I -S`) before every Bash call, so it imports only what the call needs (no subprocess until git must be
@@ -263,14 +264,22 @@ class _Guard(guardshell.Oracle):
 
     def commit(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         current = self.current(repo)
-        if current is not None and _protected(current) and not unresolved(current) and current != UNKNOWN \
-                and "--amend" not in rest and not repo.has_scripts(current):
+        if current is None or not _protected(current) or unresolved(current) or current == UNKNOWN \
+                or "--amend" in rest:
+            return self.head_mover(repo, rest, what)
+        if repo.takes_set_up(current):
             return self.setup_commit(repo, rest, what, current)
+        held = self.held(repo, rest)
+        if held and held <= set(SCRIPTS):
+            return _refuse(what, current, f"its session has launched experiments, so its {' and '.join(SCRIPTS)} stay "
+                                          "as its experiments were measured with; to measure with changed ones, "
+                                          "call start_session with a new tag and commit them on its branch before "
+                                          "its first launch")
         return self.head_mover(repo, rest, what)
 
-    def setup_commit(self, repo: GitQuestions, rest: list[str], what: str, current: str) -> str | None:
-        """start_session's setup step: the benchmark and checks committed on a session branch that lacks them,
-        and nothing else (a kernel tweaked by hand in that commit would be the session's unmeasured start)."""
+    def held(self, repo: GitQuestions, rest: list[str]) -> set[str] | None:
+        """What a commit would hold: the index, what `git add` earlier in the command stages, -a, pathspecs (None:
+        the guard cannot tell)."""
         options, specs = _commit_arguments(rest)
         held: set[str] | None = set()
         parts: list[list[str] | None] = []
@@ -287,13 +296,25 @@ class _Guard(guardshell.Oracle):
             parts.append(None)
         for part in parts:
             held = None if held is None or part is None else held | set(part)
+        return held
+
+    def setup_commit(self, repo: GitQuestions, rest: list[str], what: str, current: str) -> str | None:
+        """start_session's set-up step: the benchmark and checks committed on a session branch that lacks them or
+        whose session has launched nothing yet, and nothing else (a kernel tweaked by hand in that commit would be
+        the session's unmeasured start)."""
+        held = self.held(repo, rest)
+        if held == set():
+            return self.head_mover(repo, rest, what)  # an empty commit is no set-up
         others = sorted(held - set(SCRIPTS)) if held is not None else None
         if others == []:
             return None
         shown = "files it cannot tell" if others is None else ", ".join(others[:8]) + (
             f" and {len(others) - 8} more" if len(others) > 8 else "")
-        return _refuse(what, current, f"before the session starts, its branch takes one commit of {SCRIPTS[0]} and "
-                                      f"{SCRIPTS[1]} alone, and this one would also hold {shown}")
+        return _refuse(what, current, f"until the session's first experiment, its branch takes commits of "
+                                      f"{SCRIPTS[0]} and {SCRIPTS[1]} alone (its benchmark set up), and this one would "
+                                      f"also hold {shown}: commit them alone (git commit -m 'autoresearch: benchmark "
+                                      f"and checks' -- {' '.join(SCRIPTS)}), then call start_session again with its "
+                                      "tag to validate them")
 
     def reset(self, repo: GitQuestions, rest: list[str], what: str) -> str | None:
         current = self.current(repo)

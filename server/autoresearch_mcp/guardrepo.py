@@ -14,6 +14,7 @@ from autoresearch_mcp.guardshell import UNKNOWN
 STARTED = time.monotonic()
 DEADLINE_S = 20.0  # answer well within hooks.json's 30 s timeout, before Claude Code gives up on the hook
 SCRIPTS = ("autoresearch.sh", "autoresearch.checks.sh")  # until both are committed, a session is being set up
+SET_UP_REF = "refs/autoresearch/setup/"  # + a tag: the session has launched nothing, its branch takes set-up commits
 
 _ASKED: dict[tuple[str, tuple[str, ...]], str | None] = {}  # git's answers in this run (the repository does not change)
 
@@ -70,6 +71,14 @@ class GitQuestions:
         """Whether the branch holds the benchmark and the checks (session.BENCH_SCRIPT, CHECKS_SCRIPT)."""
         listed = self._asked("ls-tree", "--full-tree", "--name-only", f"refs/heads/{branch}", "--", *SCRIPTS)
         return listed is None or len(listed.split()) == len(SCRIPTS)
+
+    def takes_set_up(self, branch: str) -> bool:
+        """Whether the session branch takes a set-up commit (its scripts alone): it lacks them, or its session has
+        launched no experiment yet (start_session's ref gitops.SETUP_REF, which the first launch deletes)."""
+        if not self.has_scripts(branch):
+            return True
+        tag = branch[len("autoresearch/"):]
+        return self._asked("rev-parse", "-q", "--verify", SET_UP_REF + tag) is not None
 
     def staged(self) -> list[str] | None:
         """The paths the index holds changed from HEAD, from the top of the work tree."""

@@ -116,6 +116,9 @@ class LaunchResult(BaseModel):
     worktree_restored: bool = False
     prior_pairs: int = Field(0, description="pairs pooled from earlier rounds of this experiment")
     reapplies: str | None = Field(None, description="the earlier experiment whose change this one re-applies")
+    conflicts: list[str] = Field(
+        default_factory=list, description="source=experiments: the winners left out, each with the kept one it "
+                                          "changes the same lines as (the message says how to keep them)")
     message: str
 
 

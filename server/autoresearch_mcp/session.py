@@ -116,6 +116,9 @@ class Plan:
     missing: list[str]  # benchmark/checks scripts the head lacks (created from templates)
     recipe_files: list[str] = field(default_factory=list)  # written by the recipe commit that `head` is
     suggested: recipes.Recipe | None = None  # a recipe for this known project, proposed instead of templates
+    uncommitted: list[str] = field(default_factory=list)  # the scripts changed in the work tree, nothing else
+    previous_id: str | None = None  # the session the config held before a new one (its settings are kept)
+    set_up: bool = True  # the branch takes set-up commits (the session has launched nothing): start_session sets it
 
 
 def plan_session(
@@ -135,9 +138,10 @@ def plan_session(
             f"{root / STATE_DIR} is tracked by git or is not a folder, but it is the session's private folder "
             f"(config, ledger, logs). Untrack it (git rm -r --cached {STATE_DIR} and commit) or move it away, "
             "then start the session again")
-    _refuse_uncommitted_scripts(repo, head, tag)
-    gitops.refuse_if_dirty(repo, "starting a session")
+    uncommitted = _uncommitted_scripts(repo)
     recipe = recipe or recipes.installed(root)
+    if not uncommitted or recipe is not None:
+        gitops.refuse_if_dirty(repo, "starting a session")
     if recipe is not None:
         _check_recipe(recipe, root, metric)
     branch = f"autoresearch/{tag}"
@@ -188,27 +192,43 @@ def plan_session(
         head, written = _recipe_commit(repo, head, recipe)
         if not exists:
             config = config.model_copy(update={"start_commit": head})
-    missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not gitops.tracked(repo, head, n)]
+    missing = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if not gitops.tracked(repo, head, n) and n not in uncommitted]
     suggested = recipes.detect(root) if len(missing) == 2 and recipe is None else None
-    return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested)
+    return Plan(repo, config, exists, head, [] if suggested else missing, written, suggested, uncommitted,
+                None if exists or previous is None else previous.session_id)
 
 
-def _refuse_uncommitted_scripts(repo: gitops.Repo, head: str, tag: str) -> None:
-    """After start_session wrote the templates, the next step rather than "commit or stash": fill the scripts
-    in (while they are still the templates) and commit them on the session branch, then start again."""
+def _uncommitted_scripts(repo: gitops.Repo) -> list[str]:
+    """The session's scripts changed (or new) in the work tree, when nothing else is: start_session then says how
+    to commit them, or carries them onto a new session's branch for its set-up commit."""
     dirty = gitops.dirty_files(repo)
-    scripts = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if n in dirty and not gitops.tracked(repo, head, n)]
-    if not scripts or set(dirty) - set(scripts):
-        return  # other changes too: git's own words say which
+    scripts = [n for n in (BENCH_SCRIPT, CHECKS_SCRIPT) if n in dirty]
+    return scripts if scripts and not set(dirty) - set(scripts) else []
+
+
+def _uncommitted_refusal(plan: Plan) -> str:
+    """Why a resumed session does not start with its scripts changed in the work tree, and what to do: commit them
+    as a set-up commit while the session has launched nothing (filling in the templates first), else start a new
+    session for them."""
+    repo, config, scripts = plan.repo, plan.config, plan.uncommitted
+    shown, verb = " and ".join(scripts), "are" if len(scripts) > 1 else "is"
+    if not plan.set_up:
+        return (f"{shown} {verb} changed in the work tree, but session {config.tag} has launched experiments, so its "
+                "benchmark and checks stay as its experiments were measured with. To measure with the changed "
+                "scripts, call start_session with a new tag: its branch starts from the current HEAD with these "
+                f"changes, which you then commit there as its set-up. Or drop them (git checkout -- {shown})")
     root = Path(repo.working_dir)
-    templates = [n for n in scripts if (root / n).read_bytes() == resources.template(n + ".template").read_bytes()]
+    templates = [n for n in scripts if not gitops.tracked(repo, plan.head, n)
+                 and (root / n).read_bytes() == resources.template(n + ".template").read_bytes()]
     fill = (f"fill in {' and '.join(templates)} (still the template{'s' if len(templates) > 1 else ''}: "
             f"{BENCH_SCRIPT} build builds, {BENCH_SCRIPT} bench prints METRIC <name>=<number>, {CHECKS_SCRIPT} "
             "exits 0 when the program is correct), then " if templates else "")
-    raise StateError(
-        f"{' and '.join(scripts)} {'are' if len(scripts) > 1 else 'is'} not committed yet: {fill}commit "
-        f"{'them' if len(scripts) > 1 else 'it'} on the session branch (git add {' '.join(scripts)} && git commit "
-        f"-m 'autoresearch: benchmark and checks'), then call start_session again with tag={tag!r}")
+    here = gitops.current_branch(repo)
+    switch = "" if here == config.branch else f"check out {config.branch} (git checkout {config.branch}), then "
+    return (f"{shown} {verb} not committed yet: {switch}{fill}commit {'them' if len(scripts) > 1 else 'it'} on the "
+            f"session branch (git add {' '.join(scripts)} && git commit -m 'autoresearch: benchmark and checks'), "
+            f"then call start_session again with tag={config.tag!r}: it validates them as the session's benchmark "
+            "(until the session launches its first experiment, its branch takes such a commit)")
 
 
 def _check_recipe(recipe: recipes.Recipe, root: Path, metric: str) -> None:
@@ -266,11 +286,15 @@ def apply_plan(plan: Plan) -> list[str]:
             gitops.checkout_new_branch(repo, config.branch, plan.head)
         save_config(root, config)
         _copy_templates(root, plan.missing, created)
+        if plan.set_up:
+            branch.open_set_up(repo, config, plan.head)
         return created
     except BaseException:
         for name in created:
             (root / name).unlink(missing_ok=True)
         with contextlib.suppress(gitops.GitError):
+            if not plan.resumed:
+                branch.close_set_up(repo, config)
             if moved is not None:
                 gitops.reset_hard(repo, moved)
             gitops.checkout(repo, before or before_sha)
@@ -333,11 +357,15 @@ def start_session(
     path = state_dir(root) / "ledger.jsonl"
     ledger = ledger if ledger is not None and ledger.path == path else Ledger(path)
     view, append = ledger.folding()
+    plan.set_up = not branch.launched(view, config.session_id)  # nothing measured yet: its bench may still change
+    if plan.uncommitted and resumed:
+        raise StateError(_uncommitted_refusal(plan))
     changes: list[str] = []
-    if resumed:
-        branch.check(repo, config, view, append)  # before its head is validated and recorded as the session's
+    if resumed:  # before its head is validated and recorded as the session's (set-up commits: to validate now)
+        branch.check(repo, config, view, append, validating=plan.set_up)
         recorded = recorded_gate(view, config.session_id)
         changes = gate_changes(config, recorded) if recorded is not None else []
+    config = plan.config = _for_this_bench(plan, view)
     common: dict[str, Any] = dict(
         session_id=config.session_id, branch=config.branch, repo=str(root), metric=config.metric,
         direction=config.direction, executor=config.executor, resumed=resumed, head_commit=head,
@@ -345,7 +373,8 @@ def start_session(
         recipe=config.recipe, objectives=config.objective_metrics(), guards=sorted(config.guards),
         pairing=config.pairing,
     )
-    not_ready = _recipe_suggested(plan, common) or _templates_created(plan, common, metric)
+    not_ready = (_recipe_suggested(plan, common) or _templates_created(plan, common, metric)
+                 or _scripts_carried(plan, common))
     if not_ready is None:
         env = script_env(config, settings)  # only now: resolving the model may fetch it
         not_ready = _model_missing(plan, common, env)
@@ -366,7 +395,10 @@ def start_session(
                               "turn_clock": validated.turn_clock if in_turns else None,
                               "metric_kinds": validated.metric_kinds or None,
                               "measured_share": validated.measured_share or None}
-    config = plan.config = config.model_copy(update={k: v for k, v in picked.items() if v is not None})
+    own = {k: v for k, v in picked.items() if v is not None}
+    # until its first launch, the session starts where its benchmark was last set up and validated
+    start = {"start_commit": head} if plan.set_up else {}
+    config = plan.config = config.model_copy(update={**own, **start})
     if validated.pairing is not None:
         common["pairing"] = validated.pairing
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
@@ -384,7 +416,7 @@ def start_session(
     append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in baseline.items()},
-        build_duration_s=round(build_s, 3), gate=config.gate(),
+        build_duration_s=round(build_s, 3), gate=config.gate(), chosen=own,
         settings=shown_settings(config, validated.shape, validated.pairing_note)))
     result = StartSessionResult(
         **common, baseline=baseline, raw_metric_lines=[ln for r in runs for ln in r.raw_metric_lines],
@@ -394,11 +426,42 @@ def start_session(
         threads_tried=validated.tried,
         next_steps=[
             "Compare raw_metric_lines with baseline: is the parsed value the number you meant?",
+            *([_set_up_step(config)] if plan.set_up else []),
             "Research before editing: search_arxiv, survey_forks, diff_backends, analyze_bounds.",
             "Then edit and launch_experiment(title, hypothesis, sources).",
         ],
     )
     return result, repo, config, ledger
+
+
+def _set_up_step(config: SessionConfig) -> str:
+    """How the benchmark of a session that has launched nothing is changed (acting on a warning)."""
+    return (f"Act on every warning before the first launch: to change {BENCH_SCRIPT} or {CHECKS_SCRIPT}, edit them, "
+            f"commit them alone on {config.branch} (git add {BENCH_SCRIPT} {CHECKS_SCRIPT} && git commit -m "
+            f"'autoresearch: benchmark and checks') and call start_session again with tag={config.tag!r}: it "
+            "validates them as the session's benchmark. After the first launch_experiment the benchmark stays as it "
+            "is; a changed one then needs a new session (start_session with a new tag).")
+
+
+# Settings start_session chooses from what the bench is (its shape, its metrics, what it writes): chosen again for
+# another bench, unless a person set them to something else.
+BENCH_CHOSEN = ("pairing", "turn_clock", "read_only_runs")
+
+
+def _for_this_bench(plan: Plan, view: LedgerView) -> SessionConfig:
+    """The plan's config, with the settings start_session chose for another bench unset, so they are chosen again
+    for this one: a session's whose scripts changed since its last validation (a set-up commit), or a new session's
+    whose scripts are not those the session before it chose them for. A value a person changed since is kept."""
+    config = plan.config
+    session = config.session_id if plan.resumed else plan.previous_id
+    last = next((r for r in reversed(view.sessions) if r.session_id == session), None)
+    if last is None or not last.chosen:
+        return config
+    if last.head is not None and all(gitops.file_at(plan.repo, last.head, n) == gitops.file_at(plan.repo, plan.head, n)
+                                     for n in (BENCH_SCRIPT, CHECKS_SCRIPT)):
+        return config  # the same bench
+    again = {k: None for k in BENCH_CHOSEN if k in last.chosen and getattr(config, k) == last.chosen[k]}
+    return config.model_copy(update=again) if again else config
 
 
 def _unvalidated(common: dict[str, Any], warnings: list[str], next_steps: list[str],
@@ -441,6 +504,24 @@ def _templates_created(plan: Plan, common: dict[str, Any], metric: str) -> Start
             f" and {CHECKS_SCRIPT} (exit 0 when the program is correct).",
             f"Commit both on branch {config.branch}: git add {BENCH_SCRIPT} {CHECKS_SCRIPT} && "
             "git commit -m 'autoresearch: benchmark and checks'.",
+            f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
+        ])
+
+
+def _scripts_carried(plan: Plan, common: dict[str, Any]) -> StartSessionResult | None:
+    """The answer for a new session whose scripts were changed in the work tree: its branch is made with the changes
+    in it, to commit as its set-up (None: nothing to carry)."""
+    if not plan.uncommitted:
+        return None
+    apply_plan(plan)
+    config, shown = plan.config, " ".join(plan.uncommitted)
+    return _unvalidated(
+        common,
+        warnings=[f"{', '.join(plan.uncommitted)} changed in the work tree: the changes are on the new branch "
+                  f"{config.branch}, not committed; the benchmark has not been validated yet"],
+        next_steps=[
+            f"Commit them on branch {config.branch}: git add {shown} && git commit -m "
+            "'autoresearch: benchmark and checks'.",
             f"Call start_session again with tag={config.tag!r} to validate the benchmark.",
         ])
 

@@ -213,20 +213,24 @@ def validate_benchmark(maker: JobMaker, head: str, executor: Executor) -> Valida
     with safefs.open_write(root, log_path, "w"):
         pass  # emptied once: each job appends to it
 
-    def run(at: SessionConfig, trial: bool = False) -> ValidationRun:
+    def run(at: SessionConfig, trial: bool = False, pair: bool = False) -> ValidationRun:
         where = " on a cloud worker" if config.executor == "sky" else ""
         threads = f" at {at.threads} thread(s)" if at.threads else ""
+        how = "in turns" if at.pairing == decide.TURNS else "one after the other"
         progress.report(f"running {CHECKS_SCRIPT} on the session head, then again with its tree read-only" if trial
+                        else f"a pair of runs of the head {how}: which pairing is steadier here?" if pair
                         else f"validating the benchmark of {head[:12]}{where}{threads}: build once, bench "
                         f"{VALIDATION_RUNS} times")
         jobs = maker.with_config(at)
-        spec = jobs.checks_trial(head, content) if trial else jobs.validation(head, content)
+        spec = (jobs.checks_trial(head, content) if trial else jobs.validation(head, content, shape_trial=False)
+                if pair else jobs.validation(head, content))
         return executor.validate(Job(f"validate-{uuid.uuid4().hex[:10]}", head, head, log_path, spec=spec))
 
-    def measure_at(at: SessionConfig) -> Validation:
-        done = run(at)
-        kinds: dict[str, str] = dict(at.metric_kinds) or metric_kinds(done, at)  # known by its runs, not its name
-        shares = dict(at.measured_share) or measured_shares(done, kinds)
+    def measure_at(at: SessionConfig, pair: bool = False) -> Validation:
+        done = run(at, pair=pair)
+        # what each metric is, known by its runs, not its name (a pair of the pairing trial keeps what is known)
+        kinds: dict[str, str] = dict(at.metric_kinds) or ({} if pair else metric_kinds(done, at))
+        shares = dict(at.measured_share) or ({} if pair else measured_shares(done, kinds))
         at = at.model_copy(update={"metric_kinds": kinds, "measured_share": shares})
         clock = None
         if at.pairing == decide.TURNS and at.turn_clock is None:  # what its runs in turns keep busy decides
@@ -272,51 +276,122 @@ def validate_benchmark(maker: JobMaker, head: str, executor: Executor) -> Valida
     return validated
 
 
-def choose_pairing(config: SessionConfig, validated: Validation) -> tuple[str, str]:
-    """How a session that names no `pairing` pairs its runs, and why: in turns wherever that measures well (each
-    side confined, so its measure is the harness's own; every objective and guard printed in a form turns can
-    judge; runs long enough for a few dozen turns), else one after the other."""
+# The pairing trial (choose_pairing): rounds of one pair of runs of the head one after the other, then one in turns,
+# until PAIRING_ROUNDS rounds or PAIRING_BUDGET_S seconds (a slow bench measures fewer), the first always.
+PAIRING_ROUNDS = 3
+PAIRING_BUDGET_S = 60.0
+# One after the other is chosen where it is steadier beyond what the trial's few pairs explain; else turns, where a
+# later neighbour's burst falls on both sides.
+PAIRING_CONFIDENCE = 0.8
+SPREAD_FLOOR_PCT = 0.25
+
+
+@dataclass
+class PairingChoice:
+    """How a session that names no `pairing` pairs its runs, why, and (in turns) the runs that are its baseline."""
+
+    pairing: str
+    why: str
+    turns: Validation | None = None
+
+
+def choose_pairing(config: SessionConfig, validated: Validation,
+                   measure: Callable[[str], Validation]) -> PairingChoice:
+    """How a session that names no `pairing` pairs its runs, and why: one after the other where turns cannot measure
+    each side (the sandbox off: a side's processes are not its own), cannot judge a metric (an objective or guard
+    printed in no form turns can judge) or would cut the runs into too few turns; elsewhere the steadier of the two
+    as measured here: `measure(pairing)` runs one pair of the head's runs so, alternately, and the two runs of a
+    pair of the same code should agree (pair_spread); one after the other where it is clearly steadier, else in
+    turns.
+
+    A neighbour's burst falls on both sides of a pair in turns, but a bench timing short loops on its own clock is
+    cut by the other side's turns; which weighs more depends on the bench and the machine, so it is measured."""
     if config.sandbox == sandbox.OFF:
-        return decide.SEQUENTIAL, ("one after the other: with the sandbox off a side's processes are not its own "
-                                   "(no PID namespace, no cgroup), so turns could not measure each side alone")
+        return PairingChoice(decide.SEQUENTIAL, "one after the other: with the sandbox off a side's processes are "
+                                                "not its own (no PID namespace, no cgroup), so turns could not "
+                                                "measure each side alone")
     values = validated.runs[0].parsed if validated.runs else {}
+    names = judged_metrics(config)
     kinds = validated.metric_kinds or dict(config.metric_kinds)
     timed = decide.Spec(config.metric, config.direction, 0.0, kinds=kinds).timed
-    _, problems = decide.in_turns(values, judged_metrics(config), scalable=True, timed=timed)
+    _, problems = decide.in_turns(values, names, scalable=True, timed=timed)
     if problems:
-        return decide.SEQUENTIAL, ("one after the other: " + problems[0].split(":", 1)[0] + "; print "
-                                   "METRIC <name>.cpu=<the same, on CPU time> (or name it as a time or a rate) "
-                                   f"and set \"pairing\": \"{decide.TURNS}\" to pair in turns, where a "
-                                   "neighbour's burst falls on both sides")
+        return PairingChoice(decide.SEQUENTIAL, "one after the other: " + problems[0].split(":", 1)[0] + "; print "
+                             "METRIC <name>.cpu=<the same, on CPU time> (or name it as a time or a rate) and set "
+                             f"\"pairing\": \"{decide.TURNS}\" to pair in turns, where a neighbour's burst falls on "
+                             "both sides")
     length = sorted(r.duration_s for r in validated.runs)[len(validated.runs) // 2] if validated.runs else 0.0
     if length < SHORT_TURNS_S:
-        return decide.SEQUENTIAL, (f"one after the other: a run takes {length * 1e3:.0f} ms, a few turns of "
-                                   f"about {decide.TURN_MS} ms, which measure it poorly; a run of at least "
-                                   f"{SHORT_TURNS_S:g} s pairs in turns")
-    return decide.TURNS, (f"in turns of about {decide.TURN_MS} ms, the two runs of a pair at once (each stopped "
-                          "while the other runs), so a neighbour's burst falls on both sides; chosen because "
-                          "every judged metric can be judged so. \"pairing\": \"sequential\" in the config pairs "
-                          "one after the other")
+        return PairingChoice(decide.SEQUENTIAL, f"one after the other: a run takes {length * 1e3:.0f} ms, a few "
+                             f"turns of about {decide.TURN_MS} ms, which measure it poorly; a run of at least "
+                             f"{SHORT_TURNS_S:g} s can pair in turns")
+    one_by_one, in_turns = list(validated.runs), []
+    turns: Validation | None = None  # its first pair in turns: the baseline, if turns are chosen
+    t0 = time.monotonic()
+    for i in range(PAIRING_ROUNDS):
+        if i and time.monotonic() - t0 > PAIRING_BUDGET_S:
+            break
+        one_by_one += measure(decide.SEQUENTIAL).runs
+        done = measure(decide.TURNS)
+        in_turns += done.runs
+        turns = turns or done
+    seq, tur = pair_spread(one_by_one, names), pair_spread(in_turns, names)
+    pairs = f"{len(one_by_one) // 2} and {len(in_turns) // 2} pairs of runs of the head"
+    if tur is None or seq is None:
+        return PairingChoice(decide.SEQUENTIAL, f"one after the other: the {pairs} gave no spread to compare (a "
+                             "metric missing or zero)")
+    measured = (f"two runs of the same code differed by {seq[1]:.2g}% ({seq[0]}) one after the other and by "
+                f"{tur[1]:.2g}% ({tur[0]}) in turns, over {pairs}")
+    # each pair's difference is one degree of freedom of its spread: the F test of clearly_steadier, on pairs; a
+    # spread below SPREAD_FLOOR_PCT is as good as none (far below the least effect a session resolves)
+    if stats.clearly_steadier(max(seq[1], SPREAD_FLOOR_PCT), len(one_by_one) // 2 + 1, max(tur[1], SPREAD_FLOOR_PCT),
+                              len(in_turns) // 2 + 1, PAIRING_CONFIDENCE):
+        return PairingChoice(decide.SEQUENTIAL, f"one after the other: measured steadier here ({measured}; a bench "
+                             "that times itself on its own clock is cut by the other side's turns). \"pairing\": "
+                             f"\"{decide.TURNS}\" in the config pairs in turns")
+    steadier = "measured steadier" if tur[1] < seq[1] else "measured as steady, within what these pairs can tell,"
+    return PairingChoice(decide.TURNS, f"in turns of about {decide.TURN_MS} ms, the two runs of a pair at once (each "
+                         "stopped while the other runs), so a neighbour's burst falls on both sides: "
+                         f"{steadier} here ({measured}). \"pairing\": \"{decide.SEQUENTIAL}\" in the config pairs "
+                         "one after the other", turns)
+
+
+def pair_spread(runs: list[BenchRun], names: list[str]) -> tuple[str, float] | None:
+    """The judged metric whose two runs of a pair (runs 2i and 2i+1, the same code) differ most, and by how much:
+    the root mean square of each pair's difference, % of the pair's mean. None without a pair that has them all."""
+    worst: tuple[str, float] | None = None
+    for name in names:
+        diffs = []
+        for a, b in zip(runs[0::2], runs[1::2], strict=False):
+            x, y = a.parsed.get(name), b.parsed.get(name)
+            if x is not None and y is not None and x + y != 0:
+                diffs.append(200.0 * (x - y) / (x + y))
+        if not diffs:
+            return None
+        spread = (sum(d * d for d in diffs) / len(diffs)) ** 0.5
+        if worst is None or spread > worst[1]:
+            worst = (name, spread)
+    return worst
 
 
 def with_pairing(config: SessionConfig, validated: Validation,
-                 measure_at: Callable[[SessionConfig], Validation]) -> Validation:
+                 measure_at: Callable[..., Validation]) -> Validation:
     """The validation of a session whose config names no `pairing`, with the pairing chosen (choose_pairing); in
-    turns, the baseline is measured again in turns, as its experiments' pairs will be."""
+    turns, its baseline is the runs in turns, as its experiments' pairs will be."""
     if config.pairing is not None:
         return validated
-    pairing, why = choose_pairing(config, validated)
-    if pairing == decide.TURNS:
-        progress.report("the bench can be paired in turns: measuring the baseline again in turns")
-        again = measure_at(config.model_copy(update={"threads": validated.threads or config.threads,
-                                                     "pairing": pairing, "metric_kinds": validated.metric_kinds,
-                                                     "measured_share": validated.measured_share}))
+    at = config.model_copy(update={"threads": validated.threads or config.threads,
+                                   "metric_kinds": validated.metric_kinds, "measured_share": validated.measured_share})
+    choice = choose_pairing(config, validated,
+                            lambda pairing: measure_at(at.model_copy(update={"pairing": pairing}), pair=True))
+    again = choice.turns
+    if choice.pairing == decide.TURNS and again is not None:
         validated = Validation(again.runs, validated.build_s + again.build_s,
                                [*validated.warnings, *(w for w in again.warnings if w not in validated.warnings)],
                                validated.threads, validated.tried, validated.writes, worker=again.worker,
-                               shape=again.shape or validated.shape, turn_clock=again.turn_clock,
+                               shape=validated.shape or again.shape, turn_clock=again.turn_clock,
                                metric_kinds=validated.metric_kinds, measured_share=validated.measured_share)
-    validated.pairing, validated.pairing_note = pairing, why
+    validated.pairing, validated.pairing_note = choice.pairing, choice.why
     return validated
 
 

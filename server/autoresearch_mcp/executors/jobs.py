@@ -106,12 +106,13 @@ class JobMaker:
         return {**self._common(commit, platform), "pairing": self.config.pairing or "sequential",
                 "metric": self.config.metric, "baseline_tree": content}
 
-    def validation(self, commit: str, content: str) -> jobfile.Validation:
+    def validation(self, commit: str, content: str, shape_trial: bool = True) -> jobfile.Validation:
         """Build the session head and bench it VALIDATION_RUNS times, then (but for a recipe's bench, whose shape
-        is known) alone and at half duty (start_session: the bench's shape)."""
+        is known, or without `shape_trial`: a pair of the pairing trial) alone and at half duty (start_session: the
+        bench's shape)."""
         # a recipe's bench is known: it does fixed work
         return jobfile.Validation(**self._head(commit, content), runs=VALIDATION_RUNS,
-                                  shape_trial=not self.config.recipe)
+                                  shape_trial=shape_trial and not self.config.recipe)
 
     def checks_trial(self, commit: str, content: str) -> jobfile.ChecksTrial:
         """Run the checks on the built session head as they are, then with the tree read-only (start_session

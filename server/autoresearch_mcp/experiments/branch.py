@@ -9,6 +9,10 @@ kept it from being recorded (between the branch's move and the record): it is th
 reconciled. Anything else (a commit the hook could not stop, a hand-written ref, a reset) stops the
 session with an error that names what changed and how to put the branch back.
 
+Until the session launches its first experiment, its branch also takes set-up commits: commits of its benchmark
+and checks alone (issue 52), so a bench start_session warned about can be fixed. Such commits are the session's
+only once start_session validated them: before that, nothing is launched on them.
+
 Every other `autoresearch/*` ref is held to the ledger too (issue 32): a ref that shadows a session branch
 (`refs/tags/autoresearch/<tag>`, an `autoresearch/<tag>` file at the top of the git directory...: git takes
 the short name for it first), a session branch made a symbolic ref (git runs no reference-transaction hook
@@ -18,6 +22,7 @@ commit the ledger left it at stop the session until they are deleted or put back
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from autoresearch_mcp.errors import StateError
@@ -30,10 +35,13 @@ from autoresearch_mcp.store.records import CommitRecord, Record
 TRAILER = "Autoresearch-Experiment"  # commit_winner's trailer naming the experiment a commit keeps
 
 
-def check(repo: gitops.Repo, config: SessionConfig, view: LedgerView, append: Callable[[Record], None]) -> list[str]:
+def check(repo: gitops.Repo, config: SessionConfig, view: LedgerView, append: Callable[[Record], None],
+          validating: bool = False) -> list[str]:
     """Hold the session branch to the ledger: record the commits commit_winner made but could not record
     (`append` writes a record and folds it into `view`), and return them; raise StateError, saying what
-    changed and what to do, when the branch is anywhere else, or another autoresearch/* ref is not the ledger's."""
+    changed and what to do, when the branch is anywhere else, or another autoresearch/* ref is not the ledger's.
+    Set-up commits (set_up_commits) pass when start_session is `validating` them, and stop everything else until
+    it has."""
     strays = _strays(repo, config, view)
     if strays:
         raise StateError(
@@ -54,6 +62,15 @@ def check(repo: gitops.Repo, config: SessionConfig, view: LedgerView, append: Ca
     if not _contains(repo, ref.sha, expected):
         raise StateError(_moved(repo, config, expected, ref.sha, f"it no longer contains {expected[:12]} (a reset, "
                                                                  "a rebase or an amended commit)"))
+    set_up = set_up_commits(repo, config, view, expected, ref.sha)
+    if set_up:
+        if validating:
+            return []
+        raise StateError(
+            f"the session branch {config.branch} has {len(set_up)} commit(s) of its benchmark and checks since "
+            f"start_session validated {expected[:12]} ({'; '.join(set_up)}), not validated yet: call "
+            f"start_session(tag={config.tag!r}) again, which validates them and records them as the session's "
+            "benchmark; then launch")
     reconciled: list[str] = []
     parent = expected
     for sha in gitops.first_parent_commits(repo, expected, ref.sha):
@@ -69,6 +86,45 @@ def check(repo: gitops.Repo, config: SessionConfig, view: LedgerView, append: Ca
         reconciled.append(sha)
         parent = sha
     return reconciled
+
+
+def launched(view: LedgerView, session_id: str) -> bool:
+    """Whether the session has launched an experiment: from then on its benchmark and checks stay as its
+    experiments were measured with."""
+    return any(e.launch.session_id == session_id for e in view.experiments.values())
+
+
+def set_up_commits(repo: gitops.Repo, config: SessionConfig, view: LedgerView, start: str, tip: str) -> list[str]:
+    """The commits from `start` to `tip` (each sha and title), when every one is a set-up commit: one commit on the
+    one before it that changes the session's scripts (gitops.SCRIPTS) and nothing else, on the branch of a session
+    that has launched no experiment. Empty otherwise."""
+    if launched(view, config.session_id):
+        return []
+    found, parent = [], start
+    for sha in gitops.first_parent_commits(repo, start, tip):
+        info = gitops.commit_info(repo, sha)
+        changed = gitops.changed_paths(repo, parent, sha)
+        if info.parents != [parent] or not changed or not set(changed) <= set(gitops.SCRIPTS):
+            return []
+        title = info.message.strip().splitlines()[0] if info.message.strip() else ""
+        found.append(f"{sha[:12]} {title[:80]!r}")
+        parent = sha
+    return found
+
+
+def open_set_up(repo: gitops.Repo, config: SessionConfig, head: str) -> None:
+    """Let the session branch take set-up commits (start_session, while the session has launched nothing): the
+    ref the reference-transaction hook and the PreToolUse guard read."""
+    gitops.update_ref(repo, gitops.SETUP_REF + config.tag, head)
+
+
+def close_set_up(repo: gitops.Repo, config: SessionConfig) -> None:
+    """The session launches: its branch takes no more set-up commits."""
+    ref = gitops.SETUP_REF + config.tag
+    sha = gitops.rev_parse(repo, ref)
+    if sha is not None:
+        with contextlib.suppress(gitops.GitError):  # another launch deleted it meanwhile
+            gitops.delete_ref(repo, ref, sha)
 
 
 def _strays(repo: gitops.Repo, config: SessionConfig, view: LedgerView) -> list[str]:

@@ -77,8 +77,13 @@ def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
     if source == "experiments":
         return _launch_new(manager, dataclasses.replace(request, focus=focus), None,
                            _together(manager, request.experiment_ids or []))
+    if request.experiment_ids and source in ("worktree", "commit", "patch"):  # their merge, written by hand
+        return _launch_new(manager, dataclasses.replace(request, focus=focus), None,
+                           _together(manager, request.experiment_ids, merged=True), merged=True)
     if request.experiment_ids:
-        raise InputError("experiment_ids go with source='experiments'; drop them or change source")
+        raise InputError("experiment_ids go with source='experiments' (winners combined on the head), or with "
+                         "source='worktree', 'commit' or 'patch' (their merge, written by hand); drop them or change "
+                         "source")
     if experiment_id:
         raise InputError("experiment_id goes with source='experiment'; drop it or change source")
     if source == "session":
@@ -86,10 +91,11 @@ def launch(manager: ExperimentManager, request: LaunchRequest) -> LaunchResult:
     return _launch_new(manager, dataclasses.replace(request, focus=focus), None)
 
 
-def _together(manager: ExperimentManager, ids: list[str]) -> list[ExperimentState]:
+def _together(manager: ExperimentManager, ids: list[str], merged: bool = False) -> list[ExperimentState]:
     """The winners a source='experiments' launch keeps together: two or more, each improved with its checks
-    passed on its own base and not committed yet, in the order given."""
-    if len(ids) < 2 or len(set(ids)) != len(ids):
+    passed on its own base and not committed yet, in the order given; a merge written by hand may keep one (its
+    change redone where the head moved under it)."""
+    if len(ids) < (1 if merged else 2) or len(set(ids)) != len(ids):
         raise InputError("source='experiments' needs experiment_ids: two or more different experiments, each "
                          "improved on its own (one alone: source='experiment')")
     out = []
@@ -105,12 +111,15 @@ def _together(manager: ExperimentManager, ids: list[str]) -> list[ExperimentStat
 
 
 def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: ExperimentState | None,
-                together: list[ExperimentState] | None = None) -> LaunchResult:
+                together: list[ExperimentState] | None = None, merged: bool = False) -> LaunchResult:
     """A new candidate (or the change of `reapplies`, re-applied on the moved head; or the changes of several
-    winners `together`, each replayed on the head in turn) made into a commit on the session head, refused when
+    winners `together`, each replayed on the head in turn, those that conflict with one before them left out, or,
+    `merged`, their merge as the request's source holds it) made into a commit on the session head, refused when
     it measures nothing new, recorded and submitted."""
+    asked = request
     if together:
-        request = _together_request(request, together)
+        request = _together_request(asked, together, merged)
+    conflicts: list[str] = []
     source, commit, patch, focus = request.source, request.commit, request.patch, list(request.focus or [])
     hypothesis, sources = request.hypothesis, request.sources
     if not request.title.strip():
@@ -123,14 +132,18 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
     repeats = designs.checked_repeats(manager.config, request.repeats)
     exp_id = uuid.uuid4().hex[:10]
     with manager.lock:
+        manager.first_launch()
         head = manager.session_head()
         base_tree = gitops.tree_of(manager.repo, head)
         if reapplies is not None:
             tree = _reapplied_tree(manager, reapplies, head)
             parent_note = f"source: experiment {reapplies.experiment_id}"
-        elif together:
-            tree = _combined_tree(manager, together, head)
+        elif together and not merged:
+            tree, together, conflicts = _combined_tree(manager, together, head)
             parent_note = f"source: experiments {', '.join(e.experiment_id for e in together)}"
+            if conflicts:  # named for the winners it keeps
+                kept = _together_request(asked, together, merged)
+                title, hypothesis, sources = one_line(kept.title, "title"), kept.hypothesis, kept.sources
         else:
             tree, parent_note = _candidate_tree(manager, source, commit, patch, head)
         if tree == base_tree:
@@ -141,6 +154,8 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
                                        f"\n\n{parent_note}")
         changed = gitops.changed_paths(manager.repo, head, candidate)
         refuse_protected(manager.config, changed)
+        if merged:
+            _refuse_unmerged(manager, together or [], head, candidate)
         if source == "worktree":
             _refuse_nested(manager, head, tree)
         incremental = manager.config.incremental and not request.clean_build
@@ -170,27 +185,91 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
     job = Job(exp_id, head, candidate, manager.logs / f"{exp_id}.log",
               spec=designs.job(manager, design, record, base_tree, tree, incremental, manager.platforms[0]))
     manager.executor.submit(job, events.sink(manager))
-    note = _source_note(reapplies, together)
+    note = _source_note(reapplies, together, merged)
     return LaunchResult(
         experiment_id=exp_id, status="queued", base_commit=head, candidate_commit=candidate,
         changed_files=changed, repeats=repeats, worktree_restored=restored,
-        reapplies=reapplies.experiment_id if reapplies else None,
+        reapplies=reapplies.experiment_id if reapplies else None, conflicts=conflicts,
         message=(f"queued on the {manager.executor.name} executor{note}; poll fetch_sky_logs('{exp_id}') and "
                  "prepare the next idea meanwhile" + (f" (work tree reset to the session head; what it held, "
                                                       f"index and untracked files included, is saved as stash "
                                                       f"{saved[:12]}: `git stash apply --index {saved[:12]}` "
-                                                      "brings it back)" if saved else "")),
+                                                      "brings it back)" if saved else "")
+                 + (". " + _keep_conflicting(together or [], conflicts, head, candidate) if conflicts else "")),
     )
 
 
-def _together_request(request: LaunchRequest, together: list[ExperimentState]) -> LaunchRequest:
+def _together_request(request: LaunchRequest, together: list[ExperimentState], merged: bool) -> LaunchRequest:
     """The launch of several winners kept together: their titles and sources, one hypothesis, no focus of its own
     (each winner's focus was its own)."""
+    how = ("merged by hand where they change the same lines" if merged
+           else "their changes combined on the session head")
     return dataclasses.replace(
         request, title=request.title.strip() or " + ".join(e.title for e in together)[:MAX_TOGETHER_TITLE], focus=[],
-        hypothesis=request.hypothesis.strip() or ("Kept together: each improved on its own; their changes combined "
-                                                  "on the session head are measured once against it"),
+        hypothesis=request.hypothesis.strip() or (f"Kept together: each improved on its own; {how}, measured once "
+                                                  "against the session head"),
         sources=request.sources or list(dict.fromkeys(s for e in together for s in e.launch.sources)))
+
+
+def _refuse_unmerged(manager: ExperimentManager, together: list[ExperimentState], head: str, candidate: str) -> None:
+    """A merge written by hand keeps each winner it names: it changes lines that winner's own change (applied on
+    the head alone) changes, and that change, replayed on the merge, changes nothing more (the merge holds it) or
+    collides with what the merge made of those lines. A winner that no longer applies on the head alone is taken
+    as redone in the merge."""
+    tree = gitops.tree_of(manager.repo, candidate)
+    merged = _regions(gitops.diff_hunks(manager.repo, head, candidate))
+    missing = []
+    for exp in together:
+        try:
+            alone = gitops.commit_tree(manager.repo, _reapplied_tree(manager, exp, head), head, "autoresearch: alone")
+        except RefusedError:
+            continue
+        own = _regions(gitops.diff_hunks(manager.repo, head, alone))
+        touched = any(a < d and c < b for path, spans in own.items() for a, b in spans
+                      for c, d in merged.get(path, []))
+        try:
+            held = _reapplied_tree(manager, exp, candidate) == tree
+        except RefusedError:
+            held = True  # it collides with lines the merge changed
+        if not (touched and held):
+            missing.append(exp)
+    if missing:
+        shown = "; ".join(f"{e.experiment_id} ({e.title!r}, in {', '.join(e.launch.changed_files[:3])})"
+                          for e in missing)
+        raise RefusedError(f"the change does not hold {shown}: it leaves the lines "
+                           f"{'their' if len(missing) > 1 else 'its'} change changes as the head has them. Apply it "
+                           "too (`git diff <its base_commit> <its candidate_commit> | git apply --3way` marks the "
+                           "lines another change took; keep both ideas there) and launch again, or leave it out of "
+                           "experiment_ids")
+
+
+def _regions(diff: str) -> dict[str, list[tuple[int, int]]]:
+    """The lines of the old side each file's hunks change, as [first, end) spans, from a `git diff -U0`: an
+    insertion after line n is the span of line n."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    path, header = None, False
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            path, header = None, True
+        elif header and (line.startswith("--- a/") or (line.startswith("+++ b/") and path is None)):
+            path = line[6:]  # the old name, or the new one of an added file
+        elif line.startswith("@@ ") and path is not None:
+            header = False
+            old = line.split()[1].lstrip("-").split(",")
+            start, count = int(old[0]), int(old[1]) if len(old) > 1 else 1
+            out.setdefault(path, []).append((start, start + max(count, 1)))
+    return out
+
+
+def _keep_conflicting(kept: list[ExperimentState], conflicts: list[str], head: str, candidate: str) -> str:
+    """What to do with the winners a combination left out: they change the same lines as one kept."""
+    ids = ", ".join(repr(e.experiment_id) for e in kept)
+    return (f"Left out, changing the same lines as a winner kept: {'; '.join(conflicts)}. No winner is lost: keep "
+            "each with the others by merging it by hand: bring this combination into the work tree (`git diff "
+            f"{head[:12]} {candidate[:12]} | git apply`), apply the left-out change (`git diff <its base_commit> <its "
+            "candidate_commit> | git apply --3way` marks the lines both change), resolve them keeping both ideas, and "
+            f"launch_experiment(source='worktree', experiment_ids=[{ids}, <the left-out ones>], "
+            "restore_worktree=true): measured once on the head, its commit carries each winner's evidence")
 
 
 def _refuse_nested(manager: ExperimentManager, head: str, tree: str) -> None:
@@ -203,12 +282,13 @@ def _refuse_nested(manager: ExperimentManager, head: str, tree: str) -> None:
             "ignore it (.gitignore), or move it out of the work tree, then launch again")
 
 
-def _source_note(reapplies: ExperimentState | None, together: list[ExperimentState] | None) -> str:
+def _source_note(reapplies: ExperimentState | None, together: list[ExperimentState] | None, merged: bool) -> str:
     if reapplies is not None:
         return f" (experiment {reapplies.experiment_id}'s change re-applied on the new head)"
     if together:
-        return (f" (the changes of {', '.join(e.experiment_id for e in together)} combined on the head: commit_winner "
-                "keeps them in one commit with each one's evidence)")
+        return (f" (the changes of {', '.join(e.experiment_id for e in together)} "
+                f"{'merged by hand' if merged else 'combined on the head'}: commit_winner keeps them in one commit "
+                "with each one's evidence)")
     return ""
 
 
@@ -339,21 +419,67 @@ def _reapplied_tree(manager: ExperimentManager, exp: ExperimentState, head: str)
     try:
         return gitops.patch_tree(manager.repo, head, diff, three_way=True)
     except RefusedError as exc:
+        keep = ("keep it by redoing it there by hand: `git diff {base} {cand} | git apply --3way` in the work tree "
+                "marks the lines the head changed; resolve them keeping both ideas, then "
+                "launch_experiment(source='worktree', experiment_ids=['{id}'], restore_worktree=true), measured once "
+                "and committed with its own evidence" if exp.verdict == "improved" and exp.checks_passed
+                else "redo the change on the current head and launch it as a new experiment")
         raise RefusedError(
             f"experiment {exp.experiment_id}'s change no longer applies on the session head {head[:12]}, not even "
             f"with a three-way merge (the head moved since it was measured on {exp.launch.base_commit[:12]}, and "
-            f"changed the same lines): {exc}. Redo the change on the current head and launch it as a new "
-            "experiment") from None
+            f"changed the same lines): {exc}. "
+            + keep.format(base=exp.launch.base_commit[:12], cand=exp.launch.candidate_commit[:12],
+                          id=exp.experiment_id)) from None
 
 
-def _combined_tree(manager: ExperimentManager, together: list[ExperimentState], head: str) -> str:
+def _combined_tree(manager: ExperimentManager, together: list[ExperimentState],
+                   head: str) -> tuple[str, list[ExperimentState], list[str]]:
     """The changes of `together` replayed on `head` one after the other (each as _reapplied_tree does it: as it
-    is, or with a three-way merge), as one tree."""
-    tree = head
+    is, or with a three-way merge), as one tree; a change that does not apply on those before it is left out.
+    The tree, the winners it keeps, and for each left out, which kept one changes the same lines. Refused when
+    fewer than two are kept: that is no combination."""
+    tip = head
+    kept: list[ExperimentState] = []
+    conflicts: list[str] = []
     for exp in together:
-        tree = gitops.commit_tree(manager.repo, _reapplied_tree(manager, exp, tree), tree,
-                                  f"autoresearch: {exp.experiment_id} kept together")
-    return gitops.tree_of(manager.repo, tree)
+        try:
+            tree = _reapplied_tree(manager, exp, tip)
+        except RefusedError:
+            conflicts.append(_conflict(manager, exp, kept, head))
+            continue
+        tip = gitops.commit_tree(manager.repo, tree, tip, f"autoresearch: {exp.experiment_id} kept together")
+        kept.append(exp)
+    if len(kept) < 2:
+        alone = (f"only {kept[0].experiment_id} ({kept[0].title!r}) applies with the others: commit it alone, "
+                 "or " if kept else "")
+        raise RefusedError(
+            f"these winners cannot be combined on the head {head[:12]}: {'; '.join(conflicts)}. {alone.capitalize()}"
+            "keep them together with a merge written by hand: apply each one's change to the work tree (`git diff "
+            "<its base_commit> <its candidate_commit> | git apply --3way` marks the lines both change), resolve "
+            "them keeping both ideas, and launch_experiment(source='worktree', experiment_ids=[...the same ids], "
+            "restore_worktree=true): measured once on the head, its commit carries each winner's evidence")
+    return gitops.tree_of(manager.repo, tip), kept, conflicts
+
+
+def _conflict(manager: ExperimentManager, exp: ExperimentState, kept: list[ExperimentState], head: str) -> str:
+    """Why `exp`'s change does not apply on the combination of `kept`: the kept winners whose change alone it
+    collides with, and the files both change (or that it no longer applies on the head at all)."""
+    name = f"{exp.experiment_id} ({exp.title!r})"
+    try:
+        _reapplied_tree(manager, exp, head)
+    except RefusedError:
+        return f"{name} no longer applies on the head (the head changed the lines it changes)"
+    clashes = []
+    for other in kept:
+        alone = gitops.commit_tree(manager.repo, _reapplied_tree(manager, other, head), head, "autoresearch: pair")
+        try:
+            _reapplied_tree(manager, exp, alone)
+        except RefusedError:
+            shared = sorted(set(exp.launch.changed_files) & set(other.launch.changed_files))
+            clashes.append(f"{other.experiment_id} ({other.title!r})" + (f" in {', '.join(shared[:3])}"
+                                                                           if shared else ""))
+    return (f"{name} changes the same lines as {' and '.join(clashes)}" if clashes
+            else f"{name} changes the same lines as the others together")
 
 
 def _measured(other: ExperimentState, head: str, tree: str, incremental: bool) -> bool:

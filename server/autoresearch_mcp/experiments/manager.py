@@ -125,6 +125,13 @@ class ExperimentManager:
         if reconciled:
             log.warning("recorded commit_winner commit(s) %s, left unrecorded by a crash", ", ".join(reconciled))
 
+    def first_launch(self) -> None:
+        """Before the session's first experiment is recorded: its branch takes no more set-up commits, and one made
+        before that (after the launch's first check) stops the launch (branch.check)."""
+        if not branch.launched(self.view, self.config.session_id):
+            branch.close_set_up(self.repo, self.config)
+            self.check_branch()
+
     def after_job(self, base_commit: str, variant: str | None = None) -> str | None:
         """What a job may have changed behind the server's back: the session branch, or the tracked files
         of the baseline build it measured against (whose build is then discarded). None: nothing."""

@@ -58,6 +58,9 @@ snapshot_worktree, patch_tree, object_union = gittrees.snapshot_worktree, gittre
 
 EXP_REF = "refs/autoresearch/exp/"
 REVIEW_REF = "refs/autoresearch/review/"  # + a review branch's name: the tip finalize last wrote there
+# + a session's tag: its branch takes a set-up commit (its scripts alone) while this ref exists, which start_session
+# writes and the session's first launch deletes; the reference-transaction hook and the PreToolUse guard read it
+SETUP_REF = "refs/autoresearch/setup/"
 BRANCH_REF = "refs/heads/"
 SESSION_BRANCHES = "refs/heads/autoresearch/"
 # Where a ref shadows a session branch `autoresearch/<tag>`: git resolves that short name by trying
@@ -192,10 +195,10 @@ def branch_commit(repo: Repo, name: str) -> str:
 
 def shadowing_refs(repo: Repo) -> dict[str, str]:
     """Refs named like a session branch outside refs/heads (SHADOWS, and `autoresearch/...` files at the top of
-    the git directory), the server's own refs/autoresearch/exp/ and review/ aside; each with the command that
+    the git directory), the server's own refs/autoresearch/exp/, review/ and setup/ aside; each with the command that
     deletes it (git refuses to delete a top-level name it let be written: the file goes)."""
     found = {r.name: f"git update-ref -d {r.name}" for r in list_refs(repo, *SHADOWS)
-             if not r.name.startswith((EXP_REF, REVIEW_REF))}
+             if not r.name.startswith((EXP_REF, REVIEW_REF, SETUP_REF))}
     for top in {Path(repo.git_dir), Path(repo.common_dir)}:
         for dirpath, _, files in os.walk(top / TOP_LEVEL):
             for f in files:

@@ -294,8 +294,9 @@ class SessionConfig(BaseModel):
                           "neighbour's burst falls on both; in turns every objective and guard is judged "
                           "on its CPU-time form (METRIC <name>.cpu=...) where the bench prints one, else a "
                           "time or rate (t_ms, items_per_s) over the wall time of the run's own turns. "
-                          "start_session chooses it when unset (turns wherever each side is confined, every "
-                          "judged metric can be judged so and a run lasts 0.25 s or more) and records it here")
+                          "start_session chooses it when unset (where each side is confined, every judged metric "
+                          "can be judged in turns and a run lasts 0.25 s or more, it measures pairs of the head both "
+                          "ways and keeps turns unless one after the other is clearly steadier) and records it here")
     turn_clock: Literal["cpu", "wall"] | None = Field(
         None, description="in turns, what a time or rate is judged on: its CPU-time form (cpu), or its figure over "
                           "the wall time of the run's own turns (wall: a program that runs several threads at once, "

@@ -193,6 +193,9 @@ class SessionRecord(_Record):
     # refuses a config that differs from the latest recorded (None: a ledger of an earlier version)
     gate: dict[str, Any] | None = None
     settings: dict[str, str] = Field(default_factory=dict)  # threads and env the baseline was measured with
+    # the settings this start chose itself (threads, read_only_runs, pairing, turn_clock), as it chose them: chosen
+    # again for another bench where the config still holds them
+    chosen: dict[str, Any] = Field(default_factory=dict)
 
 
 class LaunchRecord(_OfExperiment):

@@ -30,64 +30,47 @@ def file_lock(path: str | None, shared: bool = False) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-# How many pairs an experiment measures in one turn of the machine before another experiment waiting for it
-# gets its turn: experiments sharing a machine alternate, so a clear one is not held up by an undecidable one.
+# How many pairs an experiment measures in one turn of the machine before the others waiting for it get theirs:
+# experiments sharing a machine go round, so a clear one is not held up by an undecidable one.
 TURN_PAIRS = 2
+_POLL_S = 0.05  # how often a waiter looks whether its turn has come
 
 
 @contextlib.contextmanager
 def machine_turn(path: str | None, shared: bool = False) -> Iterator[None]:
-    """The machine lock, taken in turn: whoever waits for it is registered, and a bench that ends a turn
-    while someone waits lets them have the machine before it takes it again (`yield_turn`)."""
+    """The machine lock, taken in turn: whoever waits for it is queued (a mark named for when it came), and takes
+    the lock once every one who came before has had it. A job that ends a turn and comes back is queued behind all
+    who wait, so jobs sharing the machine go round in rounds: experiments launched together progress, and finish,
+    together (issue 52)."""
     if not path:
         yield
         return
     waiting = Path(path + ".wait")
     waiting.mkdir(parents=True, exist_ok=True)
-    mark = waiting / f"{os.getpid()}.{time.time_ns()}"
-    mark.touch()
+    mark = waiting / f"{time.time_ns():020d}.{os.getpid()}"
     try:
-        with file_lock(path, shared):
-            mark.unlink(missing_ok=True)
-            _count_turn(path)
-            yield
+        with open(mark, "w") as alive:
+            fcntl.flock(alive, fcntl.LOCK_EX)  # held while it waits: the kernel lets go if this process dies
+            while _ahead(waiting, mark):
+                time.sleep(_POLL_S)
+            with file_lock(path, shared):
+                mark.unlink(missing_ok=True)
+                yield
     finally:
         mark.unlink(missing_ok=True)
 
 
-def _count_turn(path: str) -> None:
-    with open(path + ".turns", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        fh.seek(0)
-        text = fh.read().strip()
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(int(text) + 1 if text.isdigit() else 1))
-
-
-def _turns(path: str) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path(path + ".turns").read_text().strip() or 0)
-    return 0
-
-
-def _others_waiting(path: str) -> bool:
-    me = str(os.getpid())
-    for mark in Path(path + ".wait").glob("*.*"):
-        pid = mark.name.split(".", 1)[0]
-        if pid == me or not pid.isdigit():
-            continue
-        if os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc"):
+def _ahead(waiting: Path, mine: Path) -> bool:
+    """Whether someone who came before `mine` still waits; the mark of one that died (its lock let go) is removed."""
+    for mark in sorted(waiting.glob("*.*")):
+        if mark.name >= mine.name:
+            return False
+        try:
+            with open(mark) as fh:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
-        mark.unlink(missing_ok=True)  # left by a process that died while it waited
+        except FileNotFoundError:
+            continue  # it has its turn now
+        mark.unlink(missing_ok=True)
     return False
-
-
-def yield_turn(path: str | None, timeout_s: float = 3600.0) -> None:
-    """After a turn: if another job waits for the machine, wait until it has taken its turn."""
-    if not path or not _others_waiting(path):
-        return
-    before = _turns(path)
-    deadline = time.monotonic() + timeout_s
-    while _turns(path) == before and _others_waiting(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
