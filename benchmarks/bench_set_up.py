@@ -244,8 +244,9 @@ async def rehearse(root: Path, out: list[dict[str, Any]]) -> None:
             try:
                 together = await call(c, "launch_experiment", source="experiments", experiment_ids=winners,
                                       repeats="auto")
-                tries.append((together["experiment_id"], winners))
                 clash = together.get("conflicts")
+                tries.append((together["experiment_id"], [w for w in winners
+                                                          if not any(x.startswith(w) for x in clash or [])]))
             except RuntimeError as exc:  # fewer than two apply together: the answer says how to keep them
                 clash = [str(exc)[:300]]
             step({"step": "combined on the head", "of": winners, "conflicts": clash})
