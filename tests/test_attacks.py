@@ -69,13 +69,13 @@ print(f"METRIC t_ms={(time.perf_counter() - t) * 1e3:.3f}")
 async def test_a_side_held_in_one_long_system_call_is_timed_for_it_in_its_own_turns(tmp_path: Path) -> None:
     """The same work in one read a time is no faster over the wall time of its own turns (it was -29.9%, committed:
     the stop waited for each read to end, and that time fell in neither side's turns); doing half the reads is."""
-    repo = committed_bench(tmp_path, {"reads.py": READS, "reads.txt": "65536 6\n"}, "python3 reads.py")
+    repo = committed_bench(tmp_path, {"reads.py": READS, "reads.txt": "65536 4\n"}, "python3 reads.py")
     async with Client(build_server()) as c:
         await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="reads")
         one_read = await call(c, "launch_experiment", title="one read a time", source="patch", repeats="auto",
-                              patch=edited(repo, "reads.txt", "65536 6", "167772160 6"))
+                              patch=edited(repo, "reads.txt", "65536 4", "167772160 4"))
         fewer = await call(c, "launch_experiment", title="half the reads", source="patch", repeats="auto",
-                           patch=edited(repo, "reads.txt", "65536 6", "65536 3"))
+                           patch=edited(repo, "reads.txt", "65536 4", "65536 2"))
         same = await wait_final(c, one_read["experiment_id"], timeout=900)
         won = await wait_final(c, fewer["experiment_id"], timeout=900)
         refused = await error(c, "commit_winner", experiment_id=one_read["experiment_id"])
