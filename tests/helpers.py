@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +39,12 @@ async def wait_final(client: Client, experiment_id: str, timeout: float = 120.0)
             await anyio.sleep(0.1)
 
 
-async def build_tree_of(cache: Path, repo: Path, commit: str, timeout: float = 120.0) -> Path:
-    """The build worktree of `commit` in the cache, once the executor has made it: the one place a confined
-    run reads a file a test writes while it runs."""
-    tree = subprocess.run(["git", "rev-parse", f"{commit}^{{tree}}"], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout.strip()
+async def measured_copies(cache: Path, experiment_id: str, timeout: float = 120.0) -> list[Path]:
+    """The copies an experiment's pair is measured in (each side's own tree and its copy of the other's), once the
+    runner has made all four: where a bench reads a file a test writes while the experiment measures."""
     with anyio.fail_after(timeout):
         while True:
-            found = list((cache / "worktrees").glob(f"*/tree-{tree[:16]}"))
-            if found:
-                return found[0]
+            found = [p for p in (cache / "worktrees").glob(f"*/measure-{experiment_id}-*/*/*") if p.is_dir()]
+            if len(found) == 4:
+                return found
             await anyio.sleep(0.05)

@@ -20,7 +20,7 @@ from autoresearch_mcp.git.worktrees import Worktrees
 from autoresearch_mcp.worker import builds
 from autoresearch_mcp.worker.builds import BUILT_MARKER
 from conftest import git, init_repo, script_repo
-from helpers import call, wait_final
+from helpers import call, measured_copies, wait_final
 
 # The simulated disk holds the cache folder alone, its files counted at their apparent size: a build that truncates
 # a sparse file to 2 GiB fills it, and costs no real space.
@@ -100,7 +100,8 @@ async def test_a_tree_in_use_is_never_evicted_and_the_refusal_says_what_to_do(tm
                              patch=value_patch("100", "101"), repeats=30)
         res = await wait_final(c, refused["experiment_id"])
         assert (held / "filler").exists()  # the running experiment's tree stayed whole
-        (held / "go").touch()
+        for tree in await measured_copies(disk, running["experiment_id"]):
+            (tree / "go").touch()
         assert (await wait_final(c, running["experiment_id"]))["status"] == "failed"
         after = await call(c, "launch_experiment", title="room again", source="patch",
                            patch=value_patch("100", "50"), repeats="auto")

@@ -18,7 +18,7 @@ from autoresearch_mcp.app import build_server
 from autoresearch_mcp.hooks import cloud_workers
 from calls import problems, tool_calls
 from conftest import git, init_repo, script_repo
-from helpers import build_tree_of, call, wait_final
+from helpers import call, measured_copies, wait_final
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "hooks" / "run"
@@ -268,7 +268,8 @@ def test_after_compaction_session_start_shows_the_agreement_and_running_experime
                 shown = run_hook("session-start", {**event, "source": source}, tmp_path)
                 assert shown.returncode == 0, shown.stderr
                 seen[source] = shown.stdout
-            (await build_tree_of(tmp_path / "cache", repo, launched["candidate_commit"]) / "go").touch()
+            for tree in await measured_copies(tmp_path / "cache", launched["experiment_id"]):
+                (tree / "go").touch()
             await wait_final(c, launched["experiment_id"])
             return str(launched["experiment_id"])
 
