@@ -18,7 +18,7 @@ tier() {  # a tier that collects no test is a failure (pytest's exit status 5)
   local name="$1"; shift
   echo "test.sh: the $name tier" >&2
   set +e
-  pytest -q -p no:cacheprovider "$@"
+  pytest -q -p no:cacheprovider --durations=10 "$@"
   local status=$?
   set -e
   if [ $status -eq 5 ]; then

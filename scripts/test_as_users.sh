@@ -3,9 +3,10 @@
 #   delegated  a user with a delegated cgroup v2 subtree (a child of the cgroup2 mount owned by the user, the user's
 #              process moved into it by root before the tests: what systemd's user@UID.service gives a laptop's user)
 #   plain      a user with nothing delegated (a container's read-only cgroupfs, no systemd)
-# Run as root (scripts/test.sh does, after the root tiers); each condition is one `pytest -m as_user -n 0` run from a
-# copy of this checkout the users can read, in a virtual environment of the system's python3 (the project's own may
-# live where other users cannot read). Not root: run `pytest -m as_user -n 0` as yourself instead.
+# Run as root (scripts/test.sh does, after the root tiers); each condition runs the as_user tests as the tiers do (those
+# resting on no timing in parallel, then the serial ones one at a time) from a copy of this checkout the users can
+# read, in a virtual environment of the system's python3 (the project's own may live where other users cannot read).
+# Not root: run `pytest -m as_user -n 0` as yourself instead.
 #   bash scripts/test_as_users.sh [delegated|plain ...] [-- pytest arguments]
 #   bash scripts/test_as_users.sh --run [delegated|plain ...] -- COMMAND...   (any command instead, run from the copy
 #                                          with its venv first on PATH: benchmarks/bench_users.sh uses it)
@@ -46,27 +47,35 @@ run_as() {  # run_as USER [cgroup folder to start in] -- the as_user tests
   id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
   local home
   home=$(getent passwd "$user" | cut -d: -f6)
-  local cmd=(runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user"
-             PATH="$place/venv/bin:/usr/local/bin:/usr/bin:/bin" LANG=C.UTF-8)
+  local as=(runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user"
+            PATH="$place/venv/bin:/usr/local/bin:/usr/bin:/bin" LANG=C.UTF-8)
   if [ $mode = run ]; then
-    cmd+=("$@")
-  else
-    cmd+=("$place/venv/bin/pytest" -q -p no:cacheprovider -m as_user -n 0 --rootdir "$place/src"
-          -c "$place/src/pyproject.toml" "$place/src/tests" "$@")
+    launch "$group" "${as[@]}" "$@"
+    return $?
   fi
-  set +e
+  # as the tiers are: the tests that rest on no timing in parallel, then those that do one at a time
+  local pytest=("$place/venv/bin/pytest" -q -p no:cacheprovider --rootdir "$place/src" -c "$place/src/pyproject.toml")
+  local status
+  for part in "as_user and not serial|-n 2 --dist loadgroup" "as_user and serial|-n 0"; do
+    read -r -a workers <<< "${part#*|}"
+    status=0
+    launch "$group" "${as[@]}" "${pytest[@]}" -m "${part%%|*}" "${workers[@]}" "$place/src/tests" "$@" || status=$?
+    if [ $status -eq 5 ]; then
+      echo "test_as_users: no test of '${part%%|*}' was collected as $user; that is a failure" >&2
+      return 1
+    fi
+    [ $status -eq 0 ] || return $status
+  done
+}
+
+launch() {  # launch [cgroup folder to start in] COMMAND...: run from the copy, first moved into the group if given
+  local group="$1"
+  shift
   if [ -n "$group" ]; then
-    (cd "$place/src" && sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$group" "${cmd[@]}")
+    (cd "$place/src" && sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$group" "$@")
   else
-    (cd "$place/src" && "${cmd[@]}")
+    (cd "$place/src" && "$@")
   fi
-  local status=$?
-  set -e
-  if [ $status -eq 5 ] && [ $mode = pytest ]; then
-    echo "test_as_users: no as_user test was collected as $user; that is a failure" >&2
-    return 1
-  fi
-  return $status
 }
 
 status=0

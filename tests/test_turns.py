@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch_mcp.measure import metrics, stats
-from autoresearch_mcp.worker import decide, jobfile, procs, runner, sandbox, turns
+from autoresearch_mcp.worker import decide, jobfile, measuretrees, procs, runner, sandbox, turns
 
 MODES = [pytest.param(sandbox.CONFINED, marks=pytest.mark.skipif(
     sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")), sandbox.OFF]
@@ -42,6 +42,7 @@ def a_job(tmp_path: Path, mode: str, pairs: int, cpu: bool = True, sleep: float 
         bench = BUSY.replace("{CPU}", "yes" if cpu else "no").replace("{SLEEP}", str(sleep if role == "candidate"
                                                                                      else 0.0))
         (tree / "autoresearch.sh").write_text(f'#!/usr/bin/env bash\ncase "$1" in\n  bench)\n{bench};;\nesac\n')
+        (tree / "role").write_text(role)
     judging = dataclasses.asdict(decide.Spec("t", "lower", 0.01, pairing=decide.TURNS))
     return jobfile.Experiment(experiment_id="e1", baseline_dir=str(trees["baseline"]),
                               candidate_dir=str(trees["candidate"]), design=stats.make_design("auto", warmup=0).job(),
@@ -53,6 +54,12 @@ def stamps(tree: Path) -> list[float]:
     return [float(x) for f in sorted(tree.glob("stamps-*")) for x in f.read_text().split()]
 
 
+def measured_stamps(tmp_path: Path, role: str) -> list[float]:
+    """The readings of `role`'s runs, in the copy of its tree it ran in (measuretrees; kept by the test)."""
+    [own] = [t for t in tmp_path.glob(f"{measuretrees.PREFIX}*/*/tree") if (t / "role").read_text() == role]
+    return stamps(own)
+
+
 def switches(a: list[float], b: list[float]) -> int:
     """How often the merged clock readings of two runs pass from one run to the other."""
     merged = sorted([(t, 0) for t in a] + [(t, 1) for t in b])
@@ -62,13 +69,15 @@ def switches(a: list[float], b: list[float]) -> int:
 @pytest.mark.as_user
 @pytest.mark.serial
 @pytest.mark.parametrize("mode", MODES)
-def test_a_pair_in_turns_runs_its_two_sides_at_once_yet_never_together(tmp_path: Path, mode: str) -> None:
+def test_a_pair_in_turns_runs_its_two_sides_at_once_yet_never_together(tmp_path: Path, mode: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     job = a_job(tmp_path, mode, pairs=2)
+    monkeypatch.setattr(measuretrees, "remove_all", lambda: None)  # each side runs in a copy: kept to be read
     with (tmp_path / "log").open("w") as log:
         out = runner.run_experiment(job, log)
     assert out.status == "done" and out.error is None, out
     assert len(out.samples) == 4
-    base, cand = stamps(tmp_path / "baseline"), stamps(tmp_path / "candidate")
+    base, cand = measured_stamps(tmp_path, "baseline"), measured_stamps(tmp_path, "candidate")
     assert len(base) > 1000 and len(cand) > 1000
     # Together on this machine's cores the readings of the two would interleave at almost every step; in turns
     # of 20 ms they pass from one to the other about once a turn (0.25 s of CPU each: a few dozen turns a pair).

@@ -154,8 +154,9 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
     # from code the program runs, is no proof the op runs); an edited one (its code, not a comment) where it names
     # the focus itself or its edit names it with a name the base has (a call, a case of the op), never by any edit
     # to it (a call added to main of a new function named after the op)
+    # (only words that name the focus are looked for in the base: a tree of llama.cpp's size is read once, for a few)
     idents = {w for body in (*by_function, *(b for bodies in by_function.values() for b in bodies))
-              for w in _IDENT.findall(body)}
+              for w in _IDENT.findall(body) if any(mentions(w, n) for n in wanted)}
     in_base = gitops.words_at(repo, launch.base_commit, idents)
 
     def names_focus(words: list[str]) -> bool:
@@ -181,7 +182,9 @@ def seen_running(manager: ExperimentManager, exp: ExperimentState) -> str:
             f"launch it again without focus")
     total = profile.total_samples
     sampled = profiler.parse_report(profile.report)[1]  # every function of the report's rows, a line each
-    sampled_names = {bare(name) for (_dso, name) in sampled}
+    # a sampled function counts by its name where it names the focus: only those names are looked for in the base (a
+    # profile's hundreds of symbols, kernel ones and raw addresses among them, are not)
+    sampled_names = {bare(name) for (_dso, name) in sampled if any(mentions(name, n) for n in wanted)}
     old_names = gitops.words_at(repo, launch.base_commit, sampled_names)
     hits = [(name, int(f["samples"])) for (_dso, name), f in sampled.items()
             if f["samples"] > 0 and ((bare(name) in old_names and any(mentions(name, n) for n in wanted))
