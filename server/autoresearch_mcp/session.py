@@ -341,6 +341,31 @@ def shown_settings(config: SessionConfig, shape: str | None = None, pairing: str
     return {**out, **config.env}
 
 
+def _with_chosen(config: SessionConfig, validated: validation.Validation, head: str,
+                 set_up: bool) -> tuple[SessionConfig, dict[str, Any]]:
+    """The session's config with what start_session chose on its runs (every later run of the session uses them),
+    and those choices as the ledger records them."""
+    in_turns = (validated.pairing or config.pairing) == decide.TURNS
+    picked: dict[str, Any] = {"threads": validated.threads, "read_only_runs": validated.read_only,
+                              "pairing": validated.pairing, "turn_clock": validated.turn_clock if in_turns else None,
+                              "metric_kinds": validated.metric_kinds or None,
+                              "measured_share": validated.measured_share or None}
+    own = {k: v for k, v in picked.items() if v is not None}
+    # until its first launch, the session starts where its benchmark was last set up and validated
+    start = {"start_commit": head} if set_up else {}
+    return config.model_copy(update={**own, **start}), own
+
+
+def _install_guard(repo: gitops.Repo) -> list[str]:
+    """The reference-transaction hook installed in the repository; a warning where it cannot be."""
+    unguarded = gitops.install_ref_guard(repo, resources.git_hook(gitops.REF_GUARD).read_bytes())
+    if not unguarded:
+        return []
+    return [f"the reference-transaction hook that refuses moves of autoresearch/* branches outside commit_winner is "
+            f"not installed: {unguarded}. The server still holds the branch to its ledger after every job and before "
+            "every commit"]
+
+
 def start_session(
     repo_path: str, metric: str, direction: Direction, executor: ExecutorName | None, tag: str | None,
     settings: Settings, executor_for: Callable[[gitops.Repo, SessionConfig], Executor],
@@ -389,16 +414,8 @@ def start_session(
     maker = JobMaker(repo, config, env)  # the session's jobs while it validates (its manager then has its own)
     validated = validation.validate_benchmark(maker, head, runs_on)
     worker = validated.worker
-    in_turns = (validated.pairing or config.pairing) == decide.TURNS
-    picked: dict[str, Any] = {"threads": validated.threads, "read_only_runs": validated.read_only,  # chosen now:
-                              "pairing": validated.pairing,  # every later run of the session uses them
-                              "turn_clock": validated.turn_clock if in_turns else None,
-                              "metric_kinds": validated.metric_kinds or None,
-                              "measured_share": validated.measured_share or None}
-    own = {k: v for k, v in picked.items() if v is not None}
-    # until its first launch, the session starts where its benchmark was last set up and validated
-    start = {"start_commit": head} if plan.set_up else {}
-    config = plan.config = config.model_copy(update={**own, **start})
+    config, own = _with_chosen(config, validated, head, plan.set_up)
+    plan.config = config
     if validated.pairing is not None:
         common["pairing"] = validated.pairing
     runs, build_s, warnings = validated.runs, validated.build_s, validated.warnings
@@ -408,11 +425,7 @@ def start_session(
     primary = [r.parsed[config.metric] for r in runs]
     spread = validation.spread_pct(primary)
     warnings += _measurement_warnings(config, spread, changes)
-    unguarded = gitops.install_ref_guard(repo, resources.git_hook(gitops.REF_GUARD).read_bytes())
-    if unguarded:
-        warnings.append(f"the reference-transaction hook that refuses moves of autoresearch/* branches outside "
-                        f"commit_winner is not installed: {unguarded}. The server still holds the branch to its "
-                        "ledger after every job and before every commit")
+    warnings += _install_guard(repo)
     append(SessionRecord(
         session_id=config.session_id, tag=config.tag, branch=config.branch, head=head, metric=config.metric,
         direction=config.direction, resumed=resumed, baseline={n: s.samples for n, s in baseline.items()},

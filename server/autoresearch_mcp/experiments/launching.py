@@ -110,6 +110,26 @@ def _together(manager: ExperimentManager, ids: list[str], merged: bool = False) 
     return out
 
 
+def _checked_title(request: LaunchRequest) -> str:
+    """The launch's title on one line; refused where it is missing, or where the request asks for what its source
+    cannot do."""
+    source = request.source
+    if not request.title.strip():
+        raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
+                         "(only source='experiment' takes the earlier experiment's title)")
+    if request.restore_worktree and source != "worktree":
+        raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
+                         f"involved with source={source!r}); drop it")
+    return one_line(request.title, "title")
+
+
+def _refuse_measured(manager: ExperimentManager, head: str, tree: str, incremental: bool) -> None:
+    """Refused where an experiment of the session already measures this tree on this head."""
+    for other in manager.mine():
+        if _measured(other, head, tree, incremental):
+            raise RefusedError(_duplicate(other))
+
+
 def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: ExperimentState | None,
                 together: list[ExperimentState] | None = None, merged: bool = False) -> LaunchResult:
     """A new candidate (or the change of `reapplies`, re-applied on the moved head; or the changes of several
@@ -122,13 +142,7 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
     conflicts: list[str] = []
     source, commit, patch, focus = request.source, request.commit, request.patch, list(request.focus or [])
     hypothesis, sources = request.hypothesis, request.sources
-    if not request.title.strip():
-        raise InputError(f"title is missing: a launch with source={source!r} needs a short name of the idea "
-                         "(only source='experiment' takes the earlier experiment's title)")
-    title = one_line(request.title, "title")
-    if request.restore_worktree and source != "worktree":
-        raise InputError(f"restore_worktree=true only applies to source='worktree' (the work tree is not "
-                         f"involved with source={source!r}); drop it")
+    title = _checked_title(request)
     repeats = designs.checked_repeats(manager.config, request.repeats)
     exp_id = uuid.uuid4().hex[:10]
     with manager.lock:
@@ -159,9 +173,7 @@ def _launch_new(manager: ExperimentManager, request: LaunchRequest, reapplies: E
         if source == "worktree":
             _refuse_nested(manager, head, tree)
         incremental = manager.config.incremental and not request.clean_build
-        for other in manager.mine():
-            if _measured(other, head, tree, incremental):
-                raise RefusedError(_duplicate(other))
+        _refuse_measured(manager, head, tree, incremental)
         if focus:
             focus_.check(gitops.diff_hunks(manager.repo, head, candidate), focus)
         gitops.update_ref(manager.repo, gitops.EXP_REF + exp_id, candidate)

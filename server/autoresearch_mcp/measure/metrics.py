@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from autoresearch_mcp.errors import StateError
-from autoresearch_mcp.measure import legacy, stats, summary
+from autoresearch_mcp.measure import legacy, power, stats, summary
 from autoresearch_mcp.store.records import LaunchRecord
 from autoresearch_mcp.worker import decide, metricparse, outcomes
 
@@ -114,7 +114,7 @@ def analyze(outcome: outcomes.Experiment, spec: decide.Spec, design: stats.AnyDe
                          shape_note(samples, lead_name, spec)) if n]
     pairs_needed = lead.get("pairs_needed") if lead else None
     # what would show each claim not shown yet: a blocking guard's margin, a session total's tolerance
-    to_hold = {name: decide.pairs_to_hold(j.look, j.claim.margin, plan) or 0 for name, j in decision.metrics.items()
+    to_hold = {name: power.pairs_to_hold(j.look, j.claim.margin, plan) or 0 for name, j in decision.metrics.items()
                if j.claim is not None and j.claim.judgement == "undecided"}
     if verdict == "inconclusive" and decision.won and decision.blocking:
         pairs_needed = max((to_hold.get(n) or comparisons[n]["pairs_needed"] or 0 for n in decision.blocking
@@ -161,7 +161,7 @@ def claim_fields(name: str, judgement: decide.Judgement | None, plan: decide.Pla
         elif claim.judgement == "regressed":
             text = f"session: {name} regressed beyond {tol} at {claim.n} pairs"
         else:
-            more = decide.pairs_to_hold(look, claim.margin, plan)
+            more = power.pairs_to_hold(look, claim.margin, plan)
             text = (f"session: {name} not yet shown within {tol} at {claim.n} pairs ({worst}, {level})"
                     + (f"; about {more} pairs in all would show it" if more else ""))
     elif claim.judgement == "held":
@@ -179,7 +179,7 @@ def claim_fields(name: str, judgement: decide.Judgement | None, plan: decide.Pla
         else:
             text = f"{name} regressed (a value that is not a positive number)"
     else:
-        more = decide.pairs_to_hold(look, claim.margin, plan)
+        more = power.pairs_to_hold(look, claim.margin, plan)
         text = (f"{name} not shown within {margin:.1f}% ({worst}, {level})"
                 + (f"; about {more} pairs in all would show it" if more else ""))
     return {"bound_pct": bound, "margin_pct": margin, "claim_level": round(1 - claim.level, 4), "claim": text}

@@ -17,7 +17,7 @@ from typing import Any
 from scipy import stats as sps
 
 from autoresearch_mcp.errors import InputError
-from autoresearch_mcp.measure import calibrate, legacy
+from autoresearch_mcp.measure import calibrate, legacy, power
 from autoresearch_mcp.measure.summary import Comparison as Comparison  # the figures of one metric
 from autoresearch_mcp.measure.summary import pct as pct
 from autoresearch_mcp.store.config import DEFAULT_ALPHA, DEFAULT_MAX_PAIRS, DEFAULT_MIN_EFFECT, DEFAULT_NOISE_LIMIT
@@ -216,7 +216,7 @@ def comparison(p: decide.Pairs, n: int, judgement: decide.Judgement | None, rule
                    if verdict == "no_change" and look.eq_low is not None and look.eq_high is not None else None)
     return Comparison(
         n, pct(sign * look.estimate), pct(ci[0]), pct(ci[1]), _p_value(p, n, rule.direction, design, plan), verdict,
-        pairs_needed=decide.pairs_needed(look, rule, plan) if verdict in ("undecided", "noisy") else None,
+        pairs_needed=power.pairs_needed(look, rule, plan) if verdict in ("undecided", "noisy") else None,
         noise_pct=None if look.spread is None else round(per_run_noise(look.spread) * 100, 4),
         resolvable_pct=round(reach * 100, 4) if look.spread is not None else None,
         note=(judgement.reason if judgement is not None else None) or (

@@ -679,27 +679,3 @@ def waiting(decision: Decision, samples: list[dict[str, Any]], spec: Spec, plan:
         f"{math.expm1(-look.estimate) * 100:+.1f}% [{math.expm1(-look.high) * 100:+.1f}%, "
         f"{math.expm1(-look.low) * 100:+.1f}%] longer: time no CPU-time metric counts (a sleep, I/O, a lock)")
     return [HARNESS_WALL]
-
-
-def pairs_needed(look: MetricLook, rule: MetricRule, plan: Plan) -> int | None:
-    """Pairs in all that would decide with 80% power at this spread: the observed change when it is beyond
-    the minimum effect, else the distance to `no_change`; the next look at or beyond, when there is one."""
-    if look.spread is None or look.estimate is None:
-        return None
-    margin = rule.min_effect
-    effect = abs(look.estimate)
-    target = effect if effect >= margin else max(margin - effect, margin / 4)
-    k = plan.last_look(plan.budget)
-    z = z_quantile(plan.levels[k if k is not None else -1]) + POWER_Z
-    needed = max(look.n + 1, plan.min_pairs_improved, math.ceil((z * look.spread / target) ** 2))
-    return next((m for m in plan.looks if m >= needed), needed)
-
-
-def pairs_to_hold(look: MetricLook, margin: float, plan: Plan) -> int | None:
-    """Pairs in all that would show a guard within `margin` with 80% power at this spread: at its estimate, or,
-    where that is worse than a quarter of the margin short of it, at that (as `pairs_needed` plans)."""
-    if look.spread is None or look.estimate is None:
-        return None
-    z = z_quantile(plan.guard_level) + POWER_Z
-    room = max(margin + min(look.estimate, 0.0), margin / 4)
-    return max(look.n + 1, math.ceil((z * look.spread / room) ** 2))

@@ -203,6 +203,13 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
     if _fallbacks["n"] > fallbacks:
         log.write(f"[autoresearch] {_fallbacks['n'] - fallbacks} turn(s) stopped a side with SIGSTOP: its freeze did "
                   f"not complete within {cgroups.FREEZE_WAIT_S:g} s (a process in an uninterruptible wait)\n")
+    return _results(started, late, failed, timeout_s, log)
+
+
+def _results(started: list[procs.Started], late: list[procs.Started], failed: str | None, timeout_s: float,
+             log: Any) -> list[procs.CommandResult]:
+    """Each side's result: its wall time that of its own turns (none where the turns timed out on it), every side
+    unusable where a stop failed."""
     results = []
     for s in started:
         if failed is not None:
