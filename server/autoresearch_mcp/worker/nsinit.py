@@ -63,15 +63,11 @@ def _stop() -> bytes:
 def _reap(child: int) -> int | None:
     """Reap every process that ended; the command's wait status once it has ended."""
     status = None
-    while True:
-        try:
-            pid, st = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return status
-        if pid == 0:
-            return status
-        if pid == child:
-            status = st
+    with contextlib.suppress(ChildProcessError):  # none left
+        while (found := os.waitpid(-1, os.WNOHANG))[0] != 0:  # until none has ended
+            if found[0] == child:
+                status = found[1]
+    return status
 
 
 def main(argv: list[str]) -> int:
