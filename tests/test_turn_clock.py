@@ -85,7 +85,9 @@ async def test_a_two_thread_program_whose_win_is_balance_is_judged_on_its_own_tu
     assert "turn_clock 'wall'" in started["settings"]["pairing"], started["settings"]
     t_ms, cpu = res["metrics"]["t_ms"], res["metrics"]["t_ms.cpu"]
     assert res["verdict"] == "improved", (res["verdict"], t_ms)
-    assert -35 < t_ms["delta_pct"] < -10, t_ms  # about -23% over each side's own turns
+    # about -23% over each side's own turns before #51 made each turn last at least as long as the other side's last;
+    # -7% to -8% since: still a win, read smaller
+    assert -35 < t_ms["delta_pct"] < -4, t_ms
     assert abs(cpu["delta_pct"]) < 8 and cpu.get("verdict") is None, cpu  # the CPU time: flat, measured, not judged
 
 

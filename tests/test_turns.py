@@ -220,3 +220,33 @@ def test_in_turns_a_side_that_waits_keeps_its_turn_so_its_waits_count_in_its_own
     # its 12 waits of 25 ms and its 48 ms of work in its own turns, as long as it takes alone (a stopped side's
     # timers run on: before, a third of its waits passed in the other side's turns)
     assert waited.wall_s >= 0.85 * alone.wall_s, (waited.wall_s, alone.wall_s)
+
+
+def test_a_pair_whose_stop_failed_is_run_again_a_few_times_a_round_then_fails_the_experiment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop that fails once in a while (a busy multi-threaded program) loses no experiment: that run of the pair
+    is run again; a candidate whose stops keep failing has no more than runner.STOP_RETRIES runs left out."""
+    real, fail_at = turns.run_in_turns, {3, 5}
+    calls = {"n": 0}
+
+    def flaky(runs: list[tuple[object, list[str]]], timeout_s: float, log: object,
+              duty: float | None = None) -> list[procs.CommandResult]:
+        calls["n"] += 1
+        results = real(runs, timeout_s, log, duty)  # type: ignore[arg-type]
+        if calls["n"] in fail_at:
+            for r in results:
+                r.problem = f"{turns.STOP_FAILED}: not every process of a side could be stopped in time"
+        return results
+
+    monkeypatch.setattr(turns, "run_in_turns", flaky)
+    with (tmp_path / "log").open("w") as log:
+        out = runner.run_experiment(a_job(tmp_path, sandbox.OFF, pairs=4), log)
+    assert out.status == "done" and out.error is None and len(out.samples) == 8, out
+    assert calls["n"] == 6 and "run again (2 of at most 3" in (tmp_path / "log").read_text()
+
+    calls["n"], fail_at = 0, set(range(1, 100))  # every stop fails: three runs again, then the experiment fails
+    (tmp_path / "again").mkdir()
+    with (tmp_path / "log2").open("w") as log:
+        out = runner.run_experiment(a_job(tmp_path / "again", sandbox.OFF, pairs=4), log)
+    assert out.status == "done" and out.stop_reason == "invalid" and calls["n"] == runner.STOP_RETRIES + 1
+    assert out.error is not None and turns.STOP_FAILED in out.error

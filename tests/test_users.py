@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 
 from autoresearch_mcp.app import build_server
+from autoresearch_mcp.store.config import config_path
 from autoresearch_mcp.worker import cgroups, jobenv, jobfile, procs, sandbox, turns
 from conftest import init_repo
 from helpers import call, error, wait_final
@@ -183,6 +184,8 @@ def edited(repo: Path, name: str, old: str, new: str) -> str:
 @pytest.mark.anyio
 async def test_a_real_win_in_turns_is_committed_and_a_no_op_is_not(tmp_path: Path) -> None:
     repo = work_repo(tmp_path)
+    config_path(repo).parent.mkdir(exist_ok=True)  # in turns, whichever start_session would measure steadier here
+    config_path(repo).write_text(json.dumps({"pairing": "turns"}) + "\n")
     async with Client(build_server()) as c:
         started = await call(c, "start_session", repo=str(repo), metric="t_ms", direction="lower", tag="user")
         half = await call(c, "launch_experiment", title="half the work", source="patch", repeats="auto",

@@ -95,8 +95,7 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
                   f"{' first, then '.join(role for role, _ in order)}"
                   + (f" (processes {r + 1} of {k})" if k > 1 else "") + "\n")
         log.flush()
-        jobenv.forget_pages(*dict.fromkeys(side.tree for _, side in order))  # the two trees, each once
-        results = turns.run_in_turns([(side, BENCH) for _, side in order], job.timeouts["bench"], log)
+        results = _turns_again(order, index, job, log)
         for (role, _), res in ((order[j], results[j]) for j in range(len(order))):  # (3.8: no zip strict)
             parsed = metricparse.parse_metrics(res.output)
             problems = _bench_problems(res, parsed, spec, job)
@@ -112,6 +111,28 @@ def _bench_turns(order: list[tuple[str, jobenv.Prepared]], index: int, spec: dec
         if any(run[-1][2] for run in runs.values()):
             break
     return [_sample(runs[role], role, index, pos, spec) for pos, (role, _) in enumerate(order)]
+
+
+# A pair whose stop failed (a side's processes not all stopped in time, once in hundreds of turns of a busy
+# multi-threaded program) is run again, the same sides in the same order, up to this many times a round of an
+# experiment: a hiccup loses no experiment, and a candidate cannot have more than these few of its runs left out by
+# making its stops fail (it fails, as before, once they are spent).
+STOP_RETRIES = 3
+_stop_retries = {"left": STOP_RETRIES}
+
+
+def _turns_again(order: list[tuple[str, jobenv.Prepared]], index: int, job: jobfile.Job,
+                 log: Any) -> list[procs.CommandResult]:
+    """One run of both sides' bench in turns, run again where a stop failed while retries are left."""
+    while True:
+        jobenv.forget_pages(*dict.fromkeys(side.tree for _, side in order))  # the two trees, each once
+        results = turns.run_in_turns([(side, BENCH) for _, side in order], job.timeouts["bench"], log)
+        stop_failed = any((r.problem or "").startswith(turns.STOP_FAILED) for r in results)
+        if not stop_failed or _stop_retries["left"] <= 0:
+            return results
+        _stop_retries["left"] -= 1
+        log.write(f"[autoresearch] pair {index}: a turn's stop failed, so this run of the pair is left out and run "
+                  f"again ({STOP_RETRIES - _stop_retries['left']} of at most {STOP_RETRIES} a round)\n")
 
 
 def _sample(runs: list[Run], role: str, index: int, position: int,
@@ -233,6 +254,7 @@ def run_holdout(job: jobfile.Holdout, log: Any) -> outcomes.Holdout:
         return out
     sides = _sides(job)
     rng = random.Random(job.seed)
+    _stop_retries["left"] = STOP_RETRIES
     for i in range(job.pairs):
         order = sides[::-1] if rng.random() < 0.5 else sides
         for pos, (role, side) in enumerate(order):
@@ -269,6 +291,7 @@ def run_experiment(job: jobfile.Experiment, log: Any) -> outcomes.Experiment:
     spec = decide.Spec.from_dict(job.judging)
     # every pair's order is a coin of its own: the randomization the tests rest on (worker/decide.py)
     rng = random.Random(job.seed)
+    _stop_retries["left"] = STOP_RETRIES
     prior: list[dict[str, Any]] = list(job.prior_samples)  # earlier rounds of the same experiment
     first = len({int(s["pair"]) for s in prior})
     stops = sorted(int(n) for n in job.stops)  # where this round judges; the last ends it

@@ -49,6 +49,7 @@ _turn_rng = random.Random()  # turn lengths (seeded from the system: no rhythm a
 
 
 _signalled: set[int] = set()  # the commands a turn stopped with SIGSTOP (a freeze that did not complete)
+STOP_FAILED = "a turn's stop failed"  # the start of the problem of every run of a pair whose stop failed
 _fallbacks = {"n": 0}  # turns stopped with SIGSTOP although the side has a freezer (said in the log)
 
 
@@ -162,7 +163,7 @@ def run_in_turns(runs: list[tuple[jobenv.Prepared, list[str]]], timeout_s: float
         s.own_s += time.monotonic() - t
         lengths[s.proc.pid] = natural + time.monotonic() - t
         if not stopped and failed is None:
-            failed = ("a turn's stop failed: not every process of a side could be stopped in time (one stayed in the "
+            failed = (f"{STOP_FAILED}: not every process of a side could be stopped in time (one stayed in the "
                       "kernel, or forked faster than it was stopped), so the pair's turns are not each side's own")
     try:
         for side, argv in runs:  # each starts at its first turn; the others are stopped by then
