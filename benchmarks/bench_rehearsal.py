@@ -221,11 +221,11 @@ FATTN_MASK_ROWS = """                    float * m_row = mask32 + tq * KV_TILE_S
                     if (slope != 1.0f) {
                         ggml_vec_scale_f32(kv_tile, m_row, slope);
                     }
-                    int open = 0;
+                    int unmasked = 0;
                     for (int tk = 0; tk < kv_tile; tk++) {
-                        open |= m_row[tk] != -INFINITY;
+                        unmasked |= m_row[tk] != -INFINITY;
                     }
-                    if (open) {
+                    if (unmasked) {
                         can_skip = false;
                     }
 """
