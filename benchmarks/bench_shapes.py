@@ -157,7 +157,8 @@ async def one(root: Path, kind: str, pairing: str, win: float) -> dict[str, Any]
     return {"kind": kind, "pairing": pairing, "win_pct": win if kind != "balance" else "balance",
             "verdict": res.get("verdict"), "pairs": m.get("n_pairs"), "minutes": round((time.monotonic() - t0) / 60, 2),
             "delta_pct": m.get("delta_pct"), "spread_pct": m.get("noise_pct"), "cpu_delta_pct": cpu.get("delta_pct"),
-            "bench_shape": started["settings"].get("bench"), "load": load()}
+            "bench_shape": started["settings"].get("bench"), "error": res.get("error"), "note": res.get("note"),
+            "load": load()}
 
 
 def main() -> int:
