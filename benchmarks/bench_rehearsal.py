@@ -551,7 +551,8 @@ def main() -> int:
     # RMS_NORM (each followed by its weight's MUL) runs the fused kernel, and a change to rms_norm_f32 is dead code
     # there (a numerics break then passes its checks with KL divergence 0, rightly); the op-win-but-slower control
     # before the op win itself is committed
-    ap.add_argument("--only", default="broken,slower,e2e,rms,comment,softmax,rmsmul,fattn,move")
+    # fattn is left out of the default: measured about -1% at the op (within its noise), not known to be a win
+    ap.add_argument("--only", default="broken,slower,e2e,rms,comment,softmax,rmsmul,move")
     ap.add_argument("--continues", type=int, default=2)
     ap.add_argument("--slowdown-iters", type=int, default=3_000_000,
                     help="loop iterations added to every decode call by the e2e control")
