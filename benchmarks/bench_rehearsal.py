@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -43,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autoresearch_mcp.app import build_server
 from autoresearch_mcp.store.config import config_path
-from bench_noise import call, git, load, neighbour, stop_neighbour
+from bench_noise import beside, call, git, load
 
 OPS = "ggml/src/ggml-cpu/ops.cpp"
 OPS_H = "ggml/src/ggml-cpu/ops.h"
@@ -567,15 +566,11 @@ def main() -> int:
     print(f"bench_rehearsal: {root} neighbour={args.neighbour} load={load()}", flush=True)
     repo, model = setup_repo(root)
     rows: list[dict[str, Any]] = []
-    stop = multiprocessing.Event()
-    other = multiprocessing.Process(target=neighbour, args=(stop,), daemon=True) if args.neighbour else None
-    if other is not None:
-        other.start()
     try:
-        anyio.run(rehearse_together if args.together else rehearse, repo, model, args.only.split(","),
-                  args.continues, args.slowdown_iters, rows)
+        with beside("neighbour" if args.neighbour else "quiet"):
+            anyio.run(rehearse_together if args.together else rehearse, repo, model, args.only.split(","),
+                      args.continues, args.slowdown_iters, rows)
     finally:
-        stop_neighbour(stop, other)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         if not args.keep:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -39,7 +38,7 @@ from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from autoresearch_mcp.app import build_server
-from bench_noise import call, load, neighbour, stop_neighbour
+from bench_noise import beside, call, load
 
 LIB = """#include "chk.h"
 #include <string.h>
@@ -289,14 +288,10 @@ def main() -> int:
     os.environ.setdefault("AUTORESEARCH_CACHE_DIR", str(root / "cache"))
     print(f"bench_set_up: {root} neighbour={args.neighbour} load={load()}", flush=True)
     rows: list[dict[str, Any]] = []
-    stop = multiprocessing.Event()
-    other = multiprocessing.Process(target=neighbour, args=(stop,), daemon=True) if args.neighbour else None
-    if other is not None:
-        other.start()
     try:
-        anyio.run(rehearse, root, rows)
+        with beside("neighbour" if args.neighbour else "quiet"):
+            anyio.run(rehearse, root, rows)
     finally:
-        stop_neighbour(stop, other)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         if not args.keep:
